@@ -1,0 +1,78 @@
+"""The exceptions a user of sarek can meet.
+
+Every error carries a ``reason``: one sentence a person can act on, written where the
+information exists. Subclasses add the structured facts (a statement path, a source line,
+invocation ids) so that tools can report them without parsing the message.
+"""
+
+from __future__ import annotations
+
+
+class SarekError(Exception):
+    """Base of every error sarek raises on bad input."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class IRError(SarekError):
+    """A kernel's IR is ill-formed (see ``sarek.ir.check``); ``problems`` lists each finding."""
+
+    def __init__(self, kernel: str, problems: list[str]) -> None:
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"kernel {kernel!r} is not well-formed:\n{lines}")
+        self.kernel = kernel
+        self.problems = problems
+
+
+class DslError(SarekError):
+    """A Python function cannot be read as a kernel; names the file, line and construct."""
+
+    def __init__(self, reason: str, file: str = "<unknown>", line: int = 0) -> None:
+        super().__init__(f"{file}:{line}: {reason}")
+        self.file = file
+        self.line = line
+        self.construct = reason
+
+
+class SimError(SarekError):
+    """A simulated launch did something a GPU would not define.
+
+    ``statement`` is the IR path of the statement (``body[2].then[0]``), ``line`` its source line
+    when the DSL recorded one, and ``invocations`` up to eight offending ``(block, thread)`` pairs,
+    each an ``(x, y, z)`` triple.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        statement: str = "",
+        line: int | None = None,
+        invocations: tuple[tuple[tuple[int, int, int], tuple[int, int, int]], ...] = (),
+    ) -> None:
+        where = f" at {statement}" if statement else ""
+        if line is not None:
+            where += f" (line {line})"
+        shown = ", ".join(f"block {b} thread {t}" for b, t in invocations)
+        super().__init__(f"{reason}{where}" + (f"; invocations: {shown}" if shown else ""))
+        self.statement = statement
+        self.line = line
+        self.invocations = invocations
+        self.detail = reason
+
+
+class OutOfBounds(SimError):
+    """A load or store outside its array."""
+
+
+class SharedRace(SimError):
+    """Two invocations of a block touched one shared element between barriers, one writing."""
+
+
+class BarrierDivergence(SimError):
+    """A barrier that some, but not all, invocations of a block reached."""
+
+
+class LaunchError(SimError):
+    """The launch itself is wrong: arguments, geometry, or an undefined operation (division by 0)."""

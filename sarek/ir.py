@@ -1,0 +1,486 @@
+"""The typed kernel IR.
+
+A kernel is a tree of frozen pydantic models: parameters, then a body of statements over typed
+expressions. Every expression carries its element type; the DSL inserts the casts, so the IR
+itself has no implicit conversions (``specs/ir.md`` is the normative text). Vocabularies are
+closed enums, and expression and statement nodes are discriminated unions on ``kind``, so a
+kernel round-trips through JSON exactly::
+
+    Kernel.model_validate_json(k.model_dump_json()) == k
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Literal, TypeAlias
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Node(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")
+
+
+# --------------------------------------------------------------------------- vocabularies
+
+
+class ElemType(StrEnum):
+    """Element types. f16 and bf16 are storage types: arithmetic on them is not allowed."""
+
+    I8 = "i8"
+    U8 = "u8"
+    I16 = "i16"
+    U16 = "u16"
+    I32 = "i32"
+    U32 = "u32"
+    I64 = "i64"
+    U64 = "u64"
+    F16 = "f16"
+    BF16 = "bf16"
+    F32 = "f32"
+    F64 = "f64"
+    BOOL = "bool"
+
+    @property
+    def is_int(self) -> bool:
+        return self in _INT_BITS
+
+    @property
+    def is_signed(self) -> bool:
+        return self in (ElemType.I8, ElemType.I16, ElemType.I32, ElemType.I64)
+
+    @property
+    def is_float(self) -> bool:
+        return self in (ElemType.F16, ElemType.BF16, ElemType.F32, ElemType.F64)
+
+    @property
+    def is_storage_only(self) -> bool:
+        """f16 and bf16: values are loaded, stored and converted, never computed on."""
+        return self in (ElemType.F16, ElemType.BF16)
+
+    @property
+    def is_arith(self) -> bool:
+        """Types arithmetic is defined on: the integers, f32 and f64."""
+        return self.is_int or self in (ElemType.F32, ElemType.F64)
+
+    @property
+    def bits(self) -> int:
+        return 1 if self is ElemType.BOOL else _INT_BITS.get(self) or _FLOAT_BITS[self]
+
+
+_INT_BITS = {
+    ElemType.I8: 8, ElemType.U8: 8, ElemType.I16: 16, ElemType.U16: 16,
+    ElemType.I32: 32, ElemType.U32: 32, ElemType.I64: 64, ElemType.U64: 64,
+}
+_FLOAT_BITS = {ElemType.F16: 16, ElemType.BF16: 16, ElemType.F32: 32, ElemType.F64: 64}
+
+
+class MemSpace(StrEnum):
+    """Where an array lives: global (parameters), shared (per block), local (per invocation)."""
+
+    GLOBAL = "global"
+    SHARED = "shared"
+    LOCAL = "local"
+
+
+class UnOp(StrEnum):
+    NEG = "neg"      # arithmetic negation (wraps for integers)
+    NOT = "not"      # logical not of a bool
+    BITNOT = "bitnot"  # bitwise complement of an integer
+
+
+class BinOp(StrEnum):
+    ADD = "add"
+    SUB = "sub"
+    MUL = "mul"
+    DIV = "div"      # integers: truncates toward zero (C); floats: IEEE division
+    REM = "rem"      # integers: C remainder, the sign of the dividend
+    AND = "and"      # bitwise, integers
+    OR = "or"
+    XOR = "xor"
+    SHL = "shl"      # shift amount must lie in [0, bits)
+    SHR = "shr"      # arithmetic for signed types, logical for unsigned
+    LT = "lt"
+    LE = "le"
+    GT = "gt"
+    GE = "ge"
+    EQ = "eq"
+    NE = "ne"
+    LAND = "land"    # short-circuit logical and of bools: b is evaluated only where a holds
+    LOR = "lor"      # short-circuit logical or of bools: b is evaluated only where a fails
+
+
+COMPARISONS = frozenset({BinOp.LT, BinOp.LE, BinOp.GT, BinOp.GE, BinOp.EQ, BinOp.NE})
+LOGICAL = frozenset({BinOp.LAND, BinOp.LOR})
+BITWISE = frozenset({BinOp.AND, BinOp.OR, BinOp.XOR, BinOp.SHL, BinOp.SHR})
+
+
+class MathFn(StrEnum):
+    """Math functions. ``fma`` rounds once; the others are defined on f32 and f64 (abs, min and
+    max on integers too)."""
+
+    ABS = "abs"
+    MIN = "min"
+    MAX = "max"
+    SQRT = "sqrt"
+    EXP = "exp"
+    LOG = "log"
+    SIN = "sin"
+    COS = "cos"
+    TANH = "tanh"
+    FLOOR = "floor"
+    CEIL = "ceil"
+    FMA = "fma"
+
+
+MATH_ARITY = {fn: 1 for fn in MathFn} | {MathFn.MIN: 2, MathFn.MAX: 2, MathFn.FMA: 3}
+
+
+class Builtin(StrEnum):
+    """Launch coordinates and sizes, all i32. Subgroups are the linear thread index within the
+    block divided by the simulated or target subgroup size."""
+
+    THREAD_IDX_X = "thread_idx.x"
+    THREAD_IDX_Y = "thread_idx.y"
+    THREAD_IDX_Z = "thread_idx.z"
+    BLOCK_IDX_X = "block_idx.x"
+    BLOCK_IDX_Y = "block_idx.y"
+    BLOCK_IDX_Z = "block_idx.z"
+    BLOCK_DIM_X = "block_dim.x"
+    BLOCK_DIM_Y = "block_dim.y"
+    BLOCK_DIM_Z = "block_dim.z"
+    GRID_DIM_X = "grid_dim.x"
+    GRID_DIM_Y = "grid_dim.y"
+    GRID_DIM_Z = "grid_dim.z"
+    SUBGROUP_ID = "subgroup_id"
+    SUBGROUP_LANE = "subgroup_lane"
+    SUBGROUP_SIZE = "subgroup_size"
+
+    @property
+    def varies_in_block(self) -> bool:
+        """True for the builtins that differ between invocations of one block."""
+        return self.name.startswith(("THREAD_IDX", "SUBGROUP_ID", "SUBGROUP_LANE"))
+
+
+class FragUse(StrEnum):
+    """The role of a fragment in a multiply-accumulate ``d = a * b + c``."""
+
+    A = "a"
+    B = "b"
+    ACCUMULATOR = "accumulator"
+
+
+class FragLayout(StrEnum):
+    """How a fragment's rows lie in memory: row-major (rows contiguous) or column-major."""
+
+    ROW = "row"
+    COL = "col"
+
+
+# --------------------------------------------------------------------------- parameters
+
+
+class ArrayParam(_Node):
+    """A global array argument; ``readonly`` arrays may not be stored to."""
+
+    kind: Literal["array"] = "array"
+    name: str
+    elem: ElemType
+    space: MemSpace = MemSpace.GLOBAL
+    readonly: bool = False
+
+
+class ScalarParam(_Node):
+    """A scalar argument passed by value."""
+
+    kind: Literal["scalar"] = "scalar"
+    name: str
+    elem: ElemType
+
+
+Param: TypeAlias = Annotated[ArrayParam | ScalarParam, Field(discriminator="kind")]
+
+
+# --------------------------------------------------------------------------- expressions
+
+
+class Const(_Node):
+    """A literal of an element type (bool for True/False, int for integers, float for floats)."""
+
+    kind: Literal["const"] = "const"
+    value: bool | int | float
+    type: ElemType
+
+
+class Var(_Node):
+    """A scalar variable: a parameter, a ``Let``-declared local or a loop variable."""
+
+    kind: Literal["var"] = "var"
+    name: str
+    type: ElemType
+
+
+class BuiltinValue(_Node):
+    """A launch coordinate or size."""
+
+    kind: Literal["builtin"] = "builtin"
+    which: Builtin
+    type: Literal[ElemType.I32] = ElemType.I32
+
+
+class Unary(_Node):
+    """``op x``; the result has ``x``'s type."""
+
+    kind: Literal["unary"] = "unary"
+    op: UnOp
+    x: Expr
+    type: ElemType
+
+
+class Binary(_Node):
+    """``a op b`` with ``a`` and ``b`` of one type (shift amounts excepted: any integer type);
+    comparisons and logical operators give bool."""
+
+    kind: Literal["binary"] = "binary"
+    op: BinOp
+    a: Expr
+    b: Expr
+    type: ElemType
+
+
+class Cast(_Node):
+    """Conversion of ``x`` to ``type``: integers wrap, floats round to nearest even, floats to
+    integers truncate toward zero and saturate (NaN gives 0), bool is ``x != 0``."""
+
+    kind: Literal["cast"] = "cast"
+    x: Expr
+    type: ElemType
+
+
+class Load(_Node):
+    """``array[index]``; the result has the array's element type."""
+
+    kind: Literal["load"] = "load"
+    array: str
+    index: Expr
+    type: ElemType
+
+
+class Select(_Node):
+    """``cond ? a : b``; only the chosen side is evaluated for each invocation."""
+
+    kind: Literal["select"] = "select"
+    cond: Expr
+    a: Expr
+    b: Expr
+    type: ElemType
+
+
+class Call(_Node):
+    """A math function applied to arguments of the result type."""
+
+    kind: Literal["call"] = "call"
+    fn: MathFn
+    args: tuple[Expr, ...]
+    type: ElemType
+
+
+Expr: TypeAlias = Annotated[
+    Const | Var | BuiltinValue | Unary | Binary | Cast | Load | Select | Call,
+    Field(discriminator="kind"),
+]
+
+
+# --------------------------------------------------------------------------- statements
+
+
+class _Stmt(_Node):
+    line: int | None = None  # source line in the DSL, for error messages; not semantic
+
+
+class Let(_Stmt):
+    """Declares a scalar variable, visible to the end of the enclosing block."""
+
+    kind: Literal["let"] = "let"
+    name: str
+    type: ElemType
+    value: Expr
+
+
+class Assign(_Stmt):
+    """Gives a declared scalar variable a new value of its type."""
+
+    kind: Literal["assign"] = "assign"
+    name: str
+    value: Expr
+
+
+class Store(_Stmt):
+    """``array[index] = value`` with ``value`` of the array's element type."""
+
+    kind: Literal["store"] = "store"
+    array: str
+    index: Expr
+    value: Expr
+
+
+class For(_Stmt):
+    """``for (var = start; step > 0 ? var < stop : var > stop; var += step)``; i32 bounds, the
+    variable is read-only in the body and ``step`` must not be 0."""
+
+    kind: Literal["for"] = "for"
+    var: str
+    start: Expr
+    stop: Expr
+    step: Expr
+    body: tuple[Stmt, ...]
+
+
+class While(_Stmt):
+    """Runs ``body`` while ``cond`` (a bool) holds."""
+
+    kind: Literal["while"] = "while"
+    cond: Expr
+    body: tuple[Stmt, ...]
+
+
+class If(_Stmt):
+    """Runs ``then`` where ``cond`` holds and ``orelse`` where it does not."""
+
+    kind: Literal["if"] = "if"
+    cond: Expr
+    then: tuple[Stmt, ...]
+    orelse: tuple[Stmt, ...] = ()
+
+
+class Barrier(_Stmt):
+    """Block-wide barrier with shared-memory ordering; every invocation of the block must reach
+    it together."""
+
+    kind: Literal["barrier"] = "barrier"
+
+
+class Return(_Stmt):
+    """Ends the invocation."""
+
+    kind: Literal["return"] = "return"
+
+
+class ArrayDecl(_Stmt):
+    """Declares a shared (one per block) or local (one per invocation) array of ``size``
+    elements, aligned to ``align`` bytes. Shared arrays start with unspecified contents (the
+    simulator fills them with a canary); local arrays too."""
+
+    kind: Literal["array_decl"] = "array_decl"
+    name: str
+    elem: ElemType
+    size: int = Field(gt=0)
+    space: MemSpace
+    align: int = 16
+
+
+class FragDecl(_Stmt):
+    """Declares a fragment: a ``rows x cols`` matrix of ``elem`` owned by a whole subgroup."""
+
+    kind: Literal["frag_decl"] = "frag_decl"
+    name: str
+    use: FragUse
+    rows: int = Field(gt=0)
+    cols: int = Field(gt=0)
+    elem: ElemType
+
+
+class FragFill(_Stmt):
+    """Sets every element of a fragment to ``value``."""
+
+    kind: Literal["frag_fill"] = "frag_fill"
+    frag: str
+    value: Expr
+
+
+class FragLoad(_Stmt):
+    """Loads a fragment from ``array`` at element ``offset``; consecutive rows (``layout`` row)
+    or columns (col) are ``stride`` elements apart."""
+
+    kind: Literal["frag_load"] = "frag_load"
+    frag: str
+    array: str
+    offset: Expr
+    stride: Expr
+    layout: FragLayout = FragLayout.ROW
+
+
+class FragStore(_Stmt):
+    """Stores a fragment to ``array`` at ``offset`` with ``stride`` and ``layout`` as for
+    ``FragLoad``."""
+
+    kind: Literal["frag_store"] = "frag_store"
+    frag: str
+    array: str
+    offset: Expr
+    stride: Expr
+    layout: FragLayout = FragLayout.ROW
+
+
+class FragMulAdd(_Stmt):
+    """``d = a * b + c`` over fragments (a: m x k, b: k x n, c and d: m x n)."""
+
+    kind: Literal["frag_mul_add"] = "frag_mul_add"
+    d: str
+    a: str
+    b: str
+    c: str
+
+
+class TileApply(_Stmt):
+    """A warp-level tile instruction (``ldmatrix``/``stmatrix``) between two tensor views,
+    ``op`` naming the exact PTX form (see ``specs/tile-patterns.md``)."""
+
+    kind: Literal["tile_apply"] = "tile_apply"
+    op: str
+    dst: str
+    src: str
+    scope: Literal["warp"] = "warp"
+
+
+Stmt: TypeAlias = Annotated[
+    Let | Assign | Store | For | While | If | Barrier | Return | ArrayDecl
+    | FragDecl | FragFill | FragLoad | FragStore | FragMulAdd | TileApply,
+    Field(discriminator="kind"),
+]
+
+
+class Kernel(_Node):
+    """A kernel: a name, parameters in call order, and a body run by every invocation."""
+
+    name: str
+    params: tuple[Param, ...]
+    body: tuple[Stmt, ...]
+
+    def param(self, name: str) -> ArrayParam | ScalarParam:
+        """The parameter called ``name``; ``KeyError`` when there is none."""
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+
+for _model in (Unary, Binary, Cast, Load, Select, Call, For, While, If, Kernel):
+    _model.model_rebuild()
+
+
+def schema() -> dict[str, object]:
+    """The JSON schema of a serialized ``Kernel``."""
+    return Kernel.model_json_schema()
+
+
+from sarek.ir_check import Problem, check, ensure_valid  # noqa: E402  (re-exported)
+
+__all__ = [
+    "ArrayDecl", "ArrayParam", "Assign", "Barrier", "BinOp", "Binary", "Builtin",
+    "BuiltinValue", "Call", "Cast", "Const", "ElemType", "Expr", "For", "FragDecl",
+    "FragFill", "FragLayout", "FragLoad", "FragMulAdd", "FragStore", "FragUse", "If", "Kernel",
+    "Let", "Load", "MathFn", "MemSpace", "Param", "Problem", "Return", "ScalarParam", "Select",
+    "Stmt", "Store", "TileApply", "UnOp", "Unary", "Var", "While", "check", "ensure_valid",
+    "schema",
+]

@@ -1,0 +1,3 @@
+def check(k): return []
+def ensure_valid(k): pass
+class Problem: pass
