@@ -1,3 +1,424 @@
-def check(k): return []
-def ensure_valid(k): pass
-class Problem: pass
+"""Well-formedness of a kernel: scopes, types, memory spaces and statically visible divergence.
+
+``check(kernel)`` returns every problem found, each with the statement path where it occurs
+(``body[2].then[0]``); ``ensure_valid(kernel)`` raises ``IRError`` when there is any. The rules
+are those of ``specs/ir.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from sarek import ir
+from sarek.errors import IRError
+from sarek.ir import BinOp, ElemType, MathFn, MemSpace, UnOp
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One finding: where (a statement path) and why."""
+
+    path: str
+    reason: str
+    line: int | None = None  # the statement's source line, when the DSL recorded one
+
+    def __str__(self) -> str:
+        at = f" (line {self.line})" if self.line is not None else ""
+        return f"{self.path}{at}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class _Scalar:
+    type: ElemType
+    writable: bool
+    what: str  # "parameter", "variable", "loop variable"
+
+
+@dataclass(frozen=True)
+class _Array:
+    elem: ElemType
+    space: MemSpace
+    readonly: bool
+
+
+@dataclass(frozen=True)
+class _Frag:
+    decl: ir.FragDecl
+
+
+_Symbol = _Scalar | _Array | _Frag
+
+
+@dataclass
+class _Scope:
+    symbols: dict[str, _Symbol] = field(default_factory=dict)
+    parent: _Scope | None = None
+
+    def lookup(self, name: str) -> _Symbol | None:
+        scope: _Scope | None = self
+        while scope is not None:
+            if name in scope.symbols:
+                return scope.symbols[name]
+            scope = scope.parent
+        return None
+
+
+_INT_RANGES = {
+    t: ((-(1 << (t.bits - 1)), (1 << (t.bits - 1)) - 1) if t.is_signed else (0, (1 << t.bits) - 1))
+    for t in ElemType
+    if t.is_int
+}
+
+
+class _Checker:
+    def __init__(self) -> None:
+        self.problems: list[Problem] = []
+        # Names whose value may differ between invocations of one block (for barrier checks).
+        self.varying: set[str] = set()
+        self.line: int | None = None  # of the statement being checked
+
+    def report(self, path: str, reason: str) -> None:
+        self.problems.append(Problem(path, reason, self.line))
+
+    # ------------------------------------------------------------------ expressions
+
+    def expr(self, e: ir.Expr, scope: _Scope, path: str) -> None:
+        """Checks ``e`` (and its subexpressions); problems are reported at ``path``."""
+        match e:
+            case ir.Const(value=v, type=t):
+                self._const(v, t, path)
+            case ir.Var(name=name, type=t):
+                sym = scope.lookup(name)
+                if sym is None:
+                    self.report(path, f"undefined name {name!r}")
+                elif not isinstance(sym, _Scalar):
+                    self.report(path, f"{name!r} is an array or fragment, not a scalar value")
+                elif sym.type != t:
+                    self.report(path, f"{name!r} has type {sym.type}, used as {t}")
+            case ir.BuiltinValue():
+                pass
+            case ir.Load(array=name, index=index, type=t):
+                self.expr(index, scope, path)
+                self._index(index, path)
+                sym = scope.lookup(name)
+                if sym is None:
+                    self.report(path, f"undefined array {name!r}")
+                elif not isinstance(sym, _Array):
+                    self.report(path, f"{name!r} is not an array and cannot be indexed")
+                elif sym.elem != t:
+                    self.report(path, f"a load from {name!r} ({sym.elem}) is typed {t}")
+            case ir.Unary(op=op, x=x, type=t):
+                self.expr(x, scope, path)
+                self._same(x.type, t, f"{op} result", path)
+                if op is UnOp.NOT and t is not ElemType.BOOL:
+                    self.report(path, f"'not' needs a bool operand, got {t}")
+                elif op is UnOp.BITNOT and not t.is_int:
+                    self.report(path, f"'bitnot' needs an integer operand, got {t}")
+                elif op is UnOp.NEG and not t.is_arith:
+                    self.report(path, f"'neg' needs an arithmetic operand, got {t}")
+            case ir.Binary():
+                self._binary(e, scope, path)
+            case ir.Cast(x=x):
+                self.expr(x, scope, path)
+            case ir.Select(cond=c, a=a, b=b, type=t):
+                for sub in (c, a, b):
+                    self.expr(sub, scope, path)
+                self._same(c.type, ElemType.BOOL, "select condition", path)
+                self._same(a.type, t, "select's first value", path)
+                self._same(b.type, t, "select's second value", path)
+            case ir.Call(fn=fn, args=args, type=t):
+                for a in args:
+                    self.expr(a, scope, path)
+                self._call(fn, args, t, path)
+
+    def _const(self, v: bool | int | float, t: ElemType, path: str) -> None:
+        if t is ElemType.BOOL:
+            if not isinstance(v, bool):
+                self.report(path, f"a bool constant holds {v!r}")
+        elif t.is_int:
+            if isinstance(v, bool) or not isinstance(v, int):
+                self.report(path, f"an {t} constant holds {v!r}, not an integer")
+            else:
+                lo, hi = _INT_RANGES[t]
+                if not lo <= v <= hi:
+                    self.report(path, f"constant {v} does not fit {t} [{lo}, {hi}]")
+        elif isinstance(v, bool):
+            self.report(path, f"a {t} constant holds {v!r}")
+
+    def _index(self, index: ir.Expr, path: str) -> None:
+        if not index.type.is_int:
+            self.report(path, f"an array index must be an integer, got {index.type}")
+
+    def _same(self, got: ElemType, want: ElemType, what: str, path: str) -> None:
+        if got != want:
+            self.report(path, f"{what} has type {got}, expected {want}")
+
+    def _binary(self, e: ir.Binary, scope: _Scope, path: str) -> None:
+        self.expr(e.a, scope, path)
+        self.expr(e.b, scope, path)
+        a, b, t, op = e.a.type, e.b.type, e.type, e.op
+        if op in ir.LOGICAL:
+            for side in (a, b, t):
+                self._same(side, ElemType.BOOL, f"'{op}' operand", path)
+            return
+        if op in (BinOp.SHL, BinOp.SHR):
+            if not (a.is_int and b.is_int):
+                self.report(path, f"'{op}' needs integer operands, got {a} and {b}")
+            self._same(t, a, f"'{op}' result", path)
+            return
+        if a != b:
+            self.report(path, f"'{op}' operands have different types {a} and {b}")
+            return
+        if op in ir.COMPARISONS:
+            if not (a.is_arith or (a is ElemType.BOOL and op in (BinOp.EQ, BinOp.NE))):
+                self.report(path, f"'{op}' cannot compare {a} values")
+            self._same(t, ElemType.BOOL, f"'{op}' result", path)
+            return
+        self._same(t, a, f"'{op}' result", path)
+        if op in ir.BITWISE:
+            if not (a.is_int or (a is ElemType.BOOL and op is not BinOp.SHL)):
+                self.report(path, f"'{op}' needs integer operands, got {a}")
+        elif not a.is_arith:
+            hint = " (f16 and bf16 are storage types: cast to f32 first)" if a.is_storage_only else ""
+            self.report(path, f"'{op}' is not defined on {a}{hint}")
+
+    def _call(self, fn: MathFn, args: tuple[ir.Expr, ...], t: ElemType, path: str) -> None:
+        if len(args) != ir.MATH_ARITY[fn]:
+            self.report(path, f"{fn} takes {ir.MATH_ARITY[fn]} arguments, got {len(args)}")
+            return
+        for i, a in enumerate(args):
+            self._same(a.type, t, f"argument {i} of {fn}", path)
+        int_ok = fn in (MathFn.ABS, MathFn.MIN, MathFn.MAX)
+        if t not in (ElemType.F32, ElemType.F64) and not (int_ok and t.is_int):
+            self.report(path, f"{fn} is not defined on {t}")
+
+    # ------------------------------------------------------------------ statements
+
+    def block(self, stmts: tuple[ir.Stmt, ...], scope: _Scope, path: str, divergent: bool) -> bool:
+        """Checks a statement list; returns whether control may have diverged by its end (a
+        return under divergent control makes the rest of the kernel divergent)."""
+        for i, s in enumerate(stmts):
+            divergent = self.stmt(s, scope, f"{path}[{i}]", divergent)
+        return divergent
+
+    def stmt(self, s: ir.Stmt, scope: _Scope, path: str, divergent: bool) -> bool:
+        self.line = s.line
+        match s:
+            case ir.Let(name=name, type=t, value=v):
+                self.expr(v, scope, path)
+                self._same(v.type, t, f"the value of {name!r}", path)
+                self._define(scope, name, _Scalar(t, True, "variable"), path)
+                self._assigned(name, v, divergent)
+            case ir.Assign(name=name, value=v):
+                self.expr(v, scope, path)
+                sym = scope.lookup(name)
+                if sym is None:
+                    self.report(path, f"assignment to undefined name {name!r}")
+                elif not isinstance(sym, _Scalar):
+                    self.report(path, f"{name!r} is not a scalar variable")
+                elif not sym.writable:
+                    self.report(path, f"{name!r} is a {sym.what} and is read-only")
+                else:
+                    self._same(v.type, sym.type, f"the value assigned to {name!r}", path)
+                self._assigned(name, v, divergent)
+            case ir.Store(array=name, index=index, value=v):
+                self.expr(index, scope, path)
+                self.expr(v, scope, path)
+                self._index(index, path)
+                sym = scope.lookup(name)
+                if sym is None:
+                    self.report(path, f"store to undefined array {name!r}")
+                elif not isinstance(sym, _Array):
+                    self.report(path, f"{name!r} is not an array")
+                else:
+                    if sym.readonly:
+                        self.report(path, f"store to read-only array {name!r}")
+                    self._same(v.type, sym.elem, f"the value stored to {name!r}", path)
+            case ir.For(var=var, start=a, stop=b, step=c, body=body):
+                inner = _Scope(parent=scope)
+                for what, bound in (("start", a), ("stop", b), ("step", c)):
+                    self.expr(bound, scope, path)
+                    self._same(bound.type, ElemType.I32, f"the loop {what}", path)
+                if isinstance(c, ir.Const) and c.value == 0:
+                    self.report(path, "the loop step is 0")
+                varies = divergent or any(self._varies(x) for x in (a, b, c))
+                if varies:
+                    self.varying.add(var)
+                self._define(inner, var, _Scalar(ElemType.I32, False, "loop variable"), path)
+                ended = self._loop(body, inner, f"{path}.body", varies)
+                divergent = divergent or (ended and self._returns(s))
+            case ir.While(cond=cond, body=body):
+                self.expr(cond, scope, path)
+                self._same(cond.type, ElemType.BOOL, "the loop condition", path)
+                ended = self._loop(body, _Scope(parent=scope), f"{path}.body", divergent, cond)
+                divergent = divergent or (ended and self._returns(s))
+            case ir.If(cond=cond, then=then, orelse=orelse):
+                self.expr(cond, scope, path)
+                self._same(cond.type, ElemType.BOOL, "the condition", path)
+                inner = divergent or self._varies(cond)
+                d1 = self.block(then, _Scope(parent=scope), f"{path}.then", inner)
+                d2 = self.block(orelse, _Scope(parent=scope), f"{path}.orelse", inner)
+                # Invocations that returned inside a divergent branch leave the rest divergent.
+                divergent = divergent or ((d1 or d2) and self._returns(s))
+            case ir.Barrier():
+                if divergent:
+                    self.report(path, "barrier in divergent code: the invocations of a block "
+                                "may not all reach it (it depends on thread_idx, subgroup "
+                                "lane or id, or on a value derived from them)")
+            case ir.Return():
+                pass
+            case ir.ArrayDecl(name=name, elem=elem, space=space):
+                if space is MemSpace.GLOBAL:
+                    self.report(path, f"array {name!r} cannot be declared in global memory; "
+                                "global arrays are parameters")
+                if space is MemSpace.SHARED and path.count("[") > 1:
+                    self.report(path, f"shared array {name!r} must be declared at the top "
+                                "level of the kernel body")
+                self._define(scope, name, _Array(elem, space, False), path)
+            case ir.FragDecl(name=name):
+                self._define(scope, name, _Frag(s), path)
+            case ir.FragFill(frag=f, value=v):
+                self.expr(v, scope, path)
+                if (d := self._frag(f, scope, path)) is not None:
+                    self._same(v.type, d.elem, f"the fill value of {f!r}", path)
+            case ir.FragLoad(frag=f, array=a, offset=o, stride=st) | \
+                    ir.FragStore(frag=f, array=a, offset=o, stride=st):
+                self._frag(f, scope, path)
+                for x in (o, st):
+                    self.expr(x, scope, path)
+                    self._index(x, path)
+                sym = scope.lookup(a)
+                if not isinstance(sym, _Array):
+                    self.report(path, f"{a!r} is not an array")
+                elif isinstance(s, ir.FragStore) and sym.readonly:
+                    self.report(path, f"fragment store to read-only array {a!r}")
+            case ir.FragMulAdd(d=d, a=a, b=b, c=c):
+                self._mul_add(scope, path, d, a, b, c)
+            case ir.TileApply(dst=dst, src=src):
+                for name in (dst, src):
+                    if scope.lookup(name) is None:
+                        self.report(path, f"undefined tensor {name!r}")
+        return divergent
+
+    def _loop(self, body: tuple[ir.Stmt, ...], scope: _Scope, path: str, divergent: bool,
+              cond: ir.Expr | None = None) -> bool:
+        # Values assigned in the body can make the loop's own condition vary on the next
+        # iteration: iterate the uniformity analysis to a fixed point (problems reported once).
+        while True:
+            before = set(self.varying)
+            varies = divergent or (cond is not None and self._varies(cond))
+            saved = len(self.problems)
+            result = self.block(body, _Scope(parent=scope.parent, symbols=dict(scope.symbols)),
+                                path, varies)
+            if self.varying == before:
+                return result
+            del self.problems[saved:]
+
+    def _returns(self, s: ir.Stmt) -> bool:
+        return any(isinstance(x, ir.Return) for x in _walk((s,)))
+
+    def _define(self, scope: _Scope, name: str, sym: _Symbol, path: str) -> None:
+        if scope.lookup(name) is not None:
+            self.report(path, f"{name!r} is already defined")
+        scope.symbols[name] = sym
+
+    def _assigned(self, name: str, value: ir.Expr, divergent: bool) -> None:
+        if divergent or self._varies(value):
+            self.varying.add(name)
+
+    def _varies(self, e: ir.Expr) -> bool:
+        """Whether ``e`` may differ between invocations of one block."""
+        return any(
+            (isinstance(x, ir.BuiltinValue) and x.which.varies_in_block)
+            or (isinstance(x, ir.Var) and x.name in self.varying)
+            for x in _subexprs(e)
+        )
+
+    def _frag(self, name: str, scope: _Scope, path: str) -> ir.FragDecl | None:
+        sym = scope.lookup(name)
+        if not isinstance(sym, _Frag):
+            self.report(path, f"{name!r} is not a fragment")
+            return None
+        return sym.decl
+
+    def _mul_add(self, scope: _Scope, path: str, *names: str) -> None:
+        decls = [self._frag(n, scope, path) for n in names]
+        d, a, b, c = decls
+        if d is None or a is None or b is None or c is None:
+            return
+        wants = ((a, ir.FragUse.A), (b, ir.FragUse.B), (c, ir.FragUse.ACCUMULATOR),
+                 (d, ir.FragUse.ACCUMULATOR))
+        for frag, use in wants:
+            if frag.use is not use:
+                self.report(path, f"fragment {frag.name!r} is used as {use} but declared {frag.use}")
+        if a.cols != b.rows or (c.rows, c.cols) != (a.rows, b.cols) or (d.rows, d.cols) != (
+                c.rows, c.cols):
+            self.report(path, f"fragment shapes do not chain: a {a.rows}x{a.cols}, "
+                        f"b {b.rows}x{b.cols}, c {c.rows}x{c.cols}, d {d.rows}x{d.cols}")
+        if a.elem != b.elem:
+            self.report(path, f"a and b fragments have different types {a.elem} and {b.elem}")
+
+
+def _subexprs(e: ir.Expr) -> Iterator[ir.Expr]:
+    yield e
+    match e:
+        case ir.Unary(x=x) | ir.Cast(x=x):
+            yield from _subexprs(x)
+        case ir.Binary(a=a, b=b):
+            yield from _subexprs(a)
+            yield from _subexprs(b)
+        case ir.Load(index=i):
+            yield from _subexprs(i)
+        case ir.Select(cond=c, a=a, b=b):
+            for x in (c, a, b):
+                yield from _subexprs(x)
+        case ir.Call(args=args):
+            for x in args:
+                yield from _subexprs(x)
+
+
+def _walk(stmts: tuple[ir.Stmt, ...]) -> Iterator[ir.Stmt]:
+    for s in stmts:
+        yield s
+        match s:
+            case ir.For(body=body) | ir.While(body=body):
+                yield from _walk(body)
+            case ir.If(then=then, orelse=orelse):
+                yield from _walk(then)
+                yield from _walk(orelse)
+
+
+def check(kernel: ir.Kernel) -> list[Problem]:
+    """Every problem in ``kernel``: undefined names, type mismatches, stores to read-only arrays
+    or to the wrong memory space, and barriers in statically divergent code."""
+    c = _Checker()
+    top = _Scope()
+    for i, p in enumerate(kernel.params):
+        path = f"params[{i}]"
+        match p:
+            case ir.ArrayParam(name=name, elem=elem, space=space, readonly=ro):
+                if space is not MemSpace.GLOBAL:
+                    c.report(path, f"array parameter {name!r} must be in global memory, not {space}")
+                c._define(top, name, _Array(elem, space, ro), path)
+            case ir.ScalarParam(name=name, elem=elem):
+                c._define(top, name, _Scalar(elem, False, "parameter"), path)
+    c.block(kernel.body, _Scope(parent=top), "body", False)
+    return c.problems
+
+
+def ensure_valid(kernel: ir.Kernel) -> None:
+    """Raises ``IRError`` listing every problem when ``kernel`` is not well-formed."""
+    problems = check(kernel)
+    if problems:
+        raise IRError(kernel.name, [str(p) for p in problems])
+
+
+def walk(stmts: tuple[ir.Stmt, ...]) -> Iterator[ir.Stmt]:
+    """Every statement of ``stmts``, nested ones included, in program order."""
+    return _walk(stmts)
+
+
+def subexpressions(e: ir.Expr) -> Iterator[ir.Expr]:
+    """``e`` and every expression inside it, outermost first."""
+    return _subexprs(e)

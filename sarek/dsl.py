@@ -1,0 +1,690 @@
+"""Write kernels as decorated Python functions.
+
+``@sarek.kernel`` reads the function's source with ``ast`` (it never runs it) and builds a
+``sarek.ir.Kernel``. The language is a small, statically typed subset of Python; its rules are
+in ``specs/ir.md`` ("The DSL"). In brief:
+
+* parameters are annotated ``Global[T]`` / ``ReadOnly[T]`` (arrays) or ``T`` (scalars);
+* integer literals are i32 and float literals f32 unless the other operand fixes a type;
+* arithmetic follows C: integers narrower than 32 bits are promoted to i32, a float operand
+  makes the operation float, ``//`` and ``%`` truncate toward zero like C (not like Python);
+* f16 and bf16 values are widened to f32 when loaded and rounded when stored or assigned;
+* a variable's type is fixed by its first assignment, later assignments convert to it.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import copy
+import inspect
+import math
+import textwrap
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import ml_dtypes
+import numpy as np
+
+from sarek import ir
+from sarek.errors import DslError
+from sarek.ir import BinOp, Builtin, ElemType, MathFn, MemSpace, UnOp
+
+# --------------------------------------------------------------------------- the vocabulary
+
+_NUMPY_TYPES: dict[ElemType, Any] = {
+    ElemType.I8: np.int8, ElemType.U8: np.uint8, ElemType.I16: np.int16,
+    ElemType.U16: np.uint16, ElemType.I32: np.int32, ElemType.U32: np.uint32,
+    ElemType.I64: np.int64, ElemType.U64: np.uint64, ElemType.F16: np.float16,
+    ElemType.BF16: ml_dtypes.bfloat16, ElemType.F32: np.float32, ElemType.F64: np.float64,
+    ElemType.BOOL: np.bool_,
+}
+
+
+def numpy_dtype(elem: ElemType) -> np.dtype[Any]:
+    """The NumPy dtype that holds ``elem`` values (ml_dtypes' bfloat16 for bf16)."""
+    return np.dtype(_NUMPY_TYPES[elem])
+
+
+class ScalarType:
+    """An element type as the DSL names it: an annotation (``n: i32``), a cast inside a kernel
+    (``f32(0.0)``), and outside one a converter to the matching NumPy scalar."""
+
+    def __init__(self, elem: ElemType) -> None:
+        self.elem = elem
+
+    def __call__(self, value: Any) -> Any:
+        return numpy_dtype(self.elem).type(value)
+
+    def __repr__(self) -> str:
+        return f"sarek.{self.elem.value}"
+
+
+i8, u8, i16, u16 = (ScalarType(t) for t in (ElemType.I8, ElemType.U8, ElemType.I16, ElemType.U16))
+i32, u32, i64, u64 = (ScalarType(t) for t in (ElemType.I32, ElemType.U32, ElemType.I64, ElemType.U64))
+f16, bf16, f32, f64 = (ScalarType(t) for t in (ElemType.F16, ElemType.BF16, ElemType.F32, ElemType.F64))
+boolean = ScalarType(ElemType.BOOL)
+
+
+@dataclass(frozen=True)
+class ArrayType:
+    """The annotation of an array parameter: its element type and whether it is read-only."""
+
+    elem: ElemType
+    readonly: bool
+
+
+class Global:
+    """``Global[T]``: a writable array parameter in global memory."""
+
+    def __class_getitem__(cls, t: ScalarType) -> ArrayType:
+        return ArrayType(_scalar_type(t).elem, readonly=False)
+
+
+class ReadOnly:
+    """``ReadOnly[T]``: a global array parameter the kernel only reads."""
+
+    def __class_getitem__(cls, t: ScalarType) -> ArrayType:
+        return ArrayType(_scalar_type(t).elem, readonly=True)
+
+
+def _scalar_type(t: object) -> ScalarType:
+    if not isinstance(t, ScalarType):
+        raise TypeError(f"an array element type must be a sarek type such as sarek.f32, not {t!r}")
+    return t
+
+
+class _Marker:
+    """A name that only has a meaning inside a kernel."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, *args: object) -> NoReturn:
+        raise RuntimeError(f"sarek.{self.name} can only be used inside a @sarek.kernel function")
+
+    def __repr__(self) -> str:
+        return f"sarek.{self.name}"
+
+
+class _Dim3(_Marker):
+    """``thread_idx`` and friends: ``.x``, ``.y`` and ``.z`` inside a kernel."""
+
+
+thread_idx, block_idx, block_dim, grid_dim = (
+    _Dim3(n) for n in ("thread_idx", "block_idx", "block_dim", "grid_dim"))
+subgroup_id, subgroup_lane, subgroup_size = (
+    _Marker(n) for n in ("subgroup_id", "subgroup_lane", "subgroup_size"))
+barrier, shared, local = _Marker("barrier"), _Marker("shared"), _Marker("local")
+sqrt, exp, log, sin, cos, tanh, floor, ceil, fma = (
+    _Marker(fn.value) for fn in (MathFn.SQRT, MathFn.EXP, MathFn.LOG, MathFn.SIN, MathFn.COS,
+                                 MathFn.TANH, MathFn.FLOOR, MathFn.CEIL, MathFn.FMA))
+
+_SCALAR_BUILTINS = {subgroup_id: Builtin.SUBGROUP_ID, subgroup_lane: Builtin.SUBGROUP_LANE,
+                    subgroup_size: Builtin.SUBGROUP_SIZE}
+_MATH: dict[object, MathFn] = {
+    sqrt: MathFn.SQRT, exp: MathFn.EXP, log: MathFn.LOG, sin: MathFn.SIN, cos: MathFn.COS,
+    tanh: MathFn.TANH, floor: MathFn.FLOOR, ceil: MathFn.CEIL, fma: MathFn.FMA,
+    math.sqrt: MathFn.SQRT, math.exp: MathFn.EXP, math.log: MathFn.LOG, math.sin: MathFn.SIN,
+    math.cos: MathFn.COS, math.tanh: MathFn.TANH, math.floor: MathFn.FLOOR,
+    math.ceil: MathFn.CEIL, builtins.abs: MathFn.ABS, builtins.min: MathFn.MIN,
+    builtins.max: MathFn.MAX,
+}
+
+
+# --------------------------------------------------------------------------- kernels
+
+
+class KernelFunction:
+    """What ``@sarek.kernel`` returns: the parsed ``ir`` and where it came from."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        self.name = fn.__name__
+        self.ir: ir.Kernel = _parse(fn)
+
+    def __repr__(self) -> str:
+        return f"<sarek kernel {self.name} ({len(self.ir.params)} parameters)>"
+
+
+def kernel(fn: Callable[..., Any]) -> KernelFunction:
+    """Decorator: parse ``fn`` as a kernel; raises ``DslError`` naming the file, line and
+    construct when it uses Python the DSL does not support."""
+    return KernelFunction(fn)
+
+
+# --------------------------------------------------------------------------- translation
+
+
+@dataclass(frozen=True)
+class _Val:
+    """A translated expression; ``weak`` marks literals whose type adapts to the other operand."""
+
+    expr: ir.Expr
+    weak: bool = False
+
+    @property
+    def type(self) -> ElemType:
+        return self.expr.type
+
+
+@dataclass
+class _ScalarSym:
+    type: ElemType
+    writable: bool
+
+
+@dataclass
+class _ArraySym:
+    elem: ElemType
+
+
+_BINOPS: dict[type[ast.operator], BinOp] = {
+    ast.Add: BinOp.ADD, ast.Sub: BinOp.SUB, ast.Mult: BinOp.MUL, ast.Div: BinOp.DIV,
+    ast.FloorDiv: BinOp.DIV, ast.Mod: BinOp.REM, ast.BitAnd: BinOp.AND, ast.BitOr: BinOp.OR,
+    ast.BitXor: BinOp.XOR, ast.LShift: BinOp.SHL, ast.RShift: BinOp.SHR,
+}
+_CMPOPS: dict[type[ast.cmpop], BinOp] = {
+    ast.Lt: BinOp.LT, ast.LtE: BinOp.LE, ast.Gt: BinOp.GT, ast.GtE: BinOp.GE,
+    ast.Eq: BinOp.EQ, ast.NotEq: BinOp.NE,
+}
+_INT_ORDER = (ElemType.I32, ElemType.U32, ElemType.I64, ElemType.U64)
+
+
+def _const(value: bool | int | float, t: ElemType) -> ir.Const:
+    if t is ElemType.BOOL:
+        return ir.Const(value=bool(value), type=t)
+    if t.is_int:
+        return ir.Const(value=int(value), type=t)
+    return ir.Const(value=float(value), type=t)
+
+
+def _cast(e: ir.Expr, t: ElemType) -> ir.Expr:
+    return e if e.type == t else ir.Cast(x=e, type=t)
+
+
+def _wrap(v: int, t: ElemType) -> int:
+    v &= (1 << t.bits) - 1
+    return v - (1 << t.bits) if t.is_signed and v >> (t.bits - 1) else v
+
+
+def _arith_type(t: ElemType) -> ElemType:
+    """The type a value takes part in arithmetic as (C's integer promotion, f16/bf16 widening)."""
+    if t is ElemType.BOOL or (t.is_int and t.bits < 32):
+        return ElemType.I32
+    return ElemType.F32 if t.is_storage_only else t
+
+
+def _common(a: ElemType, b: ElemType) -> ElemType:
+    a, b = _arith_type(a), _arith_type(b)
+    if a.is_float or b.is_float:
+        return ElemType.F64 if ElemType.F64 in (a, b) else ElemType.F32
+    return max(a, b, key=_INT_ORDER.index)
+
+
+class _Translator:
+    def __init__(self, fn: Callable[..., Any], file: str, first_line: int) -> None:
+        self.fn = fn
+        self.file = file
+        self.line_offset = first_line - 1
+        self.env: dict[str, Any] = dict(fn.__globals__)
+        if fn.__closure__:
+            names = fn.__code__.co_freevars
+            self.env.update({n: c.cell_contents for n, c in zip(names, fn.__closure__, strict=True)})
+        self.scopes: list[dict[str, _ScalarSym | _ArraySym]] = []
+        self.dead: dict[str, int] = {}  # names defined in a closed block -> their line
+        self.node: ast.AST | None = None
+
+    # ------------------------------------------------------------------ errors and scopes
+
+    def fail(self, reason: str, node: ast.AST | None = None) -> NoReturn:
+        node = node or self.node
+        line = getattr(node, "lineno", 0) + self.line_offset if node is not None else 0
+        raise DslError(reason, self.file, line)
+
+    def line(self, node: ast.AST) -> int:
+        return int(getattr(node, "lineno", 0)) + self.line_offset
+
+    def lookup(self, name: str) -> _ScalarSym | _ArraySym | None:
+        for scope in reversed(self.scopes):
+            if name in scope:
+                return scope[name]
+        return None
+
+    def block(self, body: Sequence[ast.stmt]) -> tuple[ir.Stmt, ...]:
+        self.scopes.append({})
+        out: list[ir.Stmt] = []
+        for s in body:
+            out.extend(self.stmt(s))
+        for name in self.scopes.pop():
+            self.dead.setdefault(name, 0)
+        return tuple(out)
+
+    def define(self, name: str, sym: _ScalarSym | _ArraySym, node: ast.AST) -> None:
+        if self.lookup(name) is not None:
+            self.fail(f"{name!r} is already defined", node)
+        self.scopes[-1][name] = sym
+        self.dead.pop(name, None)
+
+    # ------------------------------------------------------------------ the function
+
+    def kernel(self, tree: ast.FunctionDef) -> ir.Kernel:
+        args = tree.args
+        if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs or args.defaults:
+            self.fail("kernel parameters must be plain positional parameters without defaults",
+                      tree)
+        params: list[ir.Param] = []
+        self.scopes.append({})
+        for a in args.args:
+            if a.annotation is None:
+                self.fail(f"parameter {a.arg!r} needs a type annotation such as Global[f32] "
+                          "or i32", a)
+            t = self.python_value(a.annotation)
+            if isinstance(t, ArrayType):
+                params.append(ir.ArrayParam(name=a.arg, elem=t.elem, readonly=t.readonly))
+                self.define(a.arg, _ArraySym(t.elem), a)
+            elif isinstance(t, ScalarType):
+                params.append(ir.ScalarParam(name=a.arg, elem=t.elem))
+                self.define(a.arg, _ScalarSym(t.elem, writable=False), a)
+            else:
+                self.fail(f"the annotation of {a.arg!r} is not a sarek type (Global[T], "
+                          "ReadOnly[T] or a scalar type such as i32)", a)
+        body = tree.body
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                and isinstance(body[0].value.value, str):
+            body = body[1:]  # the docstring
+        return ir.Kernel(name=tree.name, params=tuple(params), body=self.block(body))
+
+    def python_value(self, node: ast.expr) -> Any:
+        """Evaluates a name or attribute chain (``sarek.thread_idx``, ``Global[f32]``) in the
+        function's globals; anything else is not a compile-time value."""
+        match node:
+            case ast.Name(id=name):
+                if name in self.env:
+                    return self.env[name]
+                if hasattr(builtins, name):
+                    return getattr(builtins, name)
+                self.fail(f"undefined name {name!r}", node)
+            case ast.Attribute(value=value, attr=attr):
+                base = self.python_value(value)
+                if not hasattr(base, attr):
+                    self.fail(f"{ast.unparse(value)} has no attribute {attr!r}", node)
+                return getattr(base, attr)
+            case ast.Subscript(value=value, slice=index):
+                return self.python_value(value)[self.python_value(index)]
+        self.fail(f"{ast.unparse(node)} is not a compile-time name", node)
+
+    # ------------------------------------------------------------------ statements
+
+    def stmt(self, s: ast.stmt) -> list[ir.Stmt]:
+        self.node = s
+        line = self.line(s)
+        match s:
+            case ast.Assign(targets=[target], value=value):
+                return self.assign(target, value, line)
+            case ast.Assign():
+                self.fail("chained assignment (a = b = ...) is not supported")
+            case ast.AnnAssign(target=ast.Name(id=name), annotation=ann, value=value) \
+                    if value is not None:
+                t = self.python_value(ann)
+                if not isinstance(t, ScalarType):
+                    self.fail(f"the annotation of {name!r} must be a scalar type such as f32")
+                v = self.convert(self.expr(value), t.elem)
+                self.define(name, _ScalarSym(t.elem, writable=True), s)
+                return [ir.Let(name=name, type=t.elem, value=v, line=line)]
+            case ast.AugAssign(target=target, op=op, value=value):
+                combined = ast.BinOp(left=_as_load(target), op=op, right=value)
+                ast.copy_location(combined, s)
+                return self.assign(target, combined, line, augmented=True)
+            case ast.For(target=ast.Name(id=var), iter=ast.Call() as it, body=body, orelse=[]):
+                return [self.for_range(var, it, body, line)]
+            case ast.For(orelse=[]):
+                self.fail("only 'for NAME in range(...)' loops are supported")
+            case ast.While(test=test, body=body, orelse=[]):
+                cond = self.condition(test)
+                return [ir.While(cond=cond, body=self.block(body), line=line)]
+            case ast.If(test=test, body=body, orelse=orelse):
+                cond = self.condition(test)
+                return [ir.If(cond=cond, then=self.block(body), orelse=self.block(orelse),
+                              line=line)]
+            case ast.Expr(value=ast.Call(func=func, args=[], keywords=[])) \
+                    if self.is_marker(func, barrier):
+                return [ir.Barrier(line=line)]
+            case ast.Return(value=None):
+                return [ir.Return(line=line)]
+            case ast.Return():
+                self.fail("a kernel returns nothing; write results to an array")
+            case ast.Pass():
+                return []
+            case ast.For() | ast.While():
+                self.fail("'else' clauses on loops are not supported")
+            case ast.Break() | ast.Continue():
+                self.fail(f"'{type(s).__name__.lower()}' is not supported; use a while loop "
+                          "with a condition")
+            case ast.Expr():
+                self.fail("an expression statement has no effect (only barrier() stands alone)")
+        self.fail(f"the statement {type(s).__name__} is not supported in a kernel")
+
+    def assign(self, target: ast.expr, value: ast.expr, line: int,
+               augmented: bool = False) -> list[ir.Stmt]:
+        match target:
+            case ast.Name(id=name):
+                sym = self.lookup(name)
+                if sym is None and not augmented:
+                    if isinstance(value, ast.Call) and (
+                            self.is_marker(value.func, shared) or self.is_marker(value.func, local)):
+                        return [self.array_decl(name, value, line)]
+                    v = self.expr(value)
+                    t = _arith_type(v.type) if v.weak else v.type
+                    self.define(name, _ScalarSym(t, writable=True), target)
+                    return [ir.Let(name=name, type=t, value=_cast(v.expr, t), line=line)]
+                if sym is None:
+                    self.fail(f"undefined name {name!r}", target)
+                if isinstance(sym, _ArraySym):
+                    self.fail(f"{name!r} is an array; assign to its elements, {name}[i] = ...")
+                if not sym.writable:
+                    self.fail(f"{name!r} is read-only (a parameter or loop variable)")
+                return [ir.Assign(name=name, value=self.convert(self.expr(value), sym.type),
+                                  line=line)]
+            case ast.Subscript(value=ast.Name(id=name), slice=index):
+                arr = self.array(name, target)
+                idx = self.index(index)
+                return [ir.Store(array=name, index=idx,
+                                 value=self.convert(self.expr(value), arr.elem), line=line)]
+        self.fail(f"cannot assign to {ast.unparse(target)}")
+
+    def array_decl(self, name: str, call: ast.Call, line: int) -> ir.ArrayDecl:
+        space = MemSpace.SHARED if self.is_marker(call.func, shared) else MemSpace.LOCAL
+        if len(call.args) != 2 or call.keywords:
+            self.fail(f"{space.value}(T, size) takes an element type and a size", call)
+        t = self.python_value(call.args[0])
+        size = self.compile_time_int(call.args[1])
+        if not isinstance(t, ScalarType):
+            self.fail(f"the element type of {name!r} must be a sarek type such as f32", call)
+        if size <= 0:
+            self.fail(f"the size of {name!r} must be positive, got {size}", call)
+        self.define(name, _ArraySym(t.elem), call)
+        return ir.ArrayDecl(name=name, elem=t.elem, size=size, space=space, line=line)
+
+    def compile_time_int(self, node: ast.expr) -> int:
+        v = self.expr(node)
+        if not (isinstance(v.expr, ir.Const) and v.type.is_int):
+            self.fail(f"{ast.unparse(node)} must be a compile-time integer", node)
+        return int(v.expr.value)
+
+    def for_range(self, var: str, it: ast.Call, body: list[ast.stmt], line: int) -> ir.For:
+        if not self.is_marker(it.func, builtins.range) or it.keywords or not 1 <= len(it.args) <= 3:
+            self.fail("only 'for NAME in range(...)' loops with 1 to 3 arguments are supported")
+        bounds = [self.convert(self.expr(a), ElemType.I32, "a range bound") for a in it.args]
+        one, zero = _const(1, ElemType.I32), _const(0, ElemType.I32)
+        if len(bounds) == 1:
+            bounds = [zero, bounds[0]]
+        start, stop, step = (*bounds, one) if len(bounds) == 2 else bounds
+        if isinstance(step, ir.Const) and step.value == 0:
+            self.fail("range() step must not be zero")
+        self.scopes.append({})
+        self.define(var, _ScalarSym(ElemType.I32, writable=False), it)
+        loop_body = self.block(body)
+        self.scopes.pop()
+        self.dead.setdefault(var, 0)
+        return ir.For(var=var, start=start, stop=stop, step=step, body=loop_body, line=line)
+
+    # ------------------------------------------------------------------ expressions
+
+    def is_marker(self, node: ast.expr, marker: object) -> bool:
+        if isinstance(node, ast.Name) and self.lookup(node.id) is not None:
+            return False
+        try:
+            return self.python_value(node) is marker
+        except DslError:
+            return False
+
+    def array(self, name: str, node: ast.AST) -> _ArraySym:
+        sym = self.lookup(name)
+        if not isinstance(sym, _ArraySym):
+            self.fail(f"{name!r} is not an array" if sym else self.undefined(name), node)
+        return sym
+
+    def undefined(self, name: str) -> str:
+        if name in self.dead:
+            return (f"{name!r} is not defined here: it was assigned only inside a block that "
+                    "has ended; assign it before the block")
+        return f"undefined name {name!r}"
+
+    def index(self, node: ast.expr) -> ir.Expr:
+        v = self.expr(node)
+        if not v.type.is_int or v.type is ElemType.BOOL:
+            self.fail(f"an array index must be an integer, got {v.type}", node)
+        return _cast(v.expr, ElemType.I32) if v.weak else v.expr
+
+    def convert(self, v: _Val, t: ElemType, what: str = "") -> ir.Expr:
+        """``v`` as a value of type ``t`` (C's conversion on assignment)."""
+        if v.weak and isinstance(v.expr, ir.Const):
+            value = v.expr.value
+            if t.is_int and isinstance(value, float):
+                self.fail(f"{what or 'the value'} {value!r} is not an integer ({t})")
+            if t.is_int and not isinstance(value, bool):
+                return _const(_wrap(int(value), t), t)
+            return _cast(_const(value, _arith_type(t) if t.is_storage_only else t), t)
+        return _cast(v.expr, t)
+
+    def condition(self, node: ast.expr) -> ir.Expr:
+        return self.truth(self.expr(node))
+
+    def truth(self, v: _Val) -> ir.Expr:
+        if v.type is ElemType.BOOL:
+            return v.expr
+        t = _arith_type(v.type)
+        return ir.Binary(op=BinOp.NE, a=_cast(v.expr, t), b=_const(0, t), type=ElemType.BOOL)
+
+    def expr(self, node: ast.expr) -> _Val:
+        match node:
+            case ast.Constant(value=bool() as b):
+                return _Val(_const(b, ElemType.BOOL), weak=True)
+            case ast.Constant(value=int() as i):
+                return _Val(_const(i, ElemType.I64 if not -2**31 <= i < 2**31 else ElemType.I32),
+                            weak=True)
+            case ast.Constant(value=float() as f):
+                return _Val(_const(f, ElemType.F32), weak=True)
+            case ast.Name(id=name):
+                return self.name(name, node)
+            case ast.Attribute(value=base, attr=attr):
+                obj = self.python_value(base)
+                if isinstance(obj, _Dim3):
+                    if attr not in ("x", "y", "z"):
+                        self.fail(f"{obj.name} has components x, y and z, not {attr!r}", node)
+                    return _Val(ir.BuiltinValue(which=Builtin(f"{obj.name}.{attr}")))
+                return self.python_constant(getattr(obj, attr, None), node)
+            case ast.Subscript(value=ast.Name(id=name), slice=index):
+                arr = self.array(name, node)
+                load = ir.Load(array=name, index=self.index(index), type=arr.elem)
+                return _Val(_cast(load, ElemType.F32) if arr.elem.is_storage_only else load)
+            case ast.UnaryOp(op=op, operand=operand):
+                return self.unary(op, self.expr(operand), node)
+            case ast.BinOp(left=left, op=op, right=right):
+                return self.binary(op, self.expr(left), self.expr(right), node)
+            case ast.BoolOp(op=op, values=values):
+                bop = BinOp.LAND if isinstance(op, ast.And) else BinOp.LOR
+                out = self.condition(values[0])
+                for v in values[1:]:
+                    out = ir.Binary(op=bop, a=out, b=self.condition(v), type=ElemType.BOOL)
+                return _Val(out)
+            case ast.Compare(left=left, ops=ops, comparators=rights):
+                return self.compare(left, ops, rights)
+            case ast.IfExp(test=test, body=a, orelse=b):
+                cond = self.condition(test)
+                va, vb = self.expr(a), self.expr(b)
+                t = self.result_type(va, vb)
+                return _Val(ir.Select(cond=cond, a=self.convert(va, t), b=self.convert(vb, t),
+                                      type=t), weak=va.weak and vb.weak)
+            case ast.Call(func=func, args=args, keywords=[]):
+                return self.call(func, args, node)
+        self.fail(f"the expression {ast.unparse(node)!r} is not supported in a kernel", node)
+
+    def name(self, name: str, node: ast.expr) -> _Val:
+        sym = self.lookup(name)
+        if isinstance(sym, _ScalarSym):
+            return _Val(ir.Var(name=name, type=sym.type))
+        if isinstance(sym, _ArraySym):
+            self.fail(f"array {name!r} used as a value; index it", node)
+        if name in self.dead:
+            self.fail(self.undefined(name), node)
+        try:
+            obj = self.python_value(node)
+        except DslError:
+            self.fail(self.undefined(name), node)
+        return self.python_constant(obj, node)
+
+    def python_constant(self, obj: object, node: ast.expr) -> _Val:
+        if obj in _SCALAR_BUILTINS:
+            return _Val(ir.BuiltinValue(which=_SCALAR_BUILTINS[obj]))  # type: ignore[index]
+        if isinstance(obj, bool | int | float | np.integer | np.floating):
+            return self.expr(ast.copy_location(ast.Constant(value=obj.item() if isinstance(
+                obj, np.generic) else obj), node))
+        self.fail(f"{ast.unparse(node)} is not a kernel value (a variable, a parameter, a "
+                  "launch builtin or a Python number)", node)
+
+    def result_type(self, a: _Val, b: _Val) -> ElemType:
+        if a.weak and not b.weak:
+            return _arith_type(b.type) if not (a.type.is_float and b.type.is_int) else \
+                _common(a.type, b.type)
+        if b.weak and not a.weak:
+            return self.result_type(b, a)
+        return _common(a.type, b.type)
+
+    def unary(self, op: ast.unaryop, v: _Val, node: ast.expr) -> _Val:
+        match op:
+            case ast.Not():
+                return _Val(ir.Unary(op=UnOp.NOT, x=self.truth(v), type=ElemType.BOOL))
+            case ast.UAdd():
+                return v
+            case ast.USub() if v.weak and isinstance(v.expr, ir.Const):
+                return self.expr(ast.copy_location(ast.Constant(value=-v.expr.value), node))
+            case ast.USub():
+                t = _arith_type(v.type)
+                return _Val(ir.Unary(op=UnOp.NEG, x=_cast(v.expr, t), type=t))
+            case ast.Invert():
+                t = _arith_type(v.type)
+                if not t.is_int:
+                    self.fail(f"'~' needs an integer operand, got {v.type}", node)
+                return _Val(ir.Unary(op=UnOp.BITNOT, x=_cast(v.expr, t), type=t))
+        self.fail(f"the operator {type(op).__name__} is not supported", node)
+
+    def binary(self, op: ast.operator, a: _Val, b: _Val, node: ast.expr) -> _Val:
+        if type(op) not in _BINOPS:
+            self.fail(f"the operator {type(op).__name__} is not supported in a kernel", node)
+        bop = _BINOPS[type(op)]
+        if bop in (BinOp.SHL, BinOp.SHR):
+            t = _arith_type(a.type)
+            if a.weak and not b.weak:
+                t = ElemType.I32
+            if not (t.is_int and _arith_type(b.type).is_int):
+                self.fail(f"shifts need integer operands, got {a.type} and {b.type}", node)
+            return _Val(ir.Binary(op=bop, a=self.convert(a, t), b=self.convert(
+                b, _arith_type(b.type)), type=t), weak=a.weak and b.weak)
+        t = self.result_type(a, b)
+        if isinstance(op, ast.Div) and t.is_int:
+            self.fail("'/' on integers: use '//' (it truncates toward zero, as in C)", node)
+        if isinstance(op, ast.FloorDiv | ast.Mod) and t.is_float:
+            self.fail(f"'{'//' if isinstance(op, ast.FloorDiv) else '%'}' is defined on "
+                      "integers only; write floor(a / b) for floats", node)
+        if bop in ir.BITWISE and not t.is_int:
+            self.fail(f"bitwise '{bop}' needs integer operands, got {a.type} and {b.type}", node)
+        ea, eb = self.convert(a, t), self.convert(b, t)
+        if a.weak and b.weak and isinstance(ea, ir.Const) and isinstance(eb, ir.Const):
+            folded = _fold(bop, ea.value, eb.value, t)
+            if folded is not None:
+                return _Val(_const(folded, t), weak=True)
+        return _Val(ir.Binary(op=bop, a=ea, b=eb, type=t))
+
+    def compare(self, left: ast.expr, ops: list[ast.cmpop], rights: list[ast.expr]) -> _Val:
+        terms: list[ir.Expr] = []
+        a = self.expr(left)
+        for op, right in zip(ops, rights, strict=True):
+            if type(op) not in _CMPOPS:
+                self.fail(f"the comparison {type(op).__name__} is not supported", right)
+            b = self.expr(right)
+            t = self.result_type(a, b)
+            terms.append(ir.Binary(op=_CMPOPS[type(op)], a=self.convert(a, t),
+                                   b=self.convert(b, t), type=ElemType.BOOL))
+            a = b
+        out = terms[0]
+        for term in terms[1:]:
+            out = ir.Binary(op=BinOp.LAND, a=out, b=term, type=ElemType.BOOL)
+        return _Val(out)
+
+    def call(self, func: ast.expr, args: list[ast.expr], node: ast.expr) -> _Val:
+        if isinstance(func, ast.Name) and self.lookup(func.id) is not None:
+            self.fail(f"{func.id!r} is not a function", node)
+        target = self.python_value(func)
+        if isinstance(target, ScalarType):
+            if len(args) != 1:
+                self.fail(f"{target!r}(x) takes one argument", node)
+            return _Val(self.convert(self.expr(args[0]), target.elem))
+        if target in _MATH:
+            return self.math(_MATH[target], [self.expr(a) for a in args], node)
+        if target is barrier:
+            self.fail("barrier() is a statement, not a value", node)
+        if target in (shared, local):
+            self.fail(f"{target!r}(T, size) can only be assigned to a new name at the top "
+                      "level of a statement", node)
+        self.fail(f"the function {ast.unparse(func)} cannot be called in a kernel", node)
+
+    def math(self, fn: MathFn, args: list[_Val], node: ast.expr) -> _Val:
+        if fn in (MathFn.MIN, MathFn.MAX) and len(args) > 2:
+            return self.math(fn, [self.math(fn, args[:2], node), *args[2:]], node)
+        if len(args) != ir.MATH_ARITY[fn]:
+            self.fail(f"{fn.value}() takes {ir.MATH_ARITY[fn]} arguments, got {len(args)}", node)
+        joined = args[0]
+        for other in args[1:]:
+            joined = _Val(_const(0, self.result_type(joined, other)), joined.weak and other.weak)
+        rtype = _arith_type(joined.type)
+        if fn not in (MathFn.ABS, MathFn.MIN, MathFn.MAX) and rtype.is_int:
+            rtype = ElemType.F32
+        return _Val(ir.Call(fn=fn, args=tuple(self.convert(a, rtype) for a in args), type=rtype))
+
+
+def _fold(op: BinOp, a: bool | int | float, b: bool | int | float, t: ElemType) -> int | None:
+    """Folds integer literal arithmetic (``16 * 4``) so sizes stay compile-time constants."""
+    if not t.is_int or isinstance(a, float) or isinstance(b, float):
+        return None
+    x, y = int(a), int(b)
+    match op:
+        case BinOp.ADD:
+            return _wrap(x + y, t)
+        case BinOp.SUB:
+            return _wrap(x - y, t)
+        case BinOp.MUL:
+            return _wrap(x * y, t)
+        case BinOp.DIV if y != 0:
+            return _wrap(abs(x) // abs(y) * (1 if (x < 0) == (y < 0) else -1), t)
+    return None
+
+
+def _as_load(target: ast.expr) -> ast.expr:
+    """The augmented assignment's target read as a value (``a[i]`` of ``a[i] += x``)."""
+    load = copy.deepcopy(target)
+    for node in ast.walk(load):
+        if hasattr(node, "ctx"):
+            node.ctx = ast.Load()
+    return load
+
+
+def _parse(fn: Callable[..., Any]) -> ir.Kernel:
+    file = inspect.getsourcefile(fn) or "<unknown>"
+    try:
+        lines, first = inspect.getsourcelines(fn)
+    except OSError as e:
+        raise DslError(f"the source of {fn.__name__} is not available ({e})", file) from None
+    tree = ast.parse(textwrap.dedent("".join(lines)))
+    fdef = tree.body[0]
+    if not isinstance(fdef, ast.FunctionDef):
+        raise DslError("@sarek.kernel applies to a function definition", file, first)
+    t = _Translator(fn, file, first)
+    kernel_ir = t.kernel(fdef)
+    problems = ir.check(kernel_ir)
+    if problems:
+        p = problems[0]
+        raise DslError(p.reason, file, p.line or first)
+    return kernel_ir
