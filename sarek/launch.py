@@ -1,0 +1,43 @@
+"""A kernel together with its arguments and launch geometry."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from sarek import ir
+
+Dim3 = tuple[int, int, int]
+
+
+def dim3(v: int | tuple[int, ...] | list[int]) -> Dim3:
+    """``v`` as an ``(x, y, z)`` triple, missing components 1."""
+    t = (v,) if isinstance(v, int) else tuple(v)
+    if not 1 <= len(t) <= 3:
+        raise ValueError(f"a launch dimension has 1 to 3 components, got {v!r}")
+    x, y, z = (*t, 1, 1)[:3]
+    return int(x), int(y), int(z)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One launch of ``kernel``: arguments by parameter name, grid and block as (x, y, z)."""
+
+    kernel: ir.Kernel
+    args: Mapping[str, Any]
+    grid: Dim3
+    block: Dim3
+    notes: Mapping[str, Any] = field(default_factory=dict)  # e.g. the sizes the launch was made for
+
+    def arg_list(self) -> list[Any]:
+        """The arguments in parameter order."""
+        return [self.args[p.name] for p in self.kernel.params]
+
+    def simulate(self, **options: Any) -> dict[str, np.ndarray]:
+        """Runs the launch in the simulator (``sim.simulate``) and returns every array."""
+        from sim import simulate
+
+        return simulate(self.kernel, dict(self.args), grid=self.grid, block=self.block, **options)

@@ -1,0 +1,57 @@
+"""Load kernels from Python files, as the command line names them (``FILE.py:KERNEL``)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from sarek.dsl import KernelFunction
+from sarek.errors import SarekError
+
+
+def load_module(path: str | Path) -> ModuleType:
+    """Imports the Python file at ``path`` as a module of its own (its kernels parse on import)."""
+    p = Path(path)
+    if not p.is_file():
+        raise SarekError(f"no such file: {p}")
+    name = f"sarek_user_{p.stem}_{abs(hash(p.resolve()))}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, p)
+    if spec is None or spec.loader is None:
+        raise SarekError(f"{p} cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def load_kernel(spec: str) -> tuple[ModuleType, KernelFunction]:
+    """The module and kernel that ``FILE.py:KERNEL`` names; with no ``:KERNEL`` the file must
+    define exactly one kernel."""
+    path, _, name = spec.partition(":")
+    module = load_module(path)
+    kernels = {k: v for k, v in vars(module).items() if isinstance(v, KernelFunction)}
+    if name:
+        if name not in kernels:
+            known = ", ".join(sorted(kernels)) or "none"
+            raise SarekError(f"{path} defines no kernel {name!r} (kernels there: {known})")
+        return module, kernels[name]
+    if len(kernels) != 1:
+        raise SarekError(f"{path} defines {len(kernels)} kernels; name one as {path}:KERNEL")
+    return module, next(iter(kernels.values()))
+
+
+def examples_dir() -> Path:
+    """The bundled examples (``examples/`` beside the package in a source checkout)."""
+    here = Path(__file__).resolve().parent.parent / "examples"
+    if not here.is_dir():
+        raise SarekError(f"the bundled examples are not at {here}; run from a source checkout "
+                         "(pip install -e .) or pass --examples DIR")
+    return here
