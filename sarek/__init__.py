@@ -4,13 +4,14 @@ Everything a user needs is here: the DSL (``kernel``, the element types, ``Globa
 ``thread_idx`` ...), the IR (``sarek.ir``), the simulator (``simulate``) and the errors.
 """
 
-from sarek import ir
+from sarek import ir, layout, tile
 from sarek.dsl import (
     ArrayType, Global, KernelFunction, ReadOnly, ScalarType, barrier, bf16, block_dim,
     block_idx, boolean, ceil, cos, exp, f16, f32, f64, floor, fma, grid_dim, i8, i16, i32, i64,
     kernel, local, log, numpy_dtype, shared, sin, sqrt, subgroup_id, subgroup_lane,
-    subgroup_size, tanh, thread_idx, u8, u16, u32, u64,
+    subgroup_size, tanh, thread_idx, u8, u16, u32, u64, view,
 )
+from sarek.layout import S, TileLayout, laneid, warpid
 from sarek.errors import (
     BarrierDivergence, DslError, IRError, LaunchError, OutOfBounds, SarekError, SharedRace,
     SimError,
@@ -23,6 +24,7 @@ __all__ = [
     "f16", "f32", "f64", "floor", "fma", "grid_dim", "i8", "i16", "i32", "i64", "ir", "kernel",
     "local", "log", "numpy_dtype", "shared", "simulate", "sin", "sqrt", "subgroup_id",
     "subgroup_lane", "subgroup_size", "tanh", "thread_idx", "u8", "u16", "u32", "u64",
+    "view", "S", "TileLayout", "laneid", "warpid", "layout", "tile",
 ]
 
 

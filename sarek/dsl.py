@@ -27,9 +27,10 @@ from typing import Any, NoReturn
 import ml_dtypes
 import numpy as np
 
-from sarek import ir
+from sarek import ir, tile
 from sarek.errors import DslError
 from sarek.ir import BinOp, Builtin, ElemType, MathFn, MemSpace, UnOp
+from sarek.layout import Axis, LayoutError, TileLayout
 
 # --------------------------------------------------------------------------- the vocabulary
 
@@ -116,7 +117,7 @@ thread_idx, block_idx, block_dim, grid_dim = (
     _Dim3(n) for n in ("thread_idx", "block_idx", "block_dim", "grid_dim"))
 subgroup_id, subgroup_lane, subgroup_size = (
     _Marker(n) for n in ("subgroup_id", "subgroup_lane", "subgroup_size"))
-barrier, shared, local = _Marker("barrier"), _Marker("shared"), _Marker("local")
+barrier, shared, local, view = (_Marker(n) for n in ("barrier", "shared", "local", "view"))
 sqrt, exp, log, sin, cos, tanh, floor, ceil, fma = (
     _Marker(fn.value) for fn in (MathFn.SQRT, MathFn.EXP, MathFn.LOG, MathFn.SIN, MathFn.COS,
                                  MathFn.TANH, MathFn.FLOOR, MathFn.CEIL, MathFn.FMA))
@@ -177,7 +178,13 @@ class _ScalarSym:
 
 @dataclass
 class _ArraySym:
+    """An array, or a tensor: ``layout`` maps coordinates onto ``storage`` from ``offset``."""
+
     elem: ElemType
+    storage: str = ""
+    layout: TileLayout | None = None
+    offset: int = 0
+    storage_elem: ElemType | None = None
 
 
 _BINOPS: dict[type[ast.operator], BinOp] = {
@@ -235,6 +242,8 @@ class _Translator:
         self.scopes: list[dict[str, _ScalarSym | _ArraySym]] = []
         self.dead: dict[str, int] = {}  # names defined in a closed block -> their line
         self.node: ast.AST | None = None
+        # Arrays and tensors by name, for checking tile patterns where they stand.
+        self.tensors: dict[str, ir.ArrayDecl | ir.TensorView | ir.ArrayParam] = {}
 
     # ------------------------------------------------------------------ errors and scopes
 
@@ -282,8 +291,10 @@ class _Translator:
                           "or i32", a)
             t = self.python_value(a.annotation)
             if isinstance(t, ArrayType):
-                params.append(ir.ArrayParam(name=a.arg, elem=t.elem, readonly=t.readonly))
-                self.define(a.arg, _ArraySym(t.elem), a)
+                param = ir.ArrayParam(name=a.arg, elem=t.elem, readonly=t.readonly)
+                params.append(param)
+                self.tensors[a.arg] = param
+                self.define(a.arg, _ArraySym(t.elem, a.arg, None, 0, t.elem), a)
             elif isinstance(t, ScalarType):
                 params.append(ir.ScalarParam(name=a.arg, elem=t.elem))
                 self.define(a.arg, _ScalarSym(t.elem, writable=False), a)
@@ -351,6 +362,8 @@ class _Translator:
             case ast.Expr(value=ast.Call(func=func, args=[], keywords=[])) \
                     if self.is_marker(func, barrier):
                 return [ir.Barrier(line=line)]
+            case ast.Expr(value=ast.Call(func=func) as call) if self.is_marker(func, tile.apply):
+                return [self.tile_apply(call, line)]
             case ast.Return(value=None):
                 return [ir.Return(line=line)]
             case ast.Return():
@@ -374,7 +387,13 @@ class _Translator:
                 if sym is None and not augmented:
                     if isinstance(value, ast.Call) and (
                             self.is_marker(value.func, shared) or self.is_marker(value.func, local)):
-                        return [self.array_decl(name, value, line)]
+                        decl = self.array_decl(name, value, line)
+                        self.tensors[name] = decl
+                        return [decl]
+                    if isinstance(value, ast.Call) and self.is_view(value):
+                        tv = self.tensor_view(name, value, line)
+                        self.tensors[name] = tv
+                        return [tv]
                     v = self.expr(value)
                     t = _arith_type(v.type) if v.weak else v.type
                     self.define(name, _ScalarSym(t, writable=True), target)
@@ -388,24 +407,107 @@ class _Translator:
                 return [ir.Assign(name=name, value=self.convert(self.expr(value), sym.type),
                                   line=line)]
             case ast.Subscript(value=ast.Name(id=name), slice=index):
-                arr = self.array(name, target)
-                idx = self.index(index)
-                return [ir.Store(array=name, index=idx,
-                                 value=self.convert(self.expr(value), arr.elem), line=line)]
+                storage, idx, elem = self.element(name, index, target)
+                return [ir.Store(array=storage, index=idx,
+                                 value=self.convert(self.expr(value), elem), line=line)]
         self.fail(f"cannot assign to {ast.unparse(target)}")
 
     def array_decl(self, name: str, call: ast.Call, line: int) -> ir.ArrayDecl:
+        """``shared(T, size | layout, align=16)`` and ``local(...)``."""
         space = MemSpace.SHARED if self.is_marker(call.func, shared) else MemSpace.LOCAL
-        if len(call.args) != 2 or call.keywords:
-            self.fail(f"{space.value}(T, size) takes an element type and a size", call)
+        if len(call.args) != 2 or any(k.arg != "align" for k in call.keywords):
+            self.fail(f"{space.value}(T, size_or_layout, align=16) takes an element type and "
+                      "a size or a layout", call)
         t = self.python_value(call.args[0])
-        size = self.compile_time_int(call.args[1])
         if not isinstance(t, ScalarType):
             self.fail(f"the element type of {name!r} must be a sarek type such as f32", call)
+        align = self.compile_time_int(call.keywords[0].value) if call.keywords else 16
+        layout = self.python_value(call.args[1]) if isinstance(
+            call.args[1], ast.Name | ast.Attribute) else None
+        if isinstance(layout, TileLayout):
+            size = self.layout_fact(lambda: layout.cosize(), call)
+        else:
+            layout, size = None, self.compile_time_int(call.args[1])
         if size <= 0:
             self.fail(f"the size of {name!r} must be positive, got {size}", call)
-        self.define(name, _ArraySym(t.elem), call)
-        return ir.ArrayDecl(name=name, elem=t.elem, size=size, space=space, line=line)
+        self.define(name, _ArraySym(t.elem, name, layout, 0, t.elem), call)
+        return ir.ArrayDecl(name=name, elem=t.elem, size=size, space=space, align=align,
+                            layout=layout, line=line)
+
+    def layout_fact(self, compute: Callable[[], Any], node: ast.AST) -> Any:
+        try:
+            return compute()
+        except LayoutError as e:
+            self.fail(e.reason, node)
+
+    def tensor_view(self, name: str, call: ast.Call, line: int) -> ir.TensorView:
+        """``view(array, T, layout, offset=0)`` and ``tensor.rearrange(pattern, **sizes)``."""
+        if self.is_marker(call.func, view):
+            if len(call.args) != 3 or any(k.arg != "offset" for k in call.keywords):
+                self.fail("view(array, T, layout, offset=0) takes an array, an element type "
+                          "and a layout", call)
+            base = self.tensor_arg(call.args[0])
+            t, layout = self.python_value(call.args[1]), self.python_value(call.args[2])
+            if not isinstance(t, ScalarType) or not isinstance(layout, TileLayout):
+                self.fail("view(array, T, layout): T must be a sarek type and layout a "
+                          "TileLayout", call)
+            extra = self.compile_time_int(call.keywords[0].value) if call.keywords else 0
+            elem, offset = t.elem, base.offset + extra
+        else:
+            assert isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name)
+            base = self.tensor_arg(call.func.value)
+            if base.layout is None:
+                self.fail(f"{call.func.value.id!r} has no layout to rearrange", call)
+            if len(call.args) != 1 or not isinstance(call.args[0], ast.Constant):
+                self.fail("rearrange takes a pattern string and mode sizes as keywords", call)
+            sizes = {k.arg: self.compile_time_int(k.value) for k in call.keywords if k.arg}
+            source = base.layout
+            layout = self.layout_fact(lambda: source.rearrange(str(call.args[0].value),  # type: ignore[union-attr]
+                                                               **sizes), call)
+            elem, offset = base.elem, base.offset
+        self.define(name, _ArraySym(elem, base.storage, layout, offset, base.storage_elem), call)
+        return ir.TensorView(name=name, storage=base.storage, elem=elem, layout=layout,
+                             offset=offset, line=line)
+
+    def tile_operand(self, name: str, node: ast.AST) -> tile.Operand:
+        tensor = self.tensors.get(name)
+        if not isinstance(tensor, ir.ArrayDecl | ir.TensorView):
+            raise tile.ContractError(f"{name!r} is not a tensor (declare it with a layout, or "
+                                     "make a view)")
+        storage = self.tensors[tensor.storage] if isinstance(tensor, ir.TensorView) else tensor
+        assert not isinstance(storage, ir.TensorView)
+        return tile.operand(tensor, storage)
+
+    def tensor_arg(self, node: ast.expr) -> _ArraySym:
+        if not isinstance(node, ast.Name):
+            self.fail(f"{ast.unparse(node)} must name an array or a tensor", node)
+        return self.array(node.id, node)
+
+    def tile_apply(self, call: ast.Call, line: int) -> ir.TileApply:
+        """``tile.apply(op, dst, src, scope="warp")``: checks the contract here, at the line."""
+        if len(call.args) != 3 or any(k.arg != "scope" for k in call.keywords):
+            self.fail("tile.apply(op, dst, src, scope='warp') takes an opcode and two tensors",
+                      call)
+        op = self.python_value(call.args[0]) if not isinstance(call.args[0], ast.Constant) \
+            else call.args[0].value
+        scope = call.keywords[0].value if call.keywords else None
+        if scope is not None and not (isinstance(scope, ast.Constant) and scope.value == "warp"):
+            self.fail("tile patterns have warp scope only (scope='warp')", call)
+        if not isinstance(op, str):
+            self.fail("the opcode of tile.apply must be a string such as "
+                      "'ldmatrix.sync.aligned.m8n8.x2.shared.b16'", call)
+        names = []
+        for node in call.args[1:]:
+            self.tensor_arg(node)
+            names.append(node.id)  # type: ignore[attr-defined]
+        stmt = ir.TileApply(op=op, dst=names[0], src=names[1], line=line)
+        try:
+            parsed = tile.parse_op(op)
+            dst, src = (self.tile_operand(n, call) for n in names)
+            tile.check(parsed, *tile.roles(parsed, dst, src))
+        except tile.ContractError as e:
+            raise tile.ContractError(f"{self.file}:{line}: {e.reason}") from None
+        return stmt
 
     def compile_time_int(self, node: ast.expr) -> int:
         v = self.expr(node)
@@ -440,6 +542,14 @@ class _Translator:
         except DslError:
             return False
 
+    def is_view(self, call: ast.Call) -> bool:
+        if self.is_marker(call.func, view):
+            return True
+        f = call.func
+        return (isinstance(f, ast.Attribute) and f.attr == "rearrange"
+                and isinstance(f.value, ast.Name)
+                and isinstance(self.lookup(f.value.id), _ArraySym))
+
     def array(self, name: str, node: ast.AST) -> _ArraySym:
         sym = self.lookup(name)
         if not isinstance(sym, _ArraySym):
@@ -451,6 +561,33 @@ class _Translator:
             return (f"{name!r} is not defined here: it was assigned only inside a block that "
                     "has ended; assign it before the block")
         return f"undefined name {name!r}"
+
+    def element(self, name: str, index: ast.expr, node: ast.AST) -> tuple[str, ir.Expr, ElemType]:
+        """The storage array, flat index and element type of ``name[index]``: a plain array
+        takes one index, a tensor one coordinate per mode mapped through its layout."""
+        arr = self.array(name, node)
+        if arr.layout is None:
+            return name, self.index(index), arr.elem
+        coords = index.elts if isinstance(index, ast.Tuple) else [index]
+        layout = arr.layout
+        if len(coords) != layout.rank:
+            self.fail(f"tensor {name!r} {layout!r} takes {layout.rank} coordinates, got "
+                      f"{len(coords)}", node)
+        if layout.axes != {Axis.MEM} or arr.storage_elem != arr.elem:
+            self.fail(f"tensor {name!r} cannot be indexed element by element (its layout "
+                      "steps along lanes, or it views its storage as another type); index "
+                      f"the array {arr.storage!r}", node)
+        terms: list[ir.Expr] = [_const(arr.offset, ElemType.I32)] if arr.offset else []
+        for c, stride in zip(coords, layout.strides(Axis.MEM), strict=True):
+            if stride == 1:
+                terms.append(self.index(c))
+            elif stride:
+                terms.append(ir.Binary(op=BinOp.MUL, a=self.index(c),
+                                       b=_const(stride, ElemType.I32), type=ElemType.I32))
+        flat = terms[0] if terms else _const(0, ElemType.I32)
+        for term in terms[1:]:
+            flat = ir.Binary(op=BinOp.ADD, a=flat, b=term, type=ElemType.I32)
+        return arr.storage, flat, arr.elem
 
     def index(self, node: ast.expr) -> ir.Expr:
         v = self.expr(node)
@@ -497,9 +634,9 @@ class _Translator:
                     return _Val(ir.BuiltinValue(which=Builtin(f"{obj.name}.{attr}")))
                 return self.python_constant(getattr(obj, attr, None), node)
             case ast.Subscript(value=ast.Name(id=name), slice=index):
-                arr = self.array(name, node)
-                load = ir.Load(array=name, index=self.index(index), type=arr.elem)
-                return _Val(_cast(load, ElemType.F32) if arr.elem.is_storage_only else load)
+                storage, idx, elem = self.element(name, index, node)
+                load = ir.Load(array=storage, index=idx, type=elem)
+                return _Val(_cast(load, ElemType.F32) if elem.is_storage_only else load)
             case ast.UnaryOp(op=op, operand=operand):
                 return self.unary(op, self.expr(operand), node)
             case ast.BinOp(left=left, op=op, right=right):

@@ -16,6 +16,8 @@ from typing import Annotated, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sarek.layout import TileLayout
+
 
 class _Node(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")
@@ -369,7 +371,8 @@ class Return(_Stmt):
 class ArrayDecl(_Stmt):
     """Declares a shared (one per block) or local (one per invocation) array of ``size``
     elements, aligned to ``align`` bytes. Shared arrays start with unspecified contents (the
-    simulator fills them with a canary); local arrays too."""
+    simulator fills them with a canary); local arrays too. With a ``layout`` the array is also
+    a tensor whose coordinates map to element offsets (``specs/tile-patterns.md``)."""
 
     kind: Literal["array_decl"] = "array_decl"
     name: str
@@ -377,6 +380,21 @@ class ArrayDecl(_Stmt):
     size: int = Field(gt=0)
     space: MemSpace
     align: int = 16
+    layout: TileLayout | None = None
+
+
+class TensorView(_Stmt):
+    """Names a tensor over the storage of array ``storage`` without copying: coordinate ``c``
+    is element ``offset + layout(c)`` counted in ``elem`` units, which may be wider or narrower
+    than the storage's own (a dtype view, not a conversion); register tensors also map
+    coordinates to lanes."""
+
+    kind: Literal["tensor_view"] = "tensor_view"
+    name: str
+    storage: str
+    elem: ElemType
+    layout: TileLayout
+    offset: int = 0
 
 
 class FragDecl(_Stmt):
@@ -433,8 +451,9 @@ class FragMulAdd(_Stmt):
 
 
 class TileApply(_Stmt):
-    """A warp-level tile instruction (``ldmatrix``/``stmatrix``) between two tensor views,
-    ``op`` naming the exact PTX form (see ``specs/tile-patterns.md``)."""
+    """The warp-level tile instruction ``op`` (an exact ``ldmatrix``/``stmatrix`` PTX form)
+    repeated over the leading modes of two tensors; ``dst`` and ``src`` name arrays with a
+    layout or tensor views (``specs/tile-patterns.md``)."""
 
     kind: Literal["tile_apply"] = "tile_apply"
     op: str
@@ -444,7 +463,7 @@ class TileApply(_Stmt):
 
 
 Stmt: TypeAlias = Annotated[
-    Let | Assign | Store | For | While | If | Barrier | Return | ArrayDecl
+    Let | Assign | Store | For | While | If | Barrier | Return | ArrayDecl | TensorView
     | FragDecl | FragFill | FragLoad | FragStore | FragMulAdd | TileApply,
     Field(discriminator="kind"),
 ]
@@ -481,6 +500,6 @@ __all__ = [
     "BuiltinValue", "Call", "Cast", "Const", "ElemType", "Expr", "For", "FragDecl",
     "FragFill", "FragLayout", "FragLoad", "FragMulAdd", "FragStore", "FragUse", "If", "Kernel",
     "Let", "Load", "MathFn", "MemSpace", "Param", "Problem", "Return", "ScalarParam", "Select",
-    "Stmt", "Store", "TileApply", "UnOp", "Unary", "Var", "While", "check", "ensure_valid",
+    "Stmt", "Store", "TensorView", "TileApply", "UnOp", "Unary", "Var", "While", "check", "ensure_valid",
     "schema",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from sarek import ir
+from sarek import ir, tile
 from sarek.errors import IRError
 from sarek.ir import BinOp, ElemType, MathFn, MemSpace, UnOp
 
@@ -40,6 +40,13 @@ class _Array:
     elem: ElemType
     space: MemSpace
     readonly: bool
+    decl: ir.ArrayDecl | ir.ArrayParam
+
+
+@dataclass(frozen=True)
+class _View:
+    view: ir.TensorView
+    storage: ir.ArrayDecl | ir.ArrayParam
 
 
 @dataclass(frozen=True)
@@ -47,7 +54,7 @@ class _Frag:
     decl: ir.FragDecl
 
 
-_Symbol = _Scalar | _Array | _Frag
+_Symbol = _Scalar | _Array | _View | _Frag
 
 
 @dataclass
@@ -275,7 +282,13 @@ class _Checker:
                 if space is MemSpace.SHARED and path.count("[") > 1:
                     self.report(path, f"shared array {name!r} must be declared at the top "
                                 "level of the kernel body")
-                self._define(scope, name, _Array(elem, space, False), path)
+                self._define(scope, name, _Array(elem, space, False, s), path)
+            case ir.TensorView(name=name, storage=storage):
+                sym = scope.lookup(storage)
+                if not isinstance(sym, _Array):
+                    self.report(path, f"the storage {storage!r} of view {name!r} is not an array")
+                else:
+                    self._define(scope, name, _View(s, sym.decl), path)
             case ir.FragDecl(name=name):
                 self._define(scope, name, _Frag(s), path)
             case ir.FragFill(frag=f, value=v):
@@ -295,10 +308,8 @@ class _Checker:
                     self.report(path, f"fragment store to read-only array {a!r}")
             case ir.FragMulAdd(d=d, a=a, b=b, c=c):
                 self._mul_add(scope, path, d, a, b, c)
-            case ir.TileApply(dst=dst, src=src):
-                for name in (dst, src):
-                    if scope.lookup(name) is None:
-                        self.report(path, f"undefined tensor {name!r}")
+            case ir.TileApply():
+                self._tile_apply(s, scope, path)
         return divergent
 
     def _loop(self, body: tuple[ir.Stmt, ...], scope: _Scope, path: str, divergent: bool,
@@ -334,6 +345,26 @@ class _Checker:
             or (isinstance(x, ir.Var) and x.name in self.varying)
             for x in _subexprs(e)
         )
+
+    def _tile_apply(self, s: ir.TileApply, scope: _Scope, path: str) -> None:
+        operands = []
+        for name in (s.dst, s.src):
+            match scope.lookup(name):
+                case _View(view=view, storage=storage):
+                    tensor: ir.ArrayDecl | ir.TensorView = view
+                case _Array(decl=ir.ArrayDecl() as decl):
+                    tensor, storage = decl, decl
+                case _:
+                    self.report(path, f"{name!r} is not a tensor (an array declared with a "
+                                "layout, or a view)")
+                    return
+            operands.append((tensor, storage))
+        try:
+            op = tile.parse_op(s.op)
+            dst, src = (tile.operand(t, st) for t, st in operands)
+            tile.check(op, *tile.roles(op, dst, src))
+        except tile.ContractError as e:
+            self.report(path, e.reason)
 
     def _frag(self, name: str, scope: _Scope, path: str) -> ir.FragDecl | None:
         sym = scope.lookup(name)
@@ -400,7 +431,7 @@ def check(kernel: ir.Kernel) -> list[Problem]:
             case ir.ArrayParam(name=name, elem=elem, space=space, readonly=ro):
                 if space is not MemSpace.GLOBAL:
                     c.report(path, f"array parameter {name!r} must be in global memory, not {space}")
-                c._define(top, name, _Array(elem, space, ro), path)
+                c._define(top, name, _Array(elem, space, ro, p), path)
             case ir.ScalarParam(name=name, elem=elem):
                 c._define(top, name, _Scalar(elem, False, "parameter"), path)
     c.block(kernel.body, _Scope(parent=top), "body", False)
