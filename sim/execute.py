@@ -1,0 +1,570 @@
+"""The kernel compiled to nested closures and run over every invocation of a launch at once.
+
+Compiling walks the IR once: names are resolved to slots, statement paths and constants are
+computed, and each node becomes a closure ``fn(state, mask)``. Running calls the closures;
+values are arrays of one element per invocation or NumPy scalars when uniform. ``mask`` is
+the set of active invocations: None means all of them and takes no masking at all, otherwise
+a bool array with at least one True (a statement with no active invocation is skipped).
+"""
+
+from __future__ import annotations
+
+from collections import ChainMap
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NoReturn, TypeAlias
+
+import numpy as np
+
+from sarek import ir
+from sarek.errors import BarrierDivergence, IRError, LaunchError, OutOfBounds, SimError
+from sarek.ir import BinOp, ElemType, MathFn, MemSpace
+from sim import arith
+from sim.arith import Value
+from sim.launch import Geometry
+from sim.memory import LocalArray, SharedArray, Site
+
+Mask: TypeAlias = np.ndarray | None
+ExprFn: TypeAlias = Callable[["State", Mask], Value]
+StmtFn: TypeAlias = Callable[["State", Mask], None]
+
+
+class State:
+    """What changes while a launch runs: scalar variables, declared arrays, returned
+    invocations."""
+
+    def __init__(self, slots: int, array_slots: int) -> None:
+        self.env: list[Value] = [None] * slots
+        self.arrays: list[SharedArray | LocalArray | None] = [None] * array_slots
+        self.shared: dict[int, SharedArray] = {}  # by slot: the arrays a barrier resets
+        self.alive: Mask = None  # invocations that have not returned (None: all)
+
+
+@dataclass(frozen=True)
+class _Scalar:
+    slot: int
+    type: ElemType
+
+
+@dataclass(frozen=True)
+class _Array:
+    slot: int  # into State.arrays; -1 for parameters, whose data the closures hold
+    name: str
+    elem: ElemType
+    space: MemSpace
+    size: int
+    data: np.ndarray | None = None  # a parameter's array
+
+
+_Symbol: TypeAlias = _Scalar | _Array
+_Scope: TypeAlias = ChainMap[str, _Symbol]
+
+
+def compile_kernel(kernel: ir.Kernel, geo: Geometry, arrays: dict[str, np.ndarray],
+                   scalars: dict[str, np.generic]) -> Callable[[], None]:
+    """The kernel ready to run on ``geo`` over the (already copied) ``arrays``; calling the
+    result runs it, updating ``arrays`` in place."""
+    return _Compiler(kernel, geo).program(arrays, scalars)
+
+
+class _Compiler:
+    def __init__(self, kernel: ir.Kernel, geo: Geometry) -> None:
+        self.kernel, self.geo, self.n = kernel, geo, geo.invocations
+        self.slots = 0
+        self.array_slots = 0
+        self._bases: dict[tuple[MemSpace, int], Value] = {}
+
+    def program(self, arrays: dict[str, np.ndarray], scalars: dict[str, np.generic]
+                ) -> Callable[[], None]:
+        scope: _Scope = ChainMap()
+        initial: list[tuple[int, np.generic]] = []
+        for p in self.kernel.params:
+            if isinstance(p, ir.ArrayParam):
+                data = arrays[p.name]
+                scope[p.name] = _Array(-1, p.name, p.elem, MemSpace.GLOBAL, data.size, data)
+            else:
+                scope[p.name] = sym = _Scalar(self._slot(), p.elem)
+                initial.append((sym.slot, scalars[p.name]))
+        body, _ = self.block(self.kernel.body, scope.new_child(), "body")
+
+        def run() -> None:
+            state = State(self.slots, self.array_slots)
+            for slot, value in initial:
+                state.env[slot] = value
+            with np.errstate(all="ignore"):
+                body(state, None)
+
+        return run
+
+    # ------------------------------------------------------------------ helpers
+
+    def _slot(self) -> int:
+        self.slots += 1
+        return self.slots - 1
+
+    def _ill_formed(self, site: Site, reason: str) -> NoReturn:
+        raise IRError(self.kernel.name, [f"{site.path}: {reason}"])
+
+    def _lookup(self, scope: _Scope, name: str, site: Site) -> _Symbol:
+        sym = scope.get(name)
+        if sym is None:
+            self._ill_formed(site, f"undefined name {name!r}")
+        return sym
+
+    def _scalar(self, scope: _Scope, name: str, site: Site) -> _Scalar:
+        sym = self._lookup(scope, name, site)
+        if not isinstance(sym, _Scalar):
+            self._ill_formed(site, f"{name!r} is an array, not a scalar")
+        return sym
+
+    def _array(self, scope: _Scope, name: str, site: Site) -> _Array:
+        sym = self._lookup(scope, name, site)
+        if not isinstance(sym, _Array):
+            self._ill_formed(site, f"{name!r} is not an array")
+        return sym
+
+    def _narrow(self, mask: Mask, cond: Value) -> tuple[Mask, bool]:
+        """The active invocations of ``mask`` where ``cond`` holds, and whether there is any."""
+        if not isinstance(cond, np.ndarray):
+            return mask, bool(cond)
+        if mask is not None:
+            cond = mask & cond
+        count = np.count_nonzero(cond)
+        return (None if count == self.n else cond), count > 0
+
+    def _fail(self, error: type[SimError], reason: str, site: Site, lanes: Mask) -> NoReturn:
+        """Raises ``error`` naming the first invocations of ``lanes`` (None: all)."""
+        where = np.arange(min(8, self.n)) if lanes is None else np.flatnonzero(lanes)
+        raise error(reason, site.path, site.line, self.geo.describe(where))
+
+    # ------------------------------------------------------------------ expressions
+
+    def expr(self, e: ir.Expr, scope: _Scope, site: Site) -> ExprFn:
+        match e:
+            case ir.Const(value=value, type=t):
+                try:
+                    c = arith.constant(value, t)
+                except ValueError as err:
+                    self._ill_formed(site, str(err))
+                return lambda st, m: c
+            case ir.Var(name=name):
+                slot = self._scalar(scope, name, site).slot
+                return lambda st, m: st.env[slot]
+            case ir.BuiltinValue(which=which):
+                b = self.geo.builtin(which)
+                return lambda st, m: b
+            case ir.Unary(op=op, x=x):
+                f, fx = arith.UNARY[op], self.expr(x, scope, site)
+                return lambda st, m: f(fx(st, m))
+            case ir.Binary():
+                return self.binary(e, scope, site)
+            case ir.Cast(x=x, type=dst):
+                fx, src = self.expr(x, scope, site), x.type
+                return lambda st, m: arith.convert(fx(st, m), src, dst)
+            case ir.Load(array=name, index=index):
+                return self.load(self._array(scope, name, site), self.expr(index, scope, site),
+                                 site)
+            case ir.Select(cond=cond, a=a, b=b):
+                return self.select(*(self.expr(x, scope, site) for x in (cond, a, b)))
+            case ir.Call(fn=fn, args=args, type=t):
+                return self.call(fn, t, [self.expr(x, scope, site) for x in args])
+        raise AssertionError(e)
+
+    def binary(self, e: ir.Binary, scope: _Scope, site: Site) -> ExprFn:
+        fa, fb = self.expr(e.a, scope, site), self.expr(e.b, scope, site)
+        op, t = e.op, e.a.type
+        if op is BinOp.LAND or op is BinOp.LOR:
+            return self.logical(op, fa, fb)
+        if op in arith.SIMPLE_BINARY or (t.is_float and op in arith.FLOAT_BINARY):
+            f = arith.SIMPLE_BINARY.get(op) or arith.FLOAT_BINARY[op]
+            # A constant operand is captured: the hot loops of kernels are full of them.
+            if isinstance(e.b, ir.Const):
+                cb = arith.constant(e.b.value, e.b.type)
+                return lambda st, m: f(fa(st, m), cb)
+            if isinstance(e.a, ir.Const):
+                ca = arith.constant(e.a.value, e.a.type)
+                return lambda st, m: f(ca, fb(st, m))
+            return lambda st, m: f(fa(st, m), fb(st, m))
+        if op is BinOp.DIV or op is BinOp.REM:
+            return self.int_division(op, t, fa, fb, site)
+        return self.shift(op, t, e.b.type, fa, fb, site)
+
+    def logical(self, op: BinOp, fa: ExprFn, fb: ExprFn) -> ExprFn:
+        """Short-circuit ``and``/``or``: ``b`` runs only where ``a`` does not decide."""
+        decides = op is BinOp.LOR  # the value of ``a`` that makes ``b`` irrelevant
+
+        def run(st: State, m: Mask) -> Value:
+            a = fa(st, m)
+            if not isinstance(a, np.ndarray):
+                return a if bool(a) == decides else fb(st, m)
+            rest, any_left = self._narrow(m, ~a if decides else a)
+            if not any_left:
+                return a
+            return (a | fb(st, rest)) if decides else (a & fb(st, rest))
+
+        return run
+
+    def select(self, fc: ExprFn, fa: ExprFn, fb: ExprFn) -> ExprFn:
+        def run(st: State, m: Mask) -> Value:
+            c = fc(st, m)
+            if not isinstance(c, np.ndarray):
+                return fa(st, m) if c else fb(st, m)
+            on_a, any_a = self._narrow(m, c)
+            on_b, any_b = self._narrow(m, ~c)
+            if not any_b:
+                return fa(st, on_a)
+            if not any_a:
+                return fb(st, on_b)
+            return np.where(c, fa(st, on_a), fb(st, on_b))
+
+        return run
+
+    def int_division(self, op: BinOp, t: ElemType, fa: ExprFn, fb: ExprFn, site: Site
+                     ) -> ExprFn:
+        f = arith.int_div if op is BinOp.DIV else np.fmod
+
+        def run(st: State, m: Mask) -> Value:
+            a, b = fa(st, m), fb(st, m)
+            zero = b == 0
+            if isinstance(zero, np.ndarray):
+                if zero.any():
+                    bad = zero if m is None else zero & m
+                    if bad.any():
+                        self._fail(LaunchError, f"{t} {op} by zero", site, bad)
+            elif zero:
+                self._fail(LaunchError, f"{t} {op} by zero", site, m)
+            return f(a, b)
+
+        return run
+
+    def shift(self, op: BinOp, t: ElemType, amount_type: ElemType, fa: ExprFn, fb: ExprFn,
+              site: Site) -> ExprFn:
+        f = arith.shl if op is BinOp.SHL else arith.shr
+
+        def run(st: State, m: Mask) -> Value:
+            a, b = fa(st, m), fb(st, m)
+            ok = arith.shift_amount_ok(b, t)
+            if isinstance(ok, np.ndarray):
+                bad = ~ok if m is None else ~ok & m
+                if bad.any():
+                    first = int(b[np.flatnonzero(bad)[0]])
+                    self._fail(LaunchError, f"{op} of {t} by {first}: the amount must lie in "
+                               f"[0, {t.bits})", site, bad)
+            elif not ok:
+                self._fail(LaunchError, f"{op} of {t} by {int(b)}: the amount must lie in "
+                           f"[0, {t.bits})", site, m)
+            return f(a, b)
+
+        return run
+
+    def call(self, fn: MathFn, t: ElemType, fargs: list[ExprFn]) -> ExprFn:
+        if fn is MathFn.FMA and t is ElemType.F64:
+            fa, fb, fc = fargs
+            return lambda st, m: arith.fma_f64(fa(st, m), fb(st, m), fc(st, m), m)
+        f = arith.math_fn(fn, t)
+        if len(fargs) == 1:
+            (fx,) = fargs
+            return lambda st, m: f(fx(st, m))
+        return lambda st, m: f(*(g(st, m) for g in fargs))
+
+    # ------------------------------------------------------------------ memory
+
+    def _base(self, space: MemSpace, size: int) -> Value:
+        """The flat offset of each invocation's copy of a ``size``-element array in ``space``."""
+        key = (space, size)
+        if key not in self._bases:
+            if space is MemSpace.SHARED:
+                self._bases[key] = (np.int64(0) if self.geo.num_blocks == 1
+                                    else self.geo.lane_block * size)
+            else:
+                self._bases[key] = np.arange(self.n, dtype=np.int64) * size
+        return self._bases[key]
+
+    def _checked(self, index: Value, arr: _Array, m: Mask, site: Site) -> Value:
+        """``index`` after the bounds check of the active invocations, safe to gather with:
+        the inactive ones that are out of bounds read element 0 instead."""
+        size = arr.size
+        if isinstance(index, np.ndarray):
+            if size and index.min() >= 0 and index.max() < size:
+                return index if index.dtype != np.uint64 else index.astype(np.int64)
+            outside = (index < 0) | (index >= size)
+            bad = outside if m is None else outside & m
+            if bad.any():
+                value = int(index[np.flatnonzero(bad)[0]])
+                self._fail(OutOfBounds, _oob(arr, value), site, bad)
+            return np.where(outside, 0, index).astype(np.int64)
+        if not 0 <= index < size:
+            self._fail(OutOfBounds, _oob(arr, int(index)), site, m)
+        return np.int64(index)
+
+    def load(self, arr: _Array, findex: ExprFn, site: Site) -> ExprFn:
+        if arr.space is MemSpace.GLOBAL:
+            data = arr.data
+            assert data is not None
+            return lambda st, m: data.take(self._checked(findex(st, m), arr, m, site))
+        base, slot = self._base(arr.space, arr.size), arr.slot
+        threads = self.geo.lane_thread.astype(np.int32)
+
+        def run(st: State, m: Mask) -> Value:
+            flat = base + self._checked(findex(st, m), arr, m, site)
+            mem = st.arrays[slot]
+            assert mem is not None
+            if isinstance(mem, SharedArray):
+                lanes = None if m is None else np.flatnonzero(m)
+                mem.read(*_per_lane(flat, threads, lanes, self.n), lanes, site)
+            return mem.data.take(flat)
+
+        return run
+
+    # ------------------------------------------------------------------ statements
+
+    def block(self, stmts: tuple[ir.Stmt, ...], scope: _Scope, path: str
+              ) -> tuple[StmtFn, bool]:
+        """A statement list and whether it may return. After a statement that may return,
+        the invocations that did are dropped from the rest of the list."""
+        compiled = [self.stmt(s, scope, f"{path}[{i}]") for i, s in enumerate(stmts)]
+        fns = [fn for fn, _ in compiled]
+        if not any(returns for _, returns in compiled):
+            if len(fns) == 1:
+                return fns[0], False
+
+            def run_all(st: State, m: Mask) -> None:
+                for fn in fns:
+                    fn(st, m)
+
+            return run_all, False
+
+        def run_until_empty(st: State, m: Mask) -> None:
+            for fn, returns in compiled:
+                fn(st, m)
+                if returns and st.alive is not None:
+                    m, any_left = self._narrow(m, st.alive)
+                    if not any_left:
+                        return
+
+        return run_until_empty, True
+
+    def stmt(self, s: ir.Stmt, scope: _Scope, path: str) -> tuple[StmtFn, bool]:
+        site = Site(path, s.line)
+        match s:
+            case ir.Let(name=name, type=t, value=value):
+                fv = self.expr(value, scope, site)
+                slot = self._slot()
+                scope[name] = _Scalar(slot, t)
+
+                def let(st: State, m: Mask) -> None:
+                    st.env[slot] = fv(st, m)
+
+                return let, False
+            case ir.Assign(name=name, value=value):
+                fv, slot = self.expr(value, scope, site), self._scalar(scope, name, site).slot
+
+                def assign(st: State, m: Mask) -> None:
+                    v = fv(st, m)
+                    st.env[slot] = v if m is None else np.where(m, v, st.env[slot])
+
+                return assign, False
+            case ir.Store(array=name, index=index, value=value):
+                arr = self._array(scope, name, site)
+                return self.store(arr, self.expr(index, scope, site),
+                                  self.expr(value, scope, site), site), False
+            case ir.For():
+                return self.for_loop(s, scope, site)
+            case ir.While(cond=cond, body=body):
+                fc = self.expr(cond, scope, site)
+                fbody, returns = self.block(body, scope.new_child(), f"{path}.body")
+                return self.while_loop(fc, fbody, returns), returns
+            case ir.If(cond=cond, then=then, orelse=orelse):
+                fc = self.expr(cond, scope, site)
+                fthen, r1 = self.block(then, scope.new_child(), f"{path}.then")
+                felse, r2 = self.block(orelse, scope.new_child(), f"{path}.orelse")
+                return self.if_stmt(fc, fthen, felse, bool(orelse)), r1 or r2
+            case ir.Barrier():
+                return self.barrier(site), False
+            case ir.Return():
+                return self.return_stmt(), True
+            case ir.ArrayDecl(name=name, elem=elem, size=size, space=space):
+                return self.array_decl(scope, name, elem, size, space, site), False
+            case _:
+                raise LaunchError(f"the simulator does not execute {s.kind} statements yet",
+                                  path, s.line)
+
+    def store(self, arr: _Array, findex: ExprFn, fvalue: ExprFn, site: Site) -> StmtFn:
+        base = None if arr.space is MemSpace.GLOBAL else self._base(arr.space, arr.size)
+        threads = self.geo.lane_thread.astype(np.int32)
+
+        def run(st: State, m: Mask) -> None:
+            index = self._checked(findex(st, m), arr, m, site)
+            value = fvalue(st, m)
+            lanes = None if m is None else np.flatnonzero(m)
+            if base is None:
+                data = arr.data
+                assert data is not None
+            else:
+                mem = st.arrays[arr.slot]
+                assert mem is not None
+                data, index = mem.data, base + index
+                if isinstance(mem, SharedArray):
+                    mem.write(*_per_lane(index, threads, lanes, self.n), lanes, site)
+            if lanes is not None:
+                index = index[lanes] if isinstance(index, np.ndarray) else index
+                value = value[lanes] if isinstance(value, np.ndarray) else value
+            if not isinstance(index, np.ndarray) and isinstance(value, np.ndarray):
+                value = value[-1]  # one element written by all: the last invocation's value
+            data[index] = value
+
+        return run
+
+    def array_decl(self, scope: _Scope, name: str, elem: ElemType, size: int,
+                   space: MemSpace, site: Site) -> StmtFn:
+        if space is MemSpace.GLOBAL:
+            self._ill_formed(site, f"array {name!r} cannot be declared in global memory")
+        slot = self.array_slots
+        self.array_slots += 1
+        scope[name] = _Array(slot, name, elem, space, size)
+        geo = self.geo
+
+        def declare(st: State, m: Mask) -> None:
+            if space is MemSpace.SHARED:
+                st.arrays[slot] = st.shared[slot] = SharedArray(name, elem, size, geo)
+            else:
+                st.arrays[slot] = LocalArray(elem, size, geo)
+
+        return declare
+
+    def for_loop(self, s: ir.For, scope: _Scope, site: Site) -> tuple[StmtFn, bool]:
+        bounds = [self.expr(x, scope, site) for x in (s.start, s.stop, s.step)]
+        inner = scope.new_child()
+        var_type = arith.dtype(s.start.type).type
+        inner[s.var] = _Scalar(slot := self._slot(), s.start.type)
+        body, returns = self.block(s.body, inner, f"{site.path}.body")
+
+        def run(st: State, m: Mask) -> None:
+            start, stop, step = (f(st, m) for f in bounds)
+            uniform = [_uniform_int(v, m) for v in (start, stop, step)]
+            if None in uniform:
+                self._divergent_for(st, m, start, stop, step, slot, body, returns, site)
+                return
+            first, end, inc = uniform
+            if inc == 0:
+                self._fail(LaunchError, "the loop step is 0", site, m)
+            for v in range(first, end, inc):  # type: ignore[arg-type]
+                st.env[slot] = var_type(v)
+                body(st, m)
+                if returns and st.alive is not None:
+                    m, any_left = self._narrow(m, st.alive)
+                    if not any_left:
+                        return
+
+        return run, returns
+
+    def _divergent_for(self, st: State, m: Mask, start: Value, stop: Value, step: Value,
+                       slot: int, body: StmtFn, returns: bool, site: Site) -> None:
+        """A loop whose bounds differ between active invocations: each runs its own trips."""
+        start, stop, step = (np.broadcast_to(np.asarray(v, np.int64), (self.n,))
+                             for v in (start, stop, step))
+        zero = step == 0 if m is None else (step == 0) & m
+        if zero.any():
+            self._fail(LaunchError, "the loop step is 0", site, zero)
+        var = start.copy()  # int64: the variable stays in range, the next value never wraps
+        up = step > 0
+        active, any_left = self._narrow(m, np.where(up, var < stop, var > stop))
+        while any_left:
+            st.env[slot] = var.astype(np.int32)
+            body(st, active)
+            var += step
+            if returns and st.alive is not None:
+                active, any_left = self._narrow(active, st.alive)
+                if not any_left:
+                    return
+            active, any_left = self._narrow(active, np.where(up, var < stop, var > stop))
+
+    def while_loop(self, fc: ExprFn, body: StmtFn, returns: bool) -> StmtFn:
+        def run(st: State, m: Mask) -> None:
+            while True:
+                m, any_left = self._narrow(m, fc(st, m))
+                if not any_left:
+                    return
+                body(st, m)
+                if returns and st.alive is not None:
+                    m, any_left = self._narrow(m, st.alive)
+                    if not any_left:
+                        return
+
+        return run
+
+    def if_stmt(self, fc: ExprFn, then: StmtFn, orelse: StmtFn, has_else: bool) -> StmtFn:
+        def run(st: State, m: Mask) -> None:
+            c = fc(st, m)
+            if not isinstance(c, np.ndarray):
+                (then if c else orelse)(st, m)
+                return
+            on_then, any_then = self._narrow(m, c)
+            if any_then:
+                then(st, on_then)
+            if has_else:
+                on_else, any_else = self._narrow(m, ~c)
+                if any_else:
+                    orelse(st, on_else)
+
+        return run
+
+    def return_stmt(self) -> StmtFn:
+        n = self.n
+
+        def run(st: State, m: Mask) -> None:
+            if m is None:
+                st.alive = np.zeros(n, bool)
+            else:
+                st.alive = ~m if st.alive is None else st.alive & ~m
+
+        return run
+
+    def barrier(self, site: Site) -> StmtFn:
+        geo = self.geo
+        size = geo.block_size
+
+        def run(st: State, m: Mask) -> None:
+            if m is None:
+                for mem in st.shared.values():
+                    mem.barrier(None)
+                return
+            reached = np.count_nonzero(m.reshape(-1, size), axis=1)
+            partial = (reached > 0) & (reached < size)
+            if partial.any():
+                block = int(np.flatnonzero(partial)[0])
+                lanes = m.copy()
+                lanes[: block * size] = False
+                lanes[(block + 1) * size:] = False
+                self._fail(BarrierDivergence,
+                           f"{reached[block]} of the {size} invocations of block "
+                           f"{geo.block_of(block)} reached the barrier (the others branched "
+                           f"around it or returned)", site, lanes)
+            full = reached == size
+            for mem in st.shared.values():
+                mem.barrier(full)
+
+        return run
+
+
+def _uniform_int(v: Value, m: Mask) -> int | None:
+    """``v`` as an int when every active invocation holds the same value, else None."""
+    if not isinstance(v, np.ndarray):
+        return int(v)
+    active = v if m is None else v[m]
+    low, high = active.min(), active.max()
+    return int(low) if low == high else None
+
+
+def _per_lane(flat: Value, threads: np.ndarray, lanes: np.ndarray | None, n: int
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """The flat element and thread index of each active invocation (``lanes``, None: all)."""
+    flat = np.broadcast_to(flat, (n,))
+    if lanes is None:
+        return flat, threads
+    return flat[lanes], threads[lanes]
+
+
+def _oob(arr: _Array, index: int) -> str:
+    return (f"index {index} is outside {arr.space} array {arr.name!r} of {arr.size} "
+            "elements")

@@ -1,0 +1,230 @@
+"""A launch as the simulator sees it: checked arguments and the geometry of every invocation.
+
+Invocation ``i`` of a launch is thread ``i % block_size`` of block ``i // block_size``; threads
+and blocks are numbered with x fastest, then y, then z (``linear = x + bx*(y + by*z)``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from sarek import ir
+from sarek.errors import LaunchError
+from sarek.ir import Builtin, ElemType
+from sim import arith
+from sim.arith import Value
+
+MAX_BLOCK = 1024
+"""The most invocations a block may have (CUDA's limit)."""
+
+Dim3 = tuple[int, int, int]
+Invocation = tuple[Dim3, Dim3]
+
+
+def dims(what: str, value: object) -> Dim3:
+    """A grid or block given as an int or 1 to 3 non-negative ints, padded with 1."""
+    items = (value,) if isinstance(value, int | np.integer) else value
+    if not isinstance(items, Sequence) or not 1 <= len(items) <= 3 or not all(
+        isinstance(d, int | np.integer) and not isinstance(d, bool | np.bool_) and d >= 0
+        for d in items
+    ):
+        raise LaunchError(f"{what} must be 1 to 3 non-negative integers, got {value!r}")
+    x, y, z = (*(int(d) for d in items), 1, 1)[:3]
+    return x, y, z
+
+
+@dataclass
+class Geometry:
+    """Grid, block and subgroup size of a launch, and the coordinates of its invocations."""
+
+    grid: Dim3
+    block: Dim3
+    subgroup: int
+    _builtins: dict[Builtin, Value] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def block_size(self) -> int:
+        return self.block[0] * self.block[1] * self.block[2]
+
+    @property
+    def num_blocks(self) -> int:
+        return self.grid[0] * self.grid[1] * self.grid[2]
+
+    @property
+    def invocations(self) -> int:
+        return self.num_blocks * self.block_size
+
+    @cached_property
+    def lane_thread(self) -> np.ndarray:
+        """The linear thread index within its block of every invocation (int64)."""
+        return np.tile(np.arange(self.block_size, dtype=np.int64), self.num_blocks)
+
+    @cached_property
+    def lane_block(self) -> np.ndarray:
+        """The linear block index of every invocation (int64)."""
+        return np.repeat(np.arange(self.num_blocks, dtype=np.int64), self.block_size)
+
+    def builtin(self, which: Builtin) -> Value:
+        """The value of a builtin: an i32 scalar when every invocation has the same one."""
+        if which not in self._builtins:
+            self._builtins[which] = self._compute(which)
+        return self._builtins[which]
+
+    def _compute(self, which: Builtin) -> Value:
+        axis = "xyz".index(which.value[-1]) if which.value[-2] == "." else -1
+        bx, by, _ = self.block
+        gx, gy, _ = self.grid
+        sizes = {"block_dim": self.block, "grid_dim": self.grid}
+        name = which.value.split(".")[0]
+        if name in sizes:
+            return np.int32(sizes[name][axis])
+        if which is Builtin.SUBGROUP_SIZE:
+            return np.int32(self.subgroup)
+        if name == "thread_idx":
+            if self.block[axis] == 1:
+                return np.int32(0)
+            linear, strides = self.lane_thread, (1, bx, bx * by)
+        elif name == "block_idx":
+            if self.grid[axis] == 1:
+                return np.int32(0)
+            linear, strides = self.lane_block, (1, gx, gx * gy)
+        elif which is Builtin.SUBGROUP_ID:
+            if self.block_size <= self.subgroup:
+                return np.int32(0)
+            return (self.lane_thread // self.subgroup).astype(np.int32)
+        else:  # subgroup lane
+            if self.block_size == 1:
+                return np.int32(0)
+            return (self.lane_thread % self.subgroup).astype(np.int32)
+        extent = (self.block if name == "thread_idx" else self.grid)[axis]
+        return ((linear // strides[axis]) % extent).astype(np.int32)
+
+    def invocation(self, lane: int) -> Invocation:
+        """The ``((block x, y, z), (thread x, y, z))`` of invocation ``lane``."""
+        b, t = divmod(int(lane), self.block_size)
+        return self.block_of(b), self.thread(t)
+
+    def thread(self, linear: int) -> Dim3:
+        """The thread coordinates of a linear thread index within a block."""
+        return _unravel(linear, self.block)
+
+    def block_of(self, linear: int) -> Dim3:
+        """The block coordinates of a linear block index."""
+        return _unravel(linear, self.grid)
+
+    def describe(self, lanes: np.ndarray, limit: int = 8) -> tuple[Invocation, ...]:
+        """The first ``limit`` of the invocations ``lanes`` (indices) as block and thread
+        triples."""
+        return tuple(self.invocation(i) for i in lanes[:limit])
+
+
+def _unravel(i: int, extent: Dim3) -> Dim3:
+    x, rest = i % extent[0], i // extent[0]
+    return x, rest % extent[1], rest // extent[1]
+
+
+def geometry(grid: object, block: object, subgroup: object) -> Geometry:
+    """Checks a launch's geometry: a block needs 1 to ``MAX_BLOCK`` invocations; a grid may have
+    a zero dimension (an empty launch)."""
+    g, b = dims("grid", grid), dims("block", block)
+    if 0 in b:
+        raise LaunchError(f"block {b} has a zero dimension")
+    if b[0] * b[1] * b[2] > MAX_BLOCK:
+        raise LaunchError(f"block {b} has {b[0] * b[1] * b[2]} invocations, more than "
+                          f"{MAX_BLOCK}")
+    if not isinstance(subgroup, int | np.integer) or isinstance(subgroup, bool) or subgroup < 1:
+        raise LaunchError(f"subgroup must be a positive integer, got {subgroup!r}")
+    return Geometry(g, b, int(subgroup))
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+def bind(kernel: ir.Kernel, args: Sequence[object] | Mapping[str, object]
+         ) -> tuple[dict[str, np.ndarray], dict[str, np.generic]]:
+    """Checks ``args`` against the kernel's parameters (in order, or by name) and returns
+    fresh copies of the arrays (raveled) and the scalars converted to their parameter types."""
+    names = [p.name for p in kernel.params]
+    if isinstance(args, Mapping):
+        unknown = [str(k) for k in args if k not in names]
+        missing = [n for n in names if n not in args]
+        if unknown or missing:
+            parts = [f"unknown parameter(s) {', '.join(map(repr, unknown))}"] if unknown else []
+            parts += [f"missing argument(s) for {', '.join(map(repr, missing))}"] if missing else []
+            raise LaunchError(f"kernel {kernel.name!r}: " + "; ".join(parts))
+        values = [args[n] for n in names]
+    elif isinstance(args, Sequence) and not isinstance(args, str | bytes):
+        if len(args) != len(names):
+            raise LaunchError(f"kernel {kernel.name!r} takes {len(names)} arguments "
+                              f"({', '.join(names)}), got {len(args)}")
+        values = list(args)
+    else:
+        raise LaunchError(f"arguments must be a list in parameter order or a dict by name, "
+                          f"got {type(args).__name__}")
+    arrays: dict[str, np.ndarray] = {}
+    scalars: dict[str, np.generic] = {}
+    for p, v in zip(kernel.params, values, strict=True):
+        if isinstance(p, ir.ArrayParam):
+            arrays[p.name] = _array(p, v)
+        else:
+            scalars[p.name] = _scalar(p, v)
+    return arrays, scalars
+
+
+def _array(p: ir.ArrayParam, v: object) -> np.ndarray:
+    want = arith.dtype(p.elem)
+    if not isinstance(v, np.ndarray):
+        raise LaunchError(f"parameter {p.name!r} expects a NumPy array of {want} ({p.elem}), "
+                          f"got {type(v).__name__}")
+    if v.dtype != want:
+        raise LaunchError(f"parameter {p.name!r} expects dtype {want} ({p.elem}), "
+                          f"got an array of {v.dtype}")
+    return v.flatten()  # a copy, in C order
+
+
+def _scalar(p: ir.ScalarParam, v: object) -> np.generic:
+    t = p.elem
+    given = _scalar_elem(v)
+    if given is None:
+        raise LaunchError(f"parameter {p.name!r} expects a {t} scalar, got {type(v).__name__}")
+    if t is ElemType.BOOL:
+        if given is not ElemType.BOOL:
+            raise LaunchError(f"parameter {p.name!r} expects a bool, got {v!r}")
+        return np.bool_(bool(v))  # type: ignore[arg-type]
+    if given is ElemType.BOOL:
+        raise LaunchError(f"parameter {p.name!r} expects a {t} number, got the bool {v!r}")
+    if t.is_int:
+        if given.is_float:
+            raise LaunchError(f"parameter {p.name!r} is {t} and cannot take the float {v!r}")
+        lo, hi = arith.int_range(t)
+        if not lo <= int(v) <= hi:  # type: ignore[call-overload]
+            raise LaunchError(f"parameter {p.name!r} is {t}: {int(v)} is outside "  # type: ignore[call-overload]
+                              f"[{lo}, {hi}]")
+        return arith.dtype(t).type(int(v))  # type: ignore[call-overload, no-any-return]
+    if given.is_int:
+        # A Python int of any size: i64 or u64 hold it when a float parameter can.
+        source = ElemType.I64 if int(v) < 0 else ElemType.U64  # type: ignore[call-overload]
+        lo, hi = arith.int_range(source)
+        if not lo <= int(v) <= hi:  # type: ignore[call-overload]
+            raise LaunchError(f"parameter {p.name!r} is {t}: {v} is too large")
+        value = arith.dtype(source).type(int(v))  # type: ignore[call-overload]
+        return arith.convert(value, source, t)  # type: ignore[no-any-return]
+    value = np.float64(v) if isinstance(v, float) else v
+    return arith.convert(value, given, t)  # type: ignore[no-any-return]
+
+
+def _scalar_elem(v: object) -> ElemType | None:
+    """The element type a scalar argument arrives as (Python numbers as bool, i64 or f64)."""
+    if isinstance(v, bool):
+        return ElemType.BOOL
+    if isinstance(v, int):
+        return ElemType.I64
+    if isinstance(v, float):
+        return ElemType.F64
+    if isinstance(v, np.generic):
+        return arith.elem_of(v.dtype)
+    return None

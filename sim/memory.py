@@ -1,0 +1,142 @@
+"""Shared and local arrays of a running launch, and the shared-memory race detector.
+
+Every array is one flat NumPy array: a shared array holds ``num_blocks * size`` elements (block
+``b``'s copy at ``b * size``), a local array ``invocations * size``. For each shared element the
+detector remembers, since its block's last barrier, the thread that last wrote it and the
+threads that read it; an access by a different thread that conflicts with them is a race.
+Everything is vectorized over the invocations of one statement.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sarek.errors import SharedRace
+from sarek.ir import ElemType
+from sim import arith
+from sim.launch import Geometry
+
+NOBODY = -1
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where a statement is, for error reports: its IR path and source line."""
+
+    path: str
+    line: int | None
+
+
+class LocalArray:
+    """A local array: ``size`` elements per invocation, filled with the canary."""
+
+    def __init__(self, elem: ElemType, size: int, geo: Geometry) -> None:
+        self.data = np.full(geo.invocations * size, arith.canary(elem), arith.dtype(elem))
+
+
+class SharedArray:
+    """A shared array: ``size`` elements per block, filled with the canary, with the
+    per-element record of accesses since the block's last barrier: the last writer's thread
+    index, and the smallest and largest thread index among the readers (one reader when
+    they are equal). Reads are logged and folded into that record only when a write needs
+    it (often never: a barrier usually comes first)."""
+
+    _FOLD_AFTER = 32  # logged reads per invocation of the launch before they are folded
+
+    def __init__(self, name: str, elem: ElemType, size: int, geo: Geometry) -> None:
+        self.name, self.size, self.geo = name, size, geo
+        total = geo.num_blocks * size
+        self.data = np.full(total, arith.canary(elem), arith.dtype(elem))
+        self.writer = np.full(total, NOBODY, np.int32)
+        self.first_reader = np.full(total, _NO_READER, np.int32)
+        self.last_reader = np.full(total, NOBODY, np.int32)
+        self._written = False  # whether ``writer`` holds anything
+        self._read = False  # whether the reader record holds anything
+        self._reads: list[tuple[np.ndarray, np.ndarray]] = []
+        self._logged = 0
+
+    def barrier(self, blocks: np.ndarray | None) -> None:
+        """Forgets the accesses of ``blocks`` (a mask over blocks; None: every block)."""
+        if blocks is None:
+            self._reads.clear()
+            self._logged = 0
+            if self._written:
+                self.writer.fill(NOBODY)
+            if self._read:
+                self.first_reader.fill(_NO_READER)
+                self.last_reader.fill(NOBODY)
+            self._written = self._read = False
+            return
+        self._fold()  # the reads of the other blocks still count
+        self.writer.reshape(-1, self.size)[blocks] = NOBODY
+        self.first_reader.reshape(-1, self.size)[blocks] = _NO_READER
+        self.last_reader.reshape(-1, self.size)[blocks] = NOBODY
+
+    def read(self, flat: np.ndarray, threads: np.ndarray, lanes: np.ndarray | None,
+             site: Site) -> None:
+        """Records reads of elements ``flat`` by ``threads`` (of invocations ``lanes``, None:
+        all); raises ``SharedRace`` when another thread wrote one since the barrier."""
+        if self._written:
+            writer = self.writer[flat]
+            conflict = (writer != NOBODY) & (writer != threads)
+            if conflict.any():
+                self._race(flat, threads, lanes, conflict, writer, "read-after-write", site)
+        self._reads.append((flat, threads))
+        self._logged += flat.size
+        if self._logged > self._FOLD_AFTER * self.geo.invocations:
+            self._fold()
+
+    def _fold(self) -> None:
+        for flat, threads in self._reads:
+            np.minimum.at(self.first_reader, flat, threads)
+            np.maximum.at(self.last_reader, flat, threads)
+            self._read = True
+        self._reads.clear()
+        self._logged = 0
+
+    def write(self, flat: np.ndarray, threads: np.ndarray, lanes: np.ndarray | None,
+              site: Site) -> None:
+        """Records writes like ``read``; raises ``SharedRace`` when another thread read or wrote
+        an element since the barrier, or two lanes of this store write one element."""
+        self._fold()
+        writer = self.writer[flat] if self._written else None
+        self.writer[flat] = threads
+        self._written = True
+        # Where two lanes write one element, only one of their ids survived the scatter.
+        same_store = self.writer[flat] != threads
+        if same_store.any():
+            self._race(flat, threads, lanes, same_store, self.writer[flat], "write/write", site)
+        if writer is not None:
+            after_write = (writer != NOBODY) & (writer != threads)
+            if after_write.any():
+                self._race(flat, threads, lanes, after_write, writer, "write-after-write", site)
+        if self._read:
+            first, last = self.first_reader[flat], self.last_reader[flat]
+            after_read = (last != NOBODY) & ((first != threads) | (last != threads))
+            if after_read.any():
+                other = np.where(first != threads, first, last)
+                self._race(flat, threads, lanes, after_read, other, "write-after-read", site)
+
+    def _race(self, flat: np.ndarray, threads: np.ndarray, lanes: np.ndarray | None,
+              bad: np.ndarray, other: np.ndarray, kind: str, site: Site) -> None:
+        first = int(np.flatnonzero(bad)[0])
+        block, element = divmod(int(flat[first]), self.size)
+        me = self.geo.thread(int(threads[first]))
+        them = self.geo.thread(int(other[first]))
+        what = {
+            "read-after-write": f"thread {them} wrote it and thread {me} reads it",
+            "write-after-write": f"thread {them} wrote it and thread {me} writes it again",
+            "write-after-read": f"thread {them} read it and thread {me} writes it",
+            "write/write": f"threads {them} and {me} both write it in this store",
+        }[kind]
+        culprits = np.flatnonzero(bad)[:8]
+        where = culprits if lanes is None else lanes[culprits]
+        raise SharedRace(
+            f"{kind} race on shared array {self.name!r} element {element} in block "
+            f"{self.geo.block_of(block)} between two barriers: {what}",
+            site.path, site.line, self.geo.describe(where))
+
+
+_NO_READER = np.iinfo(np.int32).max

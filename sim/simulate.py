@@ -1,0 +1,37 @@
+"""``simulate``: the entry point of the simulator."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from sarek import ir
+from sim.execute import compile_kernel
+from sim.launch import bind, geometry
+
+
+def simulate(kernel: ir.Kernel, args: Sequence[object] | Mapping[str, object],
+             grid: object = (1, 1, 1), block: object = (1, 1, 1), *,
+             subgroup: int = 32) -> dict[str, np.ndarray]:
+    """Runs ``kernel`` on ``grid`` blocks of ``block`` invocations and returns the final
+    contents of every array parameter by name (1-D, the parameter's dtype).
+
+    ``args`` are the arguments in parameter order or by name: a NumPy array of exactly the
+    parameter's dtype for an array (any shape; a raveled copy is used, the input is never
+    modified), a Python or NumPy number for a scalar (converted to the parameter's type).
+    ``grid`` and ``block`` are 1 to 3 non-negative ints; a zero grid dimension is an empty
+    launch. ``subgroup`` is the number of lanes that ``subgroup_id`` and ``subgroup_lane``
+    divide a block into.
+
+    Raises ``sarek.IRError`` for an ill-formed kernel, ``LaunchError`` for bad arguments,
+    geometry or an undefined operation (division by zero, a shift by a bad amount),
+    ``OutOfBounds``, ``SharedRace`` and ``BarrierDivergence``; each names the statement, its
+    source line and up to eight offending invocations.
+    """
+    ir.ensure_valid(kernel)
+    arrays, scalars = bind(kernel, args)
+    geo = geometry(grid, block, subgroup)
+    if geo.invocations:
+        compile_kernel(kernel, geo, arrays, scalars)()
+    return arrays
