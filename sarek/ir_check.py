@@ -183,7 +183,9 @@ class _Checker:
             self._same(t, ElemType.BOOL, f"'{op}' result", path)
             return
         self._same(t, a, f"'{op}' result", path)
-        if op in ir.BITWISE:
+        if op is BinOp.REM and not a.is_int:
+            self.report(path, f"'rem' is defined on integers only, got {a}")
+        elif op in ir.BITWISE:
             if not (a.is_int or (a is ElemType.BOOL and op is not BinOp.SHL)):
                 self.report(path, f"'{op}' needs integer operands, got {a}")
         elif not a.is_arith:

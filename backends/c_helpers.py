@@ -1,0 +1,38 @@
+"""Helper functions C-like targets print before a kernel: the operations whose C spelling
+would be undefined or differently rounded (signed division edge cases, saturating float to
+integer conversion, integer absolute value)."""
+
+from __future__ import annotations
+
+from sarek.ir import ElemType
+
+SIGNED = (ElemType.I8, ElemType.I16, ElemType.I32, ElemType.I64)
+INTS = (ElemType.I8, ElemType.U8, ElemType.I16, ElemType.U16, ElemType.I32, ElemType.U32,
+        ElemType.I64, ElemType.U64)
+
+
+def helpers(fn: str, types: dict[ElemType, str], unsigned: dict[ElemType, ElemType]) -> str:
+    """C text of the helpers, each declared with the prefix ``fn`` (``__device__ inline``)."""
+    out = []
+    for t in SIGNED:
+        c, u = types[t], types[unsigned[t]]
+        out.append(f"{fn} {c} sk_div_{t.value}({c} a, {c} b) "
+                   f"{{ return b == -1 ? ({c})({u})(0u - ({u})a) : ({c})(a / b); }}")
+        out.append(f"{fn} {c} sk_rem_{t.value}({c} a, {c} b) "
+                   f"{{ return b == -1 ? ({c})0 : ({c})(a % b); }}")
+        out.append(f"{fn} {c} sk_abs_{t.value}({c} a) "
+                   f"{{ return a < 0 ? ({c})({u})(0u - ({u})a) : a; }}")
+    for f in (ElemType.F32, ElemType.F64):
+        ft = types[f]
+        for t in INTS:
+            c = types[t]
+            lo = -(1 << (t.bits - 1)) if t.is_signed else 0
+            hi = (1 << (t.bits - 1)) - 1 if t.is_signed else (1 << t.bits) - 1
+            # Truncate toward zero, saturate, NaN -> 0 (PTX cvt.rzi semantics).
+            lo_lit = f"({c})({types[unsigned.get(t, t)]}){lo}" if lo else f"({c})0"
+            suffix = "ULL" if t.bits == 64 else "u"
+            out.append(
+                f"{fn} {c} sk_cvt_{t.value}_{f.value}({ft} x) {{ return x != x ? ({c})0 : "
+                f"x <= ({ft}){lo}.0 ? {lo_lit} : x >= ({ft}){hi + 1}.0 ? ({c}){hi}{suffix} : "
+                f"({c})x; }}")
+    return "\n".join(out)

@@ -1,0 +1,283 @@
+"""The C-like printer shared by the CUDA, OpenCL and Metal backends.
+
+``render(kernel, dialect)`` is a pure function from IR to text; a ``Dialect`` holds the tables
+that differ between targets (type names, builtins, qualifiers, the rounding intrinsics that
+keep the IR's no-contraction promise) and hooks for the statements only one target has. The
+printed code keeps the IR's semantics exactly: integer arithmetic wraps (it is done on
+unsigned types, since signed overflow is undefined in C), f32/f64 operations round once each
+and are never contracted, f16/bf16 are 16-bit storage converted with round to nearest even.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sarek import ir
+from sarek.ir import BinOp, ElemType, MathFn, UnOp
+
+StmtHook = Callable[["Printer", ir.Stmt], list[str] | None]
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """What one C-like target calls things."""
+
+    name: str
+    types: dict[ElemType, str]
+    builtins: dict[ir.Builtin, str]
+    kernel_prefix: str  # e.g. 'extern "C" __global__ void'
+    global_pointer: str  # format with {t} and {const}, e.g. "{const}{t}* __restrict__"
+    shared_decl: str  # format with {t}, {name}, {size}, {align}
+    barrier: str
+    prelude: str = ""  # helper functions printed before the kernel
+    # Float operations: op -> format string with {a} and {b} (f32 and f64 tables).
+    f32_ops: dict[BinOp, str] = field(default_factory=dict)
+    f64_ops: dict[BinOp, str] = field(default_factory=dict)
+    math: dict[tuple[MathFn, ElemType], str] = field(default_factory=dict)
+    # Conversions the dialect names itself: (from, to) -> format with {x}.
+    casts: dict[tuple[ElemType, ElemType], str] = field(default_factory=dict)
+    stmt_hook: StmtHook | None = None
+
+
+_C_OPS = {
+    BinOp.ADD: "+", BinOp.SUB: "-", BinOp.MUL: "*", BinOp.DIV: "/", BinOp.REM: "%",
+    BinOp.AND: "&", BinOp.OR: "|", BinOp.XOR: "^", BinOp.SHL: "<<", BinOp.SHR: ">>",
+    BinOp.LT: "<", BinOp.LE: "<=", BinOp.GT: ">", BinOp.GE: ">=", BinOp.EQ: "==",
+    BinOp.NE: "!=", BinOp.LAND: "&&", BinOp.LOR: "||",
+}
+_UNSIGNED = {ElemType.I8: ElemType.U8, ElemType.I16: ElemType.U16, ElemType.I32: ElemType.U32,
+             ElemType.I64: ElemType.U64}
+
+
+def _float_literal(value: float, t: ElemType) -> str:
+    if value != value:
+        return "(0.0f/0.0f)" if t is ElemType.F32 else "(0.0/0.0)"
+    if value in (float("inf"), float("-inf")):
+        sign = "-" if value < 0 else ""
+        return f"({sign}1.0f/0.0f)" if t is ElemType.F32 else f"({sign}1.0/0.0)"
+    text = float(value).hex()
+    return f"{text}f" if t is ElemType.F32 else text
+
+
+class Printer:
+    """Renders one kernel in one dialect; ``lines`` accumulates the output."""
+
+    def __init__(self, kernel: ir.Kernel, dialect: Dialect) -> None:
+        self.kernel = kernel
+        self.d = dialect
+        self.lines: list[str] = []
+        self.depth = 1
+        self.arrays: dict[str, ir.ArrayDecl | ir.ArrayParam] = {
+            p.name: p for p in kernel.params if isinstance(p, ir.ArrayParam)}
+        self.views: dict[str, ir.TensorView] = {}
+        self.fresh = 0
+
+    # ------------------------------------------------------------------ helpers
+
+    def t(self, e: ElemType) -> str:
+        return self.d.types[e]
+
+    def emit(self, text: str) -> None:
+        self.lines.append("    " * self.depth + text)
+
+    def temp(self, stem: str) -> str:
+        self.fresh += 1
+        return f"sk_{stem}{self.fresh}"
+
+    # ------------------------------------------------------------------ expressions
+
+    def expr(self, e: ir.Expr) -> str:
+        match e:
+            case ir.Const(value=v, type=t):
+                return self.const(v, t)
+            case ir.Var(name=name):
+                return name
+            case ir.BuiltinValue(which=w):
+                return self.d.builtins[w]
+            case ir.Unary(op=op, x=x, type=t):
+                return self.unary(op, self.expr(x), t)
+            case ir.Binary(op=op, a=a, b=b, type=t):
+                return self.binary(op, a, b, t)
+            case ir.Cast(x=x, type=t):
+                return self.cast(self.expr(x), x.type, t)
+            case ir.Load(array=name, index=i):
+                return f"{name}[{self.expr(i)}]"
+            case ir.Select(cond=c, a=a, b=b):
+                return f"({self.expr(c)} ? {self.expr(a)} : {self.expr(b)})"
+            case ir.Call(fn=fn, args=args, type=t):
+                return self.call(fn, [self.expr(a) for a in args], t)
+        raise AssertionError(f"unhandled expression {e!r}")
+
+    def const(self, v: bool | int | float, t: ElemType) -> str:
+        if t is ElemType.BOOL:
+            return "true" if v else "false"
+        if t.is_float:
+            lit = _float_literal(float(v), ElemType.F32 if t.is_storage_only else t)
+            return self.cast(lit, ElemType.F32, t) if t.is_storage_only else lit
+        if t is ElemType.I64 or t is ElemType.U64:
+            return f"(({self.t(t)}){int(v)}{'ULL' if t is ElemType.U64 else 'LL'})"
+        if t is ElemType.I32:
+            return "((int)0x80000000u)" if v == -(2**31) else str(v) if v >= 0 else f"({v})"
+        if t is ElemType.U32:
+            return f"{int(v)}u"
+        return f"(({self.t(t)}){int(v)}{'u' if not t.is_signed else ''})"
+
+    def unary(self, op: UnOp, x: str, t: ElemType) -> str:
+        match op:
+            case UnOp.NOT:
+                return f"(!{x})"
+            case UnOp.BITNOT:
+                return f"(({self.t(t)})(~{x}))"
+            case UnOp.NEG if t.is_signed:
+                return self.wrapped(t, f"(0u - ({self.t(_UNSIGNED[t])}){x})")
+            case UnOp.NEG:
+                return f"(({self.t(t)})(-{x}))"
+        raise AssertionError(op)
+
+    def wrapped(self, t: ElemType, unsigned_expr: str) -> str:
+        """A signed result computed in the unsigned type of the same width (wrapping)."""
+        return f"(({self.t(t)}){unsigned_expr})"
+
+    def binary(self, op: BinOp, a: ir.Expr, b: ir.Expr, t: ElemType) -> str:
+        x, y = self.expr(a), self.expr(b)
+        operand = a.type
+        if operand in (ElemType.F32, ElemType.F64) and op in self.ops_for(operand):
+            return self.ops_for(operand)[op].format(a=x, b=y)
+        if operand.is_signed and op in (BinOp.ADD, BinOp.SUB, BinOp.MUL, BinOp.SHL):
+            u = self.t(_UNSIGNED[operand])
+            return self.wrapped(t, f"(({u}){x} {_C_OPS[op]} ({u}){y})")
+        if operand.is_signed and op in (BinOp.DIV, BinOp.REM) and not (
+                isinstance(b, ir.Const) and int(b.value) not in (0, -1)):
+            # Only a divisor of -1 needs care (INT_MIN / -1 wraps); constants are safe in C.
+            return f"sk_{op.value}_{operand.value}({x}, {y})"
+        text = f"({x} {_C_OPS[op]} {y})"
+        if op in ir.COMPARISONS or op in ir.LOGICAL or operand.bits >= 32:
+            return text
+        return f"(({self.t(t)}){text})"  # C promotes narrow operands to int: narrow back
+
+    def ops_for(self, t: ElemType) -> dict[BinOp, str]:
+        return self.d.f32_ops if t is ElemType.F32 else self.d.f64_ops
+
+    def cast(self, x: str, src: ElemType, dst: ElemType) -> str:
+        if src == dst:
+            return x
+        if (src, dst) in self.d.casts:
+            return self.d.casts[(src, dst)].format(x=x)
+        if src.is_storage_only:
+            return self.cast(self.cast(x, src, ElemType.F32), ElemType.F32, dst)
+        if dst.is_storage_only:
+            wide = self.cast(x, src, ElemType.F32) if src is not ElemType.F64 else x
+            key = (ElemType.F32 if src is not ElemType.F64 else ElemType.F64, dst)
+            return self.d.casts[key].format(x=wide)
+        if src.is_float and dst.is_int:
+            return f"sk_cvt_{dst.value}_{src.value}({x})"
+        if dst is ElemType.BOOL:
+            return f"({x} != 0)"
+        return f"(({self.t(dst)}){x})"
+
+    def call(self, fn: MathFn, args: list[str], t: ElemType) -> str:
+        if (fn, t) in self.d.math:
+            return self.d.math[(fn, t)].format(*args)
+        if t.is_int and fn in (MathFn.MIN, MathFn.MAX):
+            cmp = "<" if fn is MathFn.MIN else ">"
+            a, b = args
+            return f"(({a}) {cmp} ({b}) ? ({a}) : ({b}))"
+        if t.is_int and fn is MathFn.ABS:
+            return self.cast(f"sk_abs_{t.value}({args[0]})", t, t)
+        raise AssertionError(f"no rendering of {fn} on {t} in {self.d.name}")
+
+    # ------------------------------------------------------------------ statements
+
+    def block(self, stmts: tuple[ir.Stmt, ...]) -> None:
+        for s in stmts:
+            self.stmt(s)
+
+    def nested(self, header: str, body: tuple[ir.Stmt, ...]) -> None:
+        self.emit(header + " {")
+        self.depth += 1
+        self.block(body)
+        self.depth -= 1
+        self.emit("}")
+
+    def stmt(self, s: ir.Stmt) -> None:
+        if self.d.stmt_hook is not None:
+            hooked = self.d.stmt_hook(self, s)
+            if hooked is not None:
+                for line in hooked:
+                    self.emit(line)
+                return
+        match s:
+            case ir.Let(name=name, type=t, value=v):
+                self.emit(f"{self.t(t)} {name} = {self.expr(v)};")
+            case ir.Assign(name=name, value=v):
+                self.emit(f"{name} = {self.expr(v)};")
+            case ir.Store(array=name, index=i, value=v):
+                self.emit(f"{name}[{self.expr(i)}] = {self.expr(v)};")
+            case ir.For(var=var, start=a, stop=b, step=c, body=body):
+                self.for_loop(var, a, b, c, body)
+            case ir.While(cond=c, body=body):
+                self.nested(f"while ({self.expr(c)})", body)
+            case ir.If(cond=c, then=then, orelse=orelse):
+                self.nested(f"if ({self.expr(c)})", then)
+                if orelse:
+                    self.lines[-1] += " else {"
+                    self.depth += 1
+                    self.block(orelse)
+                    self.depth -= 1
+                    self.emit("}")
+            case ir.Barrier():
+                self.emit(self.d.barrier)
+            case ir.Return():
+                self.emit("return;")
+            case ir.ArrayDecl(name=name, elem=t, size=size, space=space, align=align):
+                self.arrays[name] = s
+                if space is ir.MemSpace.SHARED:
+                    self.emit(self.d.shared_decl.format(t=self.t(t), name=name, size=size,
+                                                        align=align))
+                else:
+                    self.emit(f"{self.t(t)} {name}[{size}];")
+            case ir.TensorView(name=name):
+                self.views[name] = s
+                self.emit(f"/* {name}: a view of {s.storage} as {s.elem.value} "
+                          f"{s.layout!r}, offset {s.offset} */")
+            case _:
+                raise AssertionError(f"{self.d.name} cannot print {type(s).__name__} "
+                                     "(lower it for this target first)")
+
+    def for_loop(self, var: str, a: ir.Expr, b: ir.Expr, c: ir.Expr,
+                 body: tuple[ir.Stmt, ...]) -> None:
+        if isinstance(c, ir.Const):
+            cmp = "<" if int(c.value) > 0 else ">"
+            step = self.expr(c)
+            self.nested(f"for (int {var} = {self.expr(a)}; {var} {cmp} {self.expr(b)}; "
+                        f"{var} += {step})", body)
+            return
+        # A step known only at run time: bounds evaluated once, direction by its sign.
+        stop, step = self.temp("stop"), self.temp("step")
+        self.emit(f"const int {stop} = {self.expr(b)}, {step} = {self.expr(c)};")
+        self.nested(f"for (int {var} = {self.expr(a)}; {step} > 0 ? {var} < {stop} : "
+                    f"{var} > {stop}; {var} += {step})", body)
+
+    # ------------------------------------------------------------------ the kernel
+
+    def params(self) -> str:
+        out = []
+        for p in self.kernel.params:
+            match p:
+                case ir.ArrayParam(name=name, elem=e, readonly=ro):
+                    ptr = self.d.global_pointer.format(t=self.t(e), const="const " if ro else "")
+                    out.append(f"{ptr} {name}")
+                case ir.ScalarParam(name=name, elem=e):
+                    out.append(f"{self.t(e)} {name}")
+        return ", ".join(out)
+
+    def render(self) -> str:
+        self.block(self.kernel.body)
+        head = f"{self.d.kernel_prefix} {self.kernel.name}({self.params()})"
+        return "\n".join([self.d.prelude.rstrip(), "", head + " {", *self.lines, "}", ""])
+
+
+def render(kernel: ir.Kernel, dialect: Dialect) -> str:
+    """The kernel as source text in ``dialect``."""
+    return Printer(kernel, dialect).render()

@@ -1,0 +1,53 @@
+"""Compile CUDA C++ to a cubin with NVRTC (``cuda-bindings`` and ``nvidia-cuda-nvrtc``)."""
+
+from __future__ import annotations
+
+from sarek.errors import SarekError
+
+
+class NvrtcError(SarekError):
+    """NVRTC refused the program; ``log`` holds its compile log."""
+
+    def __init__(self, reason: str, log: str = "") -> None:
+        super().__init__(reason + (f"\n{log}" if log else ""))
+        self.log = log
+
+
+def nvrtc_available() -> str | None:
+    """None when NVRTC can be loaded, else the reason it cannot."""
+    try:
+        from cuda.bindings import nvrtc
+
+        err, *_ = nvrtc.nvrtcVersion()
+    except Exception as e:  # noqa: BLE001 - any load failure is a reason to report
+        return f"NVRTC cannot be loaded ({type(e).__name__}: {e})"
+    return None if int(err) == 0 else f"NVRTC reports {err}"
+
+
+def compile_cubin(source: str, arch: str = "sm_80", name: str = "kernel.cu",
+                  options: tuple[str, ...] = ()) -> bytes:
+    """The cubin NVRTC builds from ``source`` for ``arch``; ``NvrtcError`` with the log when
+    it does not compile."""
+    from cuda.bindings import nvrtc
+
+    def ok(result: tuple[object, ...], what: str) -> tuple[object, ...]:
+        if int(result[0]) != 0:  # type: ignore[call-overload]
+            raise NvrtcError(f"NVRTC {what} failed: {result[0]}")
+        return result[1:]
+
+    (prog,) = ok(nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []), "create")
+    try:
+        opts = [f"--gpu-architecture={arch}".encode(), *(o.encode() for o in options)]
+        (status,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        if int(status) != 0:
+            (size,) = ok(nvrtc.nvrtcGetProgramLogSize(prog), "log size")
+            log = b" " * int(size)  # type: ignore[call-overload]
+            ok(nvrtc.nvrtcGetProgramLog(prog, log), "log")
+            raise NvrtcError(f"{name} does not compile for {arch}",
+                             log.decode(errors="replace").rstrip("\x00 "))
+        (size,) = ok(nvrtc.nvrtcGetCUBINSize(prog), "cubin size")
+        cubin = b" " * int(size)  # type: ignore[call-overload]
+        ok(nvrtc.nvrtcGetCUBIN(prog, cubin), "cubin")
+        return cubin
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
