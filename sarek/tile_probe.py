@@ -1,0 +1,91 @@
+"""One-warp probe kernels for a tile pattern: they expose what ``ldmatrix``/``stmatrix`` moved,
+so that the simulator and a device can be compared bit for bit (the conformance check of
+``specs/tile-patterns.md``)."""
+
+from __future__ import annotations
+
+from sarek import ir, tile
+from sarek.ir import BinOp, Builtin, ElemType, MemSpace
+from sarek.layout import TileLayout
+
+SENTINEL = 4294966519  # the bit pattern of int32(-777): register slots no pattern writes
+
+U32, I32 = ElemType.U32, ElemType.I32
+
+
+def _i(v: int) -> ir.Const:
+    return ir.Const(value=v, type=I32)
+
+
+def _var(name: str) -> ir.Var:
+    return ir.Var(name=name, type=I32)
+
+
+def _bin(op: BinOp, a: ir.Expr, b: ir.Expr) -> ir.Binary:
+    return ir.Binary(op=op, a=a, b=b, type=I32)
+
+
+def _load(array: str, index: ir.Expr) -> ir.Load:
+    return ir.Load(array=array, index=index, type=U32)
+
+
+def _copy(dst: str, src: str, words: int, step: ir.Expr | None = None,
+          dst_base: ir.Expr | None = None, src_base: ir.Expr | None = None) -> ir.For:
+    """``for i in range(lane, words, 32): dst[i] = src[i]`` (cooperative), or with a base and a
+    step of 1 per invocation when ``step`` is 1."""
+    i = _var("i")
+    d = i if dst_base is None else _bin(BinOp.ADD, dst_base, i)
+    s = i if src_base is None else _bin(BinOp.ADD, src_base, i)
+    start = _var("lane") if step is None else _i(0)
+    return ir.For(var="i", start=start, stop=_i(words), step=step or _i(32),
+                  body=(ir.Store(array=dst, index=d, value=_load(src, s)),))
+
+
+def probe_kernel(opcode: str, shared: TileLayout, shared_words: int, registers: TileLayout,
+                 register_words: int) -> ir.Kernel:
+    """A kernel for one warp (block 32) that runs ``opcode`` between a shared tensor
+    ``shared`` over ``shared_words`` words and a register tensor ``registers`` over
+    ``register_words`` words per lane.
+
+    ldmatrix: parameters ``(src, out)``: shared memory is filled from ``src``, registers start
+    at ``SENTINEL``, and ``out[lane * register_words + slot]`` receives every lane's registers.
+    stmatrix: parameters ``(regs, init, out)``: registers come from ``regs`` (same layout as
+    ``out`` above), shared memory starts as ``init`` and ends in ``out``.
+    """
+    op = tile.parse_op(opcode)
+    lane_base = _bin(BinOp.MUL, _var("lane"), _i(register_words))
+    body: list[ir.Stmt] = [
+        ir.Let(name="lane", type=I32, value=ir.BuiltinValue(which=Builtin.THREAD_IDX_X)),
+        ir.ArrayDecl(name="sm", elem=U32, size=shared_words, space=MemSpace.SHARED, align=16),
+        ir.ArrayDecl(name="raw", elem=U32, size=register_words, space=MemSpace.LOCAL),
+        ir.TensorView(name="rows", storage="sm", elem=U32, layout=shared),
+        ir.TensorView(name="regs", storage="raw", elem=U32, layout=registers),
+    ]
+    if op.kind == "ldmatrix":
+        params: tuple[ir.Param, ...] = (ir.ArrayParam(name="src", elem=U32, readonly=True),
+                                        ir.ArrayParam(name="out", elem=U32))
+        body += [
+            _copy("sm", "src", shared_words),
+            ir.Barrier(),
+            ir.For(var="i", start=_i(0), stop=_i(register_words), step=_i(1), body=(
+                ir.Store(array="raw", index=_var("i"),
+                         value=ir.Const(value=SENTINEL, type=U32)),)),
+            ir.TileApply(op=opcode, dst="regs", src="rows"),
+            _copy("out", "raw", register_words, step=_i(1), dst_base=lane_base),
+        ]
+    else:
+        params = (ir.ArrayParam(name="regs_in", elem=U32, readonly=True),
+                  ir.ArrayParam(name="init", elem=U32, readonly=True),
+                  ir.ArrayParam(name="out", elem=U32))
+        body += [
+            _copy("sm", "init", shared_words),
+            _copy("raw", "regs_in", register_words, step=_i(1), src_base=lane_base),
+            ir.Barrier(),
+            ir.TileApply(op=opcode, dst="rows", src="regs"),
+            ir.Barrier(),
+            _copy("out", "sm", shared_words),
+        ]
+    name = f"probe_{op.kind}_x{op.count}{'_trans' if op.trans else ''}"
+    kernel = ir.Kernel(name=name, params=params, body=tuple(body))
+    ir.ensure_valid(kernel)
+    return kernel
