@@ -107,7 +107,8 @@ class SharedArray:
         # Where two lanes write one element, only one of their ids survived the scatter.
         same_store = self.writer[flat] != threads
         if same_store.any():
-            self._race(flat, threads, lanes, same_store, self.writer[flat], "write/write", site)
+            self._race(flat, threads, lanes, same_store, self.writer[flat], "write/write", site,
+                       involved=np.isin(flat, flat[same_store]))  # the surviving writers too
         if writer is not None:
             after_write = (writer != NOBODY) & (writer != threads)
             if after_write.any():
@@ -120,7 +121,8 @@ class SharedArray:
                 self._race(flat, threads, lanes, after_read, other, "write-after-read", site)
 
     def _race(self, flat: np.ndarray, threads: np.ndarray, lanes: np.ndarray | None,
-              bad: np.ndarray, other: np.ndarray, kind: str, site: Site) -> None:
+              bad: np.ndarray, other: np.ndarray, kind: str, site: Site,
+              involved: np.ndarray | None = None) -> None:
         first = int(np.flatnonzero(bad)[0])
         block, element = divmod(int(flat[first]), self.size)
         me = self.geo.thread(int(threads[first]))
@@ -131,7 +133,7 @@ class SharedArray:
             "write-after-read": f"thread {them} read it and thread {me} writes it",
             "write/write": f"threads {them} and {me} both write it in this store",
         }[kind]
-        culprits = np.flatnonzero(bad)[:8]
+        culprits = np.flatnonzero(bad if involved is None else involved)[:8]
         where = culprits if lanes is None else lanes[culprits]
         raise SharedRace(
             f"{kind} race on shared array {self.name!r} element {element} in block "
