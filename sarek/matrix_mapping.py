@@ -1,0 +1,464 @@
+"""The region of output a launch of a recognized kernel covers, and what it writes there.
+
+``region(gemm, grid, block, args)`` evaluates the kernel's bounds with the launch's scalar
+arguments and combines them with the launch geometry into ``Region(me, ne, ze, d, t)``
+(``specs/matrix-pattern-rewrite.md``, "The region"). ``evaluate(gemm, region, args)`` computes,
+with NumPy and independently of the simulator, the output array the description promises: the
+covered outputs written with the initial value, the products in k order and the epilogue,
+everything else unchanged. ``covered(gemm, region, args)`` gives the covered element indices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from sarek import ir
+from sarek.dsl import numpy_dtype
+from sarek.errors import SarekError
+from sarek.ir import BinOp, ElemType, MathFn, UnOp
+from sarek.launch import Dim3
+from sarek.matrix_pattern import (
+    ACC, BATCH, COL, ROW, Access, Gemm, GlobalIndex, Mapping1D, Mapping2D,
+)
+
+_I32_MAX = 2**31 - 1
+
+
+class RegionError(SarekError):
+    """The launch or its arguments do not fit the recognized kernel; ``reason`` says how."""
+
+
+@dataclass(frozen=True)
+class Region:
+    """What one launch covers: ``me`` rows, ``ne`` columns, ``ze`` batches of output, the
+    reduction depth ``d`` and the linear cover bound ``t`` (outputs in the mapping's linear
+    order; ``t == me * ne * ze`` unless a 1-D launch stops part-way through the output).
+    An output (row, col, batch) is covered when ``row < me``, ``col < ne``, ``batch < ze`` and
+    its linear index is below ``t``."""
+
+    me: int
+    ne: int
+    ze: int
+    d: int
+    t: int
+
+    @property
+    def args(self) -> tuple[int, int, int, int, int]:
+        """The five values in the order a rewritten kernel takes them."""
+        return self.me, self.ne, self.ze, self.d, self.t
+
+    @property
+    def outputs(self) -> int:
+        """How many outputs are covered."""
+        return min(self.t, self.me * self.ne * self.ze)
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+def _launch_dim(v: object, what: str) -> Dim3:
+    t = (v,) if isinstance(v, int | np.integer) else tuple(v) if isinstance(
+        v, Sequence) else None
+    if t is None or not 1 <= len(t) <= 3 or not all(
+            isinstance(x, int | np.integer) and not isinstance(x, bool) for x in t):
+        raise RegionError(f"the {what} must be 1 to 3 integers, got {v!r}")
+    if any(x < 0 for x in t):
+        raise RegionError(f"the {what} {tuple(int(x) for x in t)} has a negative dimension")
+    x, y, z = (*(int(a) for a in t), 1, 1)[:3]
+    return x, y, z
+
+
+def _bind(gemm: Gemm, args: Sequence[object] | Mapping[str, object]) -> dict[str, Any]:
+    """Arguments by name; arrays may be left out of a mapping (the region needs scalars)."""
+    params = gemm.params
+    if isinstance(args, Mapping):
+        unknown = sorted(set(args) - {p.name for p in params})
+        if unknown:
+            raise RegionError(f"kernel {gemm.kernel!r} has no parameter {unknown[0]!r}")
+        named = dict(args)
+    elif isinstance(args, Sequence) and not isinstance(args, str | bytes):
+        if len(args) != len(params):
+            raise RegionError(f"kernel {gemm.kernel!r} takes {len(params)} arguments "
+                              f"({', '.join(p.name for p in params)}), got {len(args)}")
+        named = {p.name: a for p, a in zip(params, args, strict=True)}
+    else:
+        raise RegionError("the arguments must be a list in parameter order or a dict by name")
+    out: dict[str, Any] = {}
+    for p in params:
+        if p.name not in named:
+            if isinstance(p, ir.ScalarParam):
+                raise RegionError(f"the scalar argument {p.name!r} is missing")
+            continue
+        v = named[p.name]
+        if isinstance(p, ir.ScalarParam):
+            out[p.name] = _scalar(p, v)
+        else:
+            out[p.name] = v
+    return out
+
+
+def _scalar(p: ir.ScalarParam, v: object) -> Any:
+    dt = numpy_dtype(p.elem)
+    if isinstance(v, np.ndarray) and v.ndim == 0:
+        v = v.item()
+    if p.elem.is_int:
+        if isinstance(v, bool) or not isinstance(v, int | np.integer):
+            raise RegionError(f"the argument {p.name!r} ({p.elem}) must be an integer, "
+                              f"got {v!r}")
+        info = np.iinfo(dt)
+        if not info.min <= int(v) <= info.max:
+            raise RegionError(f"the argument {p.name!r} = {v} does not fit {p.elem}")
+        return dt.type(int(v))
+    if not isinstance(v, int | float | np.integer | np.floating | bool | np.bool_):
+        raise RegionError(f"the argument {p.name!r} ({p.elem}) must be a number, got {v!r}")
+    return dt.type(v)
+
+
+# --------------------------------------------------------------------------- the region
+
+
+def _reached(ix: GlobalIndex, grid: Dim3, block: Dim3) -> int:
+    """How many distinct values the global index takes over the launch; refuses launches in
+    which two invocations would compute the same output."""
+    a = "xyz".index(ix.axis)
+    g, b = grid[a], block[a]
+    if ix.uses_block and ix.uses_thread:
+        if ix.tile is not None and ix.tile != b and g * b > 0:
+            raise RegionError(f"the kernel computes its {ix.axis} index as block_idx.{ix.axis} "
+                              f"* {ix.tile} + thread_idx.{ix.axis}, which assumes blocks of "
+                              f"{ix.tile} along {ix.axis}; this launch has {b}")
+        return g * b
+    if ix.uses_block:
+        if b > 1 and g > 0:
+            raise RegionError(f"the kernel's {ix.axis} index is block_idx.{ix.axis} alone, so "
+                              f"the {b} invocations along {ix.axis} of a block would compute "
+                              f"the same outputs; launch with block {ix.axis} = 1")
+        return g
+    if g > 1 and b > 0:
+        raise RegionError(f"the kernel's {ix.axis} index is thread_idx.{ix.axis} alone, so the "
+                          f"{g} blocks along {ix.axis} would compute the same outputs; launch "
+                          f"with grid {ix.axis} = 1")
+    return b
+
+
+def _used_axes(gemm: Gemm) -> list[GlobalIndex]:
+    match gemm.mapping:
+        case Mapping2D(row=r, col=c, batch=z):
+            out = [r, c]
+        case Mapping1D(linear=lin, batch=z):
+            out = [lin]
+    return out + ([z] if z is not None else [])
+
+
+def region(gemm: Gemm, grid: object, block: object,
+           args: Sequence[object] | Mapping[str, object]) -> Region:
+    """The region one launch of the original kernel covers.
+
+    ``grid`` and ``block`` are ``(x, y, z)`` (1 to 3 integers, zeros allowed); ``args`` the
+    kernel's arguments in parameter order, or by name (arrays may then be left out). Raises
+    ``RegionError`` with the reason for missing or ill-typed arguments, a launch the kernel's
+    indices do not fit (a staged kernel launched with other blocks, an index that would give
+    two invocations one output), a zero divisor, or extents beyond i32.
+    """
+    g, b = _launch_dim(grid, "grid"), _launch_dim(block, "block")
+    bound = _bind(gemm, args)
+    if gemm.staging is not None and b != gemm.staging.block and np.prod(g) * np.prod(b) > 0:
+        raise RegionError(f"the kernel stages its operands for blocks of {gemm.staging.block}; "
+                          f"this launch has blocks of {b}")
+    used = {ix.axis for ix in _used_axes(gemm)}
+    for i, a in enumerate("xyz"):
+        if a not in used and (g[i] > 1 or b[i] > 1) and np.prod(g) * np.prod(b) > 0:
+            raise RegionError(f"the kernel does not use the {a} coordinate, so the launch's "
+                              f"{g[i] * b[i]} invocations along {a} would compute the same "
+                              f"outputs; launch with grid and block {a} = 1")
+    ev = _Evaluator(gemm, bound, {})
+
+    def value(e: ir.Expr | None) -> int | None:
+        return None if e is None else int(ev.scalar(e))
+
+    def clip(reached: int, limit: int | None) -> int:
+        return max(0, reached if limit is None else min(reached, limit))
+
+    m, n, nb = value(gemm.m), value(gemm.n), value(gemm.batches)
+    z = gemm.mapping.batch
+    ze = clip(_reached(z, g, b), nb) if z is not None else 1
+    d = max(0, int(ev.scalar(gemm.k_stop)) - int(ev.scalar(gemm.k_start)))
+    match gemm.mapping:
+        case Mapping2D(row=r, col=c):
+            me, ne = clip(_reached(r, g, b), m), clip(_reached(c, g, b), n)
+            t = me * ne * ze
+        case Mapping1D(linear=lin, divisor=div, order=order):
+            dv = int(ev.scalar(div))
+            if dv <= 0:
+                raise RegionError(f"the 1-D mapping divides the linear index by {dv}; the "
+                                  "divisor must be positive")
+            total = clip(_reached(lin, g, b), value(gemm.linear_bound))
+            full, part = divmod(total, dv)
+            if order == "row-major":
+                ne = clip(dv, n)
+                me = clip(-(-total // dv), m)
+                t = min(me * ne, full * ne + min(part, ne))
+            else:
+                me = clip(dv, m)
+                ne = clip(-(-total // dv), n)
+                t = min(me * ne, full * me + min(part, me))
+            if t < me * ne and ze > 1:
+                raise RegionError("the 1-D launch covers only part of each batch, which one "
+                                  "linear bound over all batches cannot describe")
+            t *= ze
+    reg = Region(me, ne, ze, d, t)
+    if max(reg.args) > _I32_MAX or me * ne * ze > _I32_MAX:
+        raise RegionError(f"the region {reg.args} does not fit the i32 region parameters")
+    _check_distinct(gemm.c, reg, ev)
+    return reg
+
+
+def _check_distinct(c: Access, reg: Region, ev: _Evaluator) -> None:
+    """Refuses a store address that maps two covered outputs to one element."""
+    dims = [(abs(int(ev.scalar(s))), e) for s, e in
+            ((c.row_stride, reg.me), (c.col_stride, reg.ne), (c.batch_stride, reg.ze)) if e > 1]
+    span = 0
+    for stride, extent in sorted(dims):
+        if stride <= span:
+            raise RegionError(f"the store to {c.array} writes two covered outputs to one "
+                              "element (its strides overlap over this region)")
+        span += stride * (extent - 1)
+
+
+# --------------------------------------------------------------------------- the outputs
+
+
+def _coordinates(gemm: Gemm, reg: Region) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row, column and batch of every covered output (int64), in the mapping's linear order."""
+    z, r, c = np.meshgrid(np.arange(reg.ze), np.arange(reg.me), np.arange(reg.ne),
+                          indexing="ij")
+    z, r, c = z.ravel(), r.ravel(), c.ravel()
+    col_major = isinstance(gemm.mapping, Mapping1D) and gemm.mapping.order == "col-major"
+    lin = z * reg.me * reg.ne + (c * reg.me + r if col_major else r * reg.ne + c)
+    keep = lin < reg.t
+    order = np.argsort(lin[keep], kind="stable")
+    return r[keep][order], c[keep][order], z[keep][order]
+
+
+def covered(gemm: Gemm, reg: Region, args: Sequence[object] | Mapping[str, object]
+            ) -> np.ndarray:
+    """The element indices of C that the launch writes (int64, one per covered output)."""
+    bound = _bind(gemm, args)
+    r, c, z = _coordinates(gemm, reg)
+    ev = _Evaluator(gemm, bound, {ROW: r, COL: c, BATCH: z})
+    return ev.address(gemm.c, r, c, z, 0)
+
+
+def evaluate(gemm: Gemm, reg: Region, args: Sequence[object] | Mapping[str, object]
+             ) -> np.ndarray:
+    """C after the launch, computed from the description: a copy of C's argument with every
+    covered output replaced by ``epilogue(init + products in k order)``, each operation in the
+    kernel's own types (wrapping integers, binary32 rounding, one rounding for ``fma``)."""
+    bound = _bind(gemm, args)
+    for name in {gemm.a.array, gemm.b.array, gemm.c.array}:
+        if not isinstance(bound.get(name), np.ndarray):
+            raise RegionError(f"evaluating the description needs the array {name!r}")
+    r, c, z = _coordinates(gemm, reg)
+    ev = _Evaluator(gemm, bound, {ROW: r, COL: c, BATCH: z})
+    acc_dt = numpy_dtype(gemm.acc_type)
+    acc = np.broadcast_to(ev.eval(gemm.init), r.shape).astype(acc_dt)
+    start = int(ev.scalar(gemm.k_start))
+    with np.errstate(all="ignore"):
+        for p in range(start, start + reg.d):
+            a = ev.gather(gemm.a, r, c, z, p).astype(acc_dt)
+            b = ev.gather(gemm.b, r, c, z, p).astype(acc_dt)
+            acc = _fma(a, b, acc) if gemm.fused else (acc + a * b).astype(acc_dt)
+    ev.values[ACC] = acc
+    out = np.array(bound[gemm.c.array], copy=True).ravel()
+    stored = np.broadcast_to(ev.eval(gemm.epilogue), r.shape)
+    out[ev.address(gemm.c, r, c, z, 0)] = stored
+    return out
+
+
+def _fma(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``a * b + c`` rounded once. For f32: the product is exact in f64; the sum is formed in
+    f64 with its error (TwoSum) and rounded to odd, which then rounds to f32 correctly."""
+    if a.dtype != np.float32:
+        raise RegionError(f"fma on {a.dtype} cannot be evaluated exactly with NumPy")
+    x, y, w = a.astype(np.float64), b.astype(np.float64), c.astype(np.float64)
+    prod = x * y
+    s = prod + w
+    bb = s - prod
+    err = (prod - (s - bb)) + (w - bb)
+    bits = s.view(np.int64)
+    inexact_even = (err != 0) & ((bits & 1) == 0) & np.isfinite(s)
+    toward = np.where(err > 0, np.inf, -np.inf)
+    s = np.where(inexact_even, np.nextafter(s, toward), s)
+    return s.astype(np.float32)
+
+
+class _Evaluator:
+    """Evaluates IR expressions over NumPy arrays of outputs, with the IR's semantics."""
+
+    def __init__(self, gemm: Gemm, args: dict[str, Any], values: dict[str, np.ndarray]) -> None:
+        self.gemm = gemm
+        self.args = args
+        self.values: dict[str, Any] = dict(values)
+
+    def scalar(self, e: ir.Expr) -> Any:
+        return np.asarray(self.eval(e)).reshape(-1)[0]
+
+    def address(self, acc: Access, r: Any, c: Any, z: Any, p: int) -> np.ndarray:
+        parts = [(acc.row_stride, r), (acc.col_stride, c), (acc.batch_stride, z),
+                 (acc.red_stride, p)]
+        out = np.asarray(self.eval(acc.offset), dtype=np.int64)
+        for stride, coord in parts:
+            out = out + np.asarray(self.eval(stride), dtype=np.int64) * np.asarray(coord)
+        # The kernel computes addresses in wrapping i32; so does the description.
+        return ((out + 2**31) % 2**32 - 2**31).astype(np.int64)
+
+    def gather(self, acc: Access, r: Any, c: Any, z: Any, p: int) -> np.ndarray:
+        arr = np.asarray(self.args[acc.array]).ravel()
+        idx = np.broadcast_to(self.address(acc, r, c, z, p), np.shape(r))
+        if idx.size and (idx.min() < 0 or idx.max() >= arr.size):
+            bad = int(idx[(idx < 0) | (idx >= arr.size)][0])
+            raise RegionError(f"{acc.array}[{bad}] is outside the array ({arr.size} elements)")
+        return arr[idx]
+
+    def eval(self, e: ir.Expr, mask: np.ndarray | None = None) -> Any:
+        dt = numpy_dtype(e.type)
+        match e:
+            case ir.Const(value=v):
+                return dt.type(v)
+            case ir.Var(name=name):
+                if name in self.values:
+                    return self.values[name]
+                if name not in self.args:
+                    raise RegionError(f"the value of {name!r} is needed but was not given")
+                return self.args[name]
+            case ir.Load(array=name, index=i):
+                arr = self.args.get(name)
+                if not isinstance(arr, np.ndarray):
+                    raise RegionError(f"evaluating the description needs the array {name!r}")
+                idx = np.asarray(self.eval(i, mask), dtype=np.int64)
+                flat = arr.ravel()
+                live = idx if mask is None else np.broadcast_to(idx, mask.shape)[mask]
+                if live.size and (live.min() < 0 or live.max() >= flat.size):
+                    raise RegionError(f"{name}[...] reads outside the array ({flat.size} "
+                                      "elements)")
+                return flat[np.clip(idx, 0, max(flat.size - 1, 0))]
+            case ir.Cast(x=x, type=t):
+                return _cast(np.asarray(self.eval(x, mask)), x.type, t)
+            case ir.Unary(op=op, x=x):
+                v = np.asarray(self.eval(x, mask))
+                with np.errstate(all="ignore"):
+                    if op is UnOp.NEG:
+                        return (-v).astype(dt)
+                    if op is UnOp.NOT:
+                        return ~v.astype(bool)
+                    return (~v).astype(dt)
+            case ir.Select(cond=cnd, a=a, b=b):
+                cv = np.asarray(self.eval(cnd, mask), dtype=bool)
+                ma = cv if mask is None else mask & cv
+                mb = ~cv if mask is None else mask & ~cv
+                return np.where(cv, self.eval(a, ma), self.eval(b, mb)).astype(dt)
+            case ir.Binary():
+                return self._binary(e, mask)
+            case ir.Call(fn=fn, args=args):
+                vals = [np.asarray(self.eval(a, mask)) for a in args]
+                return _call(fn, vals, e.type)
+            case ir.BuiltinValue(which=w):
+                raise RegionError(f"{w.value} has no value outside a launch")
+        raise RegionError(f"cannot evaluate {e.kind}")
+
+    def _binary(self, e: ir.Binary, mask: np.ndarray | None) -> Any:
+        op, dt = e.op, numpy_dtype(e.a.type)
+        a = np.asarray(self.eval(e.a, mask))
+        if op in ir.LOGICAL:
+            av = a.astype(bool)
+            inner = av if op is BinOp.LAND else ~av
+            sub = inner if mask is None else mask & inner
+            bv = np.asarray(self.eval(e.b, sub), dtype=bool)
+            return (av & bv) if op is BinOp.LAND else (av | bv)
+        b = np.asarray(self.eval(e.b, mask))
+        with np.errstate(all="ignore"):
+            match op:
+                case BinOp.ADD:
+                    return (a + b).astype(dt)
+                case BinOp.SUB:
+                    return (a - b).astype(dt)
+                case BinOp.MUL:
+                    return (a * b).astype(dt)
+                case BinOp.DIV | BinOp.REM if e.type.is_int:
+                    if np.any(b == 0):
+                        raise RegionError(f"division by zero in {e.kind}")
+                    r = np.fmod(a, b).astype(dt)
+                    if op is BinOp.REM:
+                        return r
+                    return ((a.astype(np.int64) - r) // b).astype(dt)
+                case BinOp.DIV:
+                    return (a / b).astype(dt)
+                case BinOp.AND:
+                    return a & b
+                case BinOp.OR:
+                    return a | b
+                case BinOp.XOR:
+                    return a ^ b
+                case BinOp.SHL | BinOp.SHR:
+                    bits = e.a.type.bits
+                    if np.any((b < 0) | (b >= bits)):
+                        raise RegionError(f"a shift by an amount outside [0, {bits})")
+                    sh = b.astype(dt)
+                    return (a << sh if op is BinOp.SHL else a >> sh).astype(dt)
+                case BinOp.LT:
+                    return a < b
+                case BinOp.LE:
+                    return a <= b
+                case BinOp.GT:
+                    return a > b
+                case BinOp.GE:
+                    return a >= b
+                case BinOp.EQ:
+                    return a == b
+                case BinOp.NE:
+                    return a != b
+        raise RegionError(f"cannot evaluate the operator {op}")
+
+
+def _cast(v: np.ndarray, src: ElemType, dst: ElemType) -> np.ndarray:
+    dt = numpy_dtype(dst)
+    if dst is ElemType.BOOL:
+        return v != 0
+    if dst.is_int and src.is_float:
+        info = np.iinfo(dt)
+        with np.errstate(all="ignore"):
+            w = np.trunc(v.astype(np.float64))
+            w = np.where(np.isnan(w), 0, np.clip(w, info.min, info.max))
+        if dst.bits <= 32:
+            return w.astype(dt)
+        return np.array([int(x) for x in np.ravel(w)], dtype=dt).reshape(np.shape(w))
+    if dst.is_int and src.is_int:
+        return v.astype(np.int64 if src.is_signed else np.uint64).astype(dt)
+    return v.astype(dt)
+
+
+def _call(fn: MathFn, vals: list[np.ndarray], t: ElemType) -> np.ndarray:
+    dt = numpy_dtype(t)
+    with np.errstate(all="ignore"):
+        match fn:
+            case MathFn.ABS:
+                return np.abs(vals[0]).astype(dt)
+            case MathFn.MIN:
+                return (np.fmin if t.is_float else np.minimum)(vals[0], vals[1]).astype(dt)
+            case MathFn.MAX:
+                return (np.fmax if t.is_float else np.maximum)(vals[0], vals[1]).astype(dt)
+            case MathFn.SQRT:
+                return np.sqrt(vals[0]).astype(dt)
+            case MathFn.FLOOR:
+                return np.floor(vals[0]).astype(dt)
+            case MathFn.CEIL:
+                return np.ceil(vals[0]).astype(dt)
+            case MathFn.FMA:
+                return _fma(*vals)
+        wide = {MathFn.EXP: np.exp, MathFn.LOG: np.log, MathFn.SIN: np.sin, MathFn.COS: np.cos,
+                MathFn.TANH: np.tanh}[fn]
+        return wide(vals[0].astype(np.float64)).astype(dt)
