@@ -22,7 +22,15 @@ from sarek.errors import SarekError
 from sarek.ir import BinOp, ElemType, MathFn, UnOp
 from sarek.launch import Dim3
 from sarek.matrix_pattern import (
-    ACC, BATCH, COL, ROW, Access, Gemm, GlobalIndex, Mapping1D, Mapping2D,
+    ACC,
+    BATCH,
+    COL,
+    ROW,
+    Access,
+    Gemm,
+    GlobalIndex,
+    Mapping1D,
+    Mapping2D,
 )
 
 _I32_MAX = 2**31 - 1
