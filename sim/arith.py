@@ -53,12 +53,11 @@ def int_range(t: ElemType) -> tuple[int, int]:
 def canary(t: ElemType) -> np.generic:
     """The value fresh shared and local arrays are filled with: NaN for floats, True for bool,
     the byte 0x5A repeated for integers (0x5A5A5A5A = 1515870810 for i32 and u32)."""
-    if t.is_float:
-        return _DTYPES[t].type(np.nan)
     if t is ElemType.BOOL:
         return np.True_
-    pattern = int.from_bytes(b"\x5a" * (t.bits // 8), "little")
-    return _DTYPES[t].type(pattern)
+    value: np.generic = _DTYPES[t].type(
+        np.nan if t.is_float else int.from_bytes(b"\x5a" * (t.bits // 8), "little"))
+    return value
 
 
 def scalar(x: Any) -> Value:
@@ -159,7 +158,8 @@ def constant(value: bool | int | float, t: ElemType) -> np.generic:
         lo, hi = int_range(t)
         if isinstance(value, float) or not lo <= value <= hi:
             raise ValueError(f"constant {value!r} does not fit {t} [{lo}, {hi}]")
-        return _DTYPES[t].type(value)
+        integer: np.generic = _DTYPES[t].type(value)
+        return integer
     result: np.generic = convert(np.float64(value), ElemType.F64, t)
     return result
 

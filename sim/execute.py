@@ -73,6 +73,7 @@ class _Compiler:
         self.slots = 0
         self.array_slots = 0
         self._bases: dict[tuple[MemSpace, int], Value] = {}
+        self._thread_ids: np.ndarray | None = None
 
     def program(self, arrays: dict[str, np.ndarray], scalars: dict[str, np.generic]
                 ) -> Callable[[], None]:
@@ -129,7 +130,7 @@ class _Compiler:
             return mask, bool(cond)
         if mask is not None:
             cond = mask & cond
-        count = np.count_nonzero(cond)
+        count = int(np.count_nonzero(cond))
         return (None if count == self.n else cond), count > 0
 
     def _fail(self, error: type[SimError], reason: str, site: Site, lanes: Mask) -> NoReturn:
@@ -280,6 +281,12 @@ class _Compiler:
                 self._bases[key] = np.arange(self.n, dtype=np.int64) * size
         return self._bases[key]
 
+    def _threads(self) -> np.ndarray:
+        """The linear thread index of every invocation, as the race detector records it."""
+        if self._thread_ids is None:
+            self._thread_ids = self.geo.lane_thread.astype(np.int32)
+        return self._thread_ids
+
     def _checked(self, index: Value, arr: _Array, m: Mask, site: Site) -> Value:
         """``index`` after the bounds check of the active invocations, safe to gather with:
         the inactive ones that are out of bounds read element 0 instead."""
@@ -303,7 +310,7 @@ class _Compiler:
             assert data is not None
             return lambda st, m: data.take(self._checked(findex(st, m), arr, m, site))
         base, slot = self._base(arr.space, arr.size), arr.slot
-        threads = self.geo.lane_thread.astype(np.int32)
+        threads = self._threads()
 
         def run(st: State, m: Mask) -> Value:
             flat = base + self._checked(findex(st, m), arr, m, site)
@@ -391,7 +398,7 @@ class _Compiler:
 
     def store(self, arr: _Array, findex: ExprFn, fvalue: ExprFn, site: Site) -> StmtFn:
         base = None if arr.space is MemSpace.GLOBAL else self._base(arr.space, arr.size)
-        threads = self.geo.lane_thread.astype(np.int32)
+        threads = self._threads()
 
         def run(st: State, m: Mask) -> None:
             index = self._checked(findex(st, m), arr, m, site)

@@ -194,7 +194,7 @@ def _scalar(p: ir.ScalarParam, v: object) -> np.generic:
     if t is ElemType.BOOL:
         if given is not ElemType.BOOL:
             raise LaunchError(f"parameter {p.name!r} expects a bool, got {v!r}")
-        return np.bool_(bool(v))  # type: ignore[arg-type]
+        return np.bool_(bool(v))
     if given is ElemType.BOOL:
         raise LaunchError(f"parameter {p.name!r} expects a {t} number, got the bool {v!r}")
     if t.is_int:

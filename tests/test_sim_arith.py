@@ -40,7 +40,7 @@ from sarek import ir
 from sarek.errors import LaunchError
 from sarek.ir import BinOp, ElemType, MathFn, UnOp
 
-SETTINGS = settings(max_examples=60, deadline=None)
+SETTINGS = settings(max_examples=30, deadline=None)
 
 INT_TYPES = {
     ElemType.I8: np.int8, ElemType.U8: np.uint8, ElemType.I16: np.int16,
