@@ -1,0 +1,101 @@
+"""The lowerings of a GEMM nest onto matrix units, and the configuration each multiplies with.
+
+| lowering | operands | accumulate | promise |
+| --- | --- | --- | --- |
+| ``Int32_byte_planes`` | int32 as four unsigned byte planes, ten plane products | s32, wrapping | bit-identical modulo 2^32 |
+| ``F16_operands`` | f16 (or f32 rounded to f16) | f32 | the matrix unit's arithmetic |
+| ``Bf16_operands`` | f32 rounded to bf16 | f32 | the matrix unit's arithmetic |
+| ``Bf16x3_operands`` | f32 as three bf16 terms, six products | f32 | close to f32 |
+
+``select(gemm, precision)`` picks one for a recognized nest; ``config_of(lowering, operand_elt,
+frag)`` gives the cooperative-matrix configuration the device gate checks.
+"""  # noqa: E501
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Literal
+
+from sarek.coopmat import Component, Config, Scope, Shape
+from sarek.errors import SarekError
+from sarek.ir import ElemType
+from sarek.matrix_pattern import Gemm
+
+SUPPORTED_SUBGROUP = (32, 64)
+SUPPORTED_FRAGMENT = (16, 8)
+
+
+class LoweringError(SarekError):
+    """No lowering fits the request; ``reason`` says why."""
+
+
+class Lowering(Enum):
+    """How the operands reach the matrix unit (values print as DESIGN's names)."""
+
+    INT32_BYTE_PLANES = "Int32_byte_planes"
+    F16_OPERANDS = "F16_operands"
+    BF16_OPERANDS = "Bf16_operands"
+    BF16X3_OPERANDS = "Bf16x3_operands"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def lowering_name(lowering: Lowering) -> str:
+    """The lowering's name as the design and the reports write it (``F16_operands``)."""
+    return lowering.value
+
+
+_OPERANDS: dict[Lowering, tuple[ElemType, ...]] = {
+    Lowering.INT32_BYTE_PLANES: (ElemType.I32,),
+    Lowering.F16_OPERANDS: (ElemType.F16, ElemType.F32),
+    Lowering.BF16_OPERANDS: (ElemType.BF16, ElemType.F32),
+    Lowering.BF16X3_OPERANDS: (ElemType.F32,),
+}
+
+_COMPONENTS: dict[Lowering, tuple[Component, Component]] = {
+    Lowering.INT32_BYTE_PLANES: (Component.U8, Component.S32),
+    Lowering.F16_OPERANDS: (Component.F16, Component.F32),
+    Lowering.BF16_OPERANDS: (Component.BF16, Component.F32),
+    Lowering.BF16X3_OPERANDS: (Component.BF16, Component.F32),
+}
+
+
+def config_of(lowering: Lowering, operand_elt: ElemType, frag: int = 16) -> Config:
+    """The configuration ``lowering`` multiplies with: ``frag x frag x frag`` at subgroup
+    scope, operand and accumulator components as the lowering's table says. Raises
+    ``LoweringError`` when ``frag`` has no template or the lowering does not take
+    ``operand_elt`` operands."""
+    if frag not in SUPPORTED_FRAGMENT:
+        raise LoweringError(f"fragment {frag} has no template; supported: "
+                            f"{', '.join(map(str, SUPPORTED_FRAGMENT))}")
+    if operand_elt not in _OPERANDS[lowering]:
+        takes = " or ".join(str(t) for t in _OPERANDS[lowering])
+        raise LoweringError(f"{lowering} takes {takes} operands, not {operand_elt}")
+    op, acc = _COMPONENTS[lowering]
+    return Config(Shape(frag, frag, frag), op, op, acc, acc, Scope.SUBGROUP, False)
+
+
+def select(gemm: Gemm, precision: Literal["accurate", "fast"] = "accurate") -> Lowering:
+    """The lowering for a recognized nest: int32 operands with an i32 accumulator take the
+    byte planes; f16 operands ``F16_operands``; bf16 ``Bf16_operands``; f32 ``Bf16x3_operands``
+    when ``precision`` is ``"accurate"`` and ``Bf16_operands`` when ``"fast"`` (f32
+    accumulators in every float case). Anything else raises ``LoweringError``."""
+    if precision not in ("accurate", "fast"):
+        raise LoweringError(f"precision must be 'accurate' or 'fast', not {precision!r}")
+    elt, acc = gemm.operand_elt, gemm.acc_type
+    if elt is ElemType.I32:
+        if acc is not ElemType.I32:
+            raise LoweringError(f"int32 operands with a {acc} accumulator: the byte-plane "
+                                "lowering accumulates in wrapping i32")
+        return Lowering.INT32_BYTE_PLANES
+    if elt not in (ElemType.F16, ElemType.BF16, ElemType.F32):
+        raise LoweringError(f"no lowering takes {elt} operands (int32, f16, bf16 and f32 do)")
+    if acc is not ElemType.F32:
+        raise LoweringError(f"{elt} operands with a {acc} accumulator: matrix units accumulate "
+                            "in f32")
+    if elt is ElemType.F16:
+        return Lowering.F16_OPERANDS
+    if elt is ElemType.BF16 or precision == "fast":
+        return Lowering.BF16_OPERANDS
+    return Lowering.BF16X3_OPERANDS
