@@ -358,7 +358,9 @@ def named_support(name: str) -> DeviceSupport:
                 return devices[0]
             case "cuda":
                 cc = rest.removeprefix("sm_")
-                major, minor = (cc.split(".") + ["0"])[:2] if "." in cc else (cc[:-1], cc[-1])
+                major, dot, minor = cc.partition(".")
+                if not dot:
+                    major, minor = cc[:-1], cc[-1:]
                 return cuda_support(int(major), int(minor))
             case "metal":
                 return metal_support(int(rest.lower().removeprefix("apple")))
