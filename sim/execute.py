@@ -223,6 +223,7 @@ class _Compiler:
     def int_division(self, op: BinOp, t: ElemType, fa: ExprFn, fb: ExprFn, site: Site
                      ) -> ExprFn:
         f = arith.int_div if op is BinOp.DIV else np.fmod
+        reason = f"{t} {'division' if op is BinOp.DIV else 'remainder'} by zero"
 
         def run(st: State, m: Mask) -> Value:
             a, b = fa(st, m), fb(st, m)
@@ -231,9 +232,9 @@ class _Compiler:
                 if zero.any():
                     bad = zero if m is None else zero & m
                     if bad.any():
-                        self._fail(LaunchError, f"{t} {op} by zero", site, bad)
+                        self._fail(LaunchError, reason, site, bad)
             elif zero:
-                self._fail(LaunchError, f"{t} {op} by zero", site, m)
+                self._fail(LaunchError, reason, site, m)
             return f(a, b)
 
         return run

@@ -43,7 +43,7 @@ class SharedArray:
     they are equal). Reads are logged and folded into that record only when a write needs
     it (often never: a barrier usually comes first)."""
 
-    _FOLD_AFTER = 32  # logged reads per invocation of the launch before they are folded
+    _FOLD_AFTER = 1 << 24  # logged elements before they are folded (bounds the log's memory)
 
     def __init__(self, name: str, elem: ElemType, size: int, geo: Geometry) -> None:
         self.name, self.size, self.geo = name, size, geo
@@ -85,7 +85,7 @@ class SharedArray:
                 self._race(flat, threads, lanes, conflict, writer, "read-after-write", site)
         self._reads.append((flat, threads))
         self._logged += flat.size
-        if self._logged > self._FOLD_AFTER * self.geo.invocations:
+        if self._logged > self._FOLD_AFTER:
             self._fold()
 
     def _fold(self) -> None:

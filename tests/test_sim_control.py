@@ -149,6 +149,19 @@ def test_return_inside_a_loop_ends_the_invocation() -> None:
     assert list(out) == [min(a, 10) for a in range(13)]
 
 
+def test_return_inside_a_loop_with_per_invocation_bounds() -> None:
+    # for j in range(0, i): if j == 3: return; out[i] += 1
+    k = kernel([array("out"), scalar("n")], LET_I,
+               ir.If(cond=binary(BinOp.GE, i, n), then=(ir.Return(),)),
+               ir.For(var="j", start=const(0), stop=i, step=const(1), body=(
+                   ir.If(cond=eq(var("j"), const(3)), then=(ir.Return(),)),
+                   ir.Store(array="out", index=i, value=add(load("out", i, I32), const(1))),
+               )),
+               ir.Store(array="out", index=i, value=mul(load("out", i, I32), const(10))))
+    out = launch_1d(k, [np.zeros(8, np.int32), 8], block=4)["out"]
+    assert list(out) == [0, 10, 20, 30, 3, 3, 3, 3]
+
+
 def test_return_by_every_invocation_ends_the_kernel() -> None:
     k = kernel([array("out")], ir.Return(), ir.Store(array="out", index=const(0), value=const(1)))
     assert sim.simulate(k, [np.zeros(1, np.int32)], grid=2, block=4)["out"][0] == 0

@@ -127,6 +127,14 @@ def test_two_lanes_of_one_store_writing_one_element_race() -> None:
     assert err.invocations == tuple(((0, 0, 0), (x, 0, 0)) for x in range(8))
 
 
+def test_a_race_under_a_branch_names_the_invocations_that_take_it() -> None:
+    err = race(kernel([array("out")], shared("s", 8), LET_T,
+                      ir.If(cond=binary(BinOp.GE, t, const(5)), then=(
+                          ir.Store(array="s", index=const(0), value=t),))))
+    assert err.statement == "body[2].then[0]"
+    assert err.invocations == tuple(((b, 0, 0), (x, 0, 0)) for b in (0, 1) for x in (5, 6, 7))
+
+
 def test_reading_an_element_another_thread_wrote_without_a_barrier_races() -> None:
     err = race(kernel([array("out")], shared("s", 8), LET_T, LET_I,
                       ir.Store(array="s", index=t, value=t),
