@@ -188,7 +188,7 @@ class _Compiler:
             return lambda st, m: f(fa(st, m), fb(st, m))
         if op is BinOp.DIV or op is BinOp.REM:
             return self.int_division(op, t, fa, fb, site)
-        return self.shift(op, t, e.b.type, fa, fb, site)
+        return self.shift(op, t, fa, fb, site)
 
     def logical(self, op: BinOp, fa: ExprFn, fb: ExprFn) -> ExprFn:
         """Short-circuit ``and``/``or``: ``b`` runs only where ``a`` does not decide."""
@@ -239,8 +239,7 @@ class _Compiler:
 
         return run
 
-    def shift(self, op: BinOp, t: ElemType, amount_type: ElemType, fa: ExprFn, fb: ExprFn,
-              site: Site) -> ExprFn:
+    def shift(self, op: BinOp, t: ElemType, fa: ExprFn, fb: ExprFn, site: Site) -> ExprFn:
         f = arith.shl if op is BinOp.SHL else arith.shr
 
         def run(st: State, m: Mask) -> Value:
