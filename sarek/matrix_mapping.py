@@ -201,10 +201,13 @@ def region(gemm: Gemm, grid: object, block: object,
             t = me * ne * ze
         case Mapping1D(linear=lin, divisor=div, order=order):
             dv = int(ev.scalar(div))
+            total = clip(_reached(lin, g, b), value(gemm.linear_bound))
+            if total == 0 or (order == "row-major" and n == 0) or (
+                    order == "col-major" and m == 0):
+                return Region(0, 0, ze, d, 0)
             if dv <= 0:
                 raise RegionError(f"the 1-D mapping divides the linear index by {dv}; the "
                                   "divisor must be positive")
-            total = clip(_reached(lin, g, b), value(gemm.linear_bound))
             full, part = divmod(total, dv)
             if order == "row-major":
                 ne = clip(dv, n)
@@ -227,6 +230,8 @@ def region(gemm: Gemm, grid: object, block: object,
 
 def _check_distinct(c: Access, reg: Region, ev: _Evaluator) -> None:
     """Refuses a store address that maps two covered outputs to one element."""
+    if reg.outputs == 0:
+        return
     dims = [(abs(int(ev.scalar(s))), e) for s, e in
             ((c.row_stride, reg.me), (c.col_stride, reg.ne), (c.batch_stride, reg.ze)) if e > 1]
     span = 0
