@@ -16,12 +16,14 @@ from typing import NoReturn, TypeAlias
 
 import numpy as np
 
-from sarek import ir
+from sarek import ir, tile
 from sarek.errors import BarrierDivergence, IRError, LaunchError, OutOfBounds, SimError
 from sarek.ir import BinOp, ElemType, MathFn, MemSpace
 from sim import arith
 from sim.arith import Value
 from sim.launch import Geometry
+from sarek.layout import TileLayout
+from sim import tile as tile_sim
 from sim.memory import LocalArray, SharedArray, Site
 
 Mask: TypeAlias = np.ndarray | None
@@ -54,9 +56,19 @@ class _Array:
     space: MemSpace
     size: int
     data: np.ndarray | None = None  # a parameter's array
+    layout: TileLayout | None = None  # arrays declared as tensors
 
 
-_Symbol: TypeAlias = _Scalar | _Array
+@dataclass(frozen=True)
+class _View:
+    name: str
+    storage: _Array
+    elem: ElemType
+    layout: TileLayout
+    offset: int
+
+
+_Symbol: TypeAlias = _Scalar | _Array | _View
 _Scope: TypeAlias = ChainMap[str, _Symbol]
 
 
@@ -391,7 +403,13 @@ class _Compiler:
             case ir.Return():
                 return self.return_stmt(), True
             case ir.ArrayDecl(name=name, elem=elem, size=size, space=space):
-                return self.array_decl(scope, name, elem, size, space, site), False
+                return self.array_decl(scope, name, elem, size, space, site, s.layout), False
+            case ir.TensorView(name=name, storage=storage, elem=elem, layout=layout):
+                scope[name] = _View(name, self._array(scope, storage, site), elem, layout,
+                                    s.offset)
+                return (lambda st, m: None), False
+            case ir.TileApply():
+                return self.tile_apply(s, scope, site), False
             case _:
                 raise LaunchError(f"the simulator does not execute {s.kind} statements yet",
                                   path, s.line)
@@ -423,12 +441,12 @@ class _Compiler:
         return run
 
     def array_decl(self, scope: _Scope, name: str, elem: ElemType, size: int,
-                   space: MemSpace, site: Site) -> StmtFn:
+                   space: MemSpace, site: Site, layout: TileLayout | None = None) -> StmtFn:
         if space is MemSpace.GLOBAL:
             self._ill_formed(site, f"array {name!r} cannot be declared in global memory")
         slot = self.array_slots
         self.array_slots += 1
-        scope[name] = _Array(slot, name, elem, space, size)
+        scope[name] = _Array(slot, name, elem, space, size, layout=layout)
         geo = self.geo
 
         def declare(st: State, m: Mask) -> None:
@@ -438,6 +456,37 @@ class _Compiler:
                 st.arrays[slot] = LocalArray(elem, size, geo)
 
         return declare
+
+    def tile_apply(self, s: ir.TileApply, scope: _Scope, site: Site) -> StmtFn:
+        """A warp-level ldmatrix/stmatrix (``sim.tile``); the contract was checked with the
+        kernel's well-formedness."""
+        op = tile.parse_op(s.op)
+        dst, src = (self._tile_operand(scope, name, site) for name in (s.dst, s.src))
+        registers, shared = (dst, src) if op.kind == "ldmatrix" else (src, dst)
+        tile_sim.check_geometry(self.geo, site)
+        geo, n = self.geo, self.n
+
+        def run(st: State, m: Mask) -> None:
+            warps = tile_sim.full_warps(m, n, site)
+            local, smem = st.arrays[registers.slot], st.arrays[shared.slot]
+            assert isinstance(local, LocalArray) and isinstance(smem, SharedArray)
+            tile_sim.run(op, registers, shared, local, smem, warps, geo, site)
+
+        return run
+
+    def _tile_operand(self, scope: _Scope, name: str, site: Site) -> tile_sim.Operand:
+        sym = self._lookup(scope, name, site)
+        if isinstance(sym, _View):
+            arr, layout, offset = sym.storage, sym.layout, sym.offset
+        elif isinstance(sym, _Array) and sym.layout is not None:
+            arr, layout, offset = sym, sym.layout, 0
+        else:
+            self._ill_formed(site, f"{name!r} is not a tensor")
+        if arith.dtype(arr.elem).itemsize > 4:
+            raise tile.ContractError(f"tile operand {name!r} views {arr.elem} storage; tile "
+                                     "patterns take storage of 32-bit or narrower elements")
+        return tile_sim.Operand(name, arr.slot, arr.size, arith.dtype(arr.elem).itemsize * 8,
+                                layout, offset)
 
     def for_loop(self, s: ir.For, scope: _Scope, site: Site) -> tuple[StmtFn, bool]:
         bounds = [self.expr(x, scope, site) for x in (s.start, s.stop, s.step)]

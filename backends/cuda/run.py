@@ -1,0 +1,104 @@
+"""Run a kernel on an NVIDIA GPU through the CUDA driver API (``cuda-bindings``).
+
+``run`` mirrors ``sim.simulate``: the same arguments, and every array parameter's final
+contents by name, so that a device and the simulator can be compared bit for bit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from backends.cuda.emit import emit
+from backends.cuda.nvrtc import compile_cubin
+from sarek import ir
+from sarek.dsl import numpy_dtype
+from sarek.errors import SarekError
+
+
+class CudaError(SarekError):
+    """A CUDA driver call failed."""
+
+
+def _check(result: Any, what: str) -> Any:
+    err, *rest = result if isinstance(result, tuple) else (result,)
+    if int(err) != 0:
+        raise CudaError(f"{what} failed: {err}")
+    return rest[0] if len(rest) == 1 else tuple(rest)
+
+
+def device_arch() -> str:
+    """``sm_XY`` of device 0."""
+    from cuda.bindings import driver as cu
+
+    _check(cu.cuInit(0), "cuInit")
+    dev = _check(cu.cuDeviceGet(0), "cuDeviceGet")
+    attr = cu.CUdevice_attribute
+    major = _check(cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                                           dev), "cuDeviceGetAttribute")
+    minor = _check(cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+                                           dev), "cuDeviceGetAttribute")
+    return f"sm_{major}{minor}"
+
+
+def device_name() -> str:
+    from cuda.bindings import driver as cu
+
+    _check(cu.cuInit(0), "cuInit")
+    dev = _check(cu.cuDeviceGet(0), "cuDeviceGet")
+    raw = _check(cu.cuDeviceGetName(64, dev), "cuDeviceGetName")
+    return bytes(raw).split(b"\0", 1)[0].decode()
+
+
+def run(kernel: ir.Kernel, args: Sequence[Any] | Mapping[str, Any], grid: tuple[int, ...],
+        block: tuple[int, ...], arch: str | None = None) -> dict[str, np.ndarray]:
+    """Compiles ``kernel``'s CUDA with NVRTC for this device (or ``arch``), launches it once on
+    device 0 and returns every array parameter's contents afterwards."""
+    from cuda.bindings import driver as cu
+
+    values = dict(zip([p.name for p in kernel.params], args, strict=True)) if not isinstance(
+        args, Mapping) else dict(args)
+    cubin = compile_cubin(emit(kernel), arch or device_arch(), f"{kernel.name}.cu")
+    _check(cu.cuInit(0), "cuInit")
+    dev = _check(cu.cuDeviceGet(0), "cuDeviceGet")
+    ctx = _check(cu.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+    _check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    module = _check(cu.cuModuleLoadData(cubin), "cuModuleLoadData")
+    allocations: list[Any] = []
+    try:
+        function = _check(cu.cuModuleGetFunction(module, kernel.name.encode()),
+                          "cuModuleGetFunction")
+        holders, arrays = [], {}
+        for p in kernel.params:
+            value = values[p.name]
+            if isinstance(p, ir.ArrayParam):
+                host = np.ascontiguousarray(np.asarray(value, dtype=numpy_dtype(p.elem)).ravel())
+                ptr = _check(cu.cuMemAlloc(max(host.nbytes, 1)), "cuMemAlloc")
+                allocations.append(ptr)
+                if host.nbytes:
+                    _check(cu.cuMemcpyHtoD(ptr, host.ctypes.data, host.nbytes), "cuMemcpyHtoD")
+                arrays[p.name] = (ptr, host)
+                holders.append(np.array([int(ptr)], dtype=np.uint64))
+            else:
+                dt = numpy_dtype(p.elem)
+                holders.append(np.array([value], dtype=dt).view(
+                    np.uint16 if p.elem.is_storage_only else dt))
+        params = np.array([h.ctypes.data for h in holders], dtype=np.uint64)
+        g, b = (*grid, 1, 1)[:3], (*block, 1, 1)[:3]
+        if all(g):
+            _check(cu.cuLaunchKernel(function, *g, *b, 0, 0, params.ctypes.data, 0),
+                   "cuLaunchKernel")
+        _check(cu.cuCtxSynchronize(), "cuCtxSynchronize")
+        out = {}
+        for name, (ptr, host) in arrays.items():
+            result = np.empty_like(host)
+            if host.nbytes:
+                _check(cu.cuMemcpyDtoH(result.ctypes.data, ptr, host.nbytes), "cuMemcpyDtoH")
+            out[name] = result
+        return out
+    finally:
+        for ptr in allocations:
+            cu.cuMemFree(ptr)
+        cu.cuModuleUnload(module)
