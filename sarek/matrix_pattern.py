@@ -1169,7 +1169,7 @@ def _candidates(axes: dict[str, _Axis], atoms: _Atoms, used: set[str]) -> list[_
         shapes = {(p[0].key(), p[1].key()) for _, _, p in divs}  # type: ignore[index]
         if len(shapes) > 1:
             raise _Refuse("the linear index is divided and reduced by different expressions")
-        _, kind0, payload = divs[0]
+        payload = divs[0][2]
         num, den, den_expr = payload  # type: ignore[misc]
         lin_axes = [a for a in "xy" if num == Poly.atom(_GID[a])]
         if not lin_axes:
@@ -1579,12 +1579,18 @@ def _assemble(k: ir.Kernel, nest: _Nest) -> Gemm:
         if name in atoms.info and atoms.info[name][0] in ("div", "rem"):
             used.add(name)
     best: tuple[int, _Refuse] | None = None
+    found: list[Gemm] = []
     for cand in _candidates(axes, atoms, used):
         asm = _Assembler(nest, cand, norm, atoms, k)
         try:
-            return asm.run()
+            found.append(asm.run())
         except _Refuse as e:
             if best is None or asm.stage > best[0]:
                 best = (asm.stage, e)
+    if found:
+        # Two mappings can describe one kernel (one is the transpose of the other); prefer
+        # the one whose A comes before B in the parameter list, as users name them.
+        order = [p.name for p in k.params]
+        return min(found, key=lambda g: order.index(g.a.array) > order.index(g.b.array))
     assert best is not None
     raise best[1]
