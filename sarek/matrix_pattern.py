@@ -1102,7 +1102,7 @@ def _axes(polys: list[Poly], atoms: _Atoms) -> dict[str, _Axis]:
                 continue
             coefs, _, bad = p.split((b, t))
             if bad is not None:
-                raise _Refuse(f"block_idx.{a} and thread_idx.{a} are combined non-linearly")
+                continue  # not affine: the coordinate analysis reports it with names
             s = _ratio(coefs[b], coefs[t], Poly.atom(dim))
             if s is None:
                 raise _Refuse(f"block_idx.{a} and thread_idx.{a} are not combined as "
@@ -1173,7 +1173,8 @@ def _candidates(axes: dict[str, _Axis], atoms: _Atoms, used: set[str]) -> list[_
         num, den, den_expr = payload  # type: ignore[misc]
         lin_axes = [a for a in "xy" if num == Poly.atom(_GID[a])]
         if not lin_axes:
-            raise _Refuse("a division in an index is not of the global linear index")
+            raise _Refuse(f"an index divides by {format_expr(den_expr)} something other than "
+                          "the global linear index: it is not affine")
         a = lin_axes[0]
         if gids - {a}:
             raise _Refuse(f"a 1-D mapping over {a} that also uses the {''.join(gids - {a})} "
