@@ -184,6 +184,9 @@ def region(gemm: Gemm, grid: object, block: object,
                               f"{g[i] * b[i]} invocations along {a} would compute the same "
                               f"outputs; launch with grid and block {a} = 1")
     ev = _Evaluator(gemm, bound, {})
+    d = max(0, int(ev.scalar(gemm.k_stop)) - int(ev.scalar(gemm.k_start)))
+    if np.prod(g) * np.prod(b) == 0:
+        return Region(0, 0, 0, d, 0)  # an empty launch covers nothing
 
     def value(e: ir.Expr | None) -> int | None:
         return None if e is None else int(ev.scalar(e))
@@ -194,7 +197,6 @@ def region(gemm: Gemm, grid: object, block: object,
     m, n, nb = value(gemm.m), value(gemm.n), value(gemm.batches)
     z = gemm.mapping.batch
     ze = clip(_reached(z, g, b), nb) if z is not None else 1
-    d = max(0, int(ev.scalar(gemm.k_stop)) - int(ev.scalar(gemm.k_start)))
     match gemm.mapping:
         case Mapping2D(row=r, col=c):
             me, ne = clip(_reached(r, g, b), m), clip(_reached(c, g, b), n)
