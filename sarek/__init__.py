@@ -5,6 +5,8 @@ Everything a user needs is here: the DSL (``kernel``, the element types, ``Globa
 """
 
 from sarek import ir, layout, tile
+from sarek import coopmat, matrix_mapping, matrix_pattern, matrix_scheme  # noqa: F401, I001
+from sarek.matrix_pattern import NotAGemm  # noqa: F401
 from sarek.dsl import (
     ArrayType, Global, KernelFunction, ReadOnly, ScalarType, barrier, bf16, block_dim,
     block_idx, boolean, ceil, cos, exp, f16, f32, f64, floor, fma, grid_dim, i8, i16, i32, i64,

@@ -95,6 +95,9 @@ def parser() -> argparse.ArgumentParser:
     i.set_defaults(run=_cmd_ir)
     sc = sub.add_parser("ir-schema", help="print the JSON schema of the kernel IR")
     sc.set_defaults(run=_cmd_schema)
+    from sarek import analyze  # imported here: it pulls in the recognizer and the gate
+
+    analyze.add_parser(sub)
     return p
 
 

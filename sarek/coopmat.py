@@ -195,7 +195,7 @@ def portable_opencl() -> DeviceSupport:
 
 def unprobed(device: str) -> DeviceSupport:
     """A device whose cooperative-matrix support nobody has read."""
-    return DeviceSupport(device, None, note="never probed")
+    return DeviceSupport(device, None)
 
 
 _C = Component
