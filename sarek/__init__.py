@@ -5,7 +5,7 @@ Everything a user needs is here: the DSL (``kernel``, the element types, ``Globa
 """
 
 from sarek import ir, layout, tile
-from sarek import coopmat, matrix_mapping, matrix_pattern, matrix_scheme  # noqa: F401, I001
+from sarek import coopmat, matrix_mapping, matrix_pattern, matrix_scheme  # noqa: F401
 from sarek.matrix_pattern import NotAGemm  # noqa: F401
 from sarek.dsl import (
     ArrayType, Global, KernelFunction, ReadOnly, ScalarType, barrier, bf16, block_dim,
