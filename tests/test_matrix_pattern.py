@@ -416,3 +416,22 @@ def test_describe_names_every_fact() -> None:
     for fact in ("C[row, col]", "A[row, p]", "B[p, col]", "mapping", "bounds", "reduction",
                  "init", "epilogue"):
         assert fact in text
+
+
+@sarek.kernel
+def column_by_subtraction(a: Global[i32], b: Global[i32], c: Global[i32], m: i32, n: i32,
+                          k: i32):
+    tid = block_idx.x * block_dim.x + thread_idx.x
+    if tid < m * n:
+        row = tid // n
+        col = tid - row * n
+        acc = 0
+        for p in range(k):
+            acc += a[row * k + p] * b[p * n + col]
+        c[tid] = acc
+
+
+def test_one_d_column_may_be_computed_by_subtraction() -> None:
+    g = recognize(column_by_subtraction)
+    assert isinstance(g.mapping, Mapping1D) and g.mapping.order == "row-major"
+    assert strides(g.c) == ("0", "n", "1", "0", "0")
