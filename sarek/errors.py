@@ -76,3 +76,8 @@ class BarrierDivergence(SimError):
 
 class LaunchError(SimError):
     """The launch itself is wrong: arguments, geometry, or an undefined operation (division by 0)."""
+
+
+class SubgroupDivergence(SimError):
+    """A subgroup operation (on fragments) that only some lanes of a subgroup reached, or whose
+    operands differ between the lanes."""

@@ -299,7 +299,7 @@ class _Checker:
                     self._same(v.type, d.elem, f"the fill value of {f!r}", path)
             case ir.FragLoad(frag=f, array=a, offset=o, stride=st) | \
                     ir.FragStore(frag=f, array=a, offset=o, stride=st):
-                self._frag(f, scope, path)
+                decl = self._frag(f, scope, path)
                 for x in (o, st):
                     self.expr(x, scope, path)
                     self._index(x, path)
@@ -308,6 +308,12 @@ class _Checker:
                     self.report(path, f"{a!r} is not an array")
                 elif isinstance(s, ir.FragStore) and sym.readonly:
                     self.report(path, f"fragment store to read-only array {a!r}")
+                elif decl is not None and sym.elem != decl.elem:
+                    self.report(path, f"fragment {f!r} holds {decl.elem} but array {a!r} "
+                                f"holds {sym.elem}")
+                elif sym.space is MemSpace.LOCAL:
+                    self.report(path, f"fragments move between a subgroup and shared or "
+                                f"global memory, not local array {a!r}")
             case ir.FragMulAdd(d=d, a=a, b=b, c=c):
                 self._mul_add(scope, path, d, a, b, c)
             case ir.TileApply():

@@ -17,12 +17,15 @@ from typing import NoReturn, TypeAlias
 import numpy as np
 
 from sarek import ir, tile
-from sarek.errors import BarrierDivergence, IRError, LaunchError, OutOfBounds, SimError
+from sarek.errors import (
+    BarrierDivergence, IRError, LaunchError, OutOfBounds, SimError, SubgroupDivergence,
+)
 from sarek.ir import BinOp, ElemType, MathFn, MemSpace
 from sim import arith
 from sim.arith import Value
 from sim.launch import Geometry
 from sarek.layout import TileLayout
+from sim import fragments
 from sim import tile as tile_sim
 from sim.memory import LocalArray, SharedArray, Site
 
@@ -35,8 +38,9 @@ class State:
     """What changes while a launch runs: scalar variables, declared arrays, returned
     invocations."""
 
-    def __init__(self, slots: int, array_slots: int) -> None:
+    def __init__(self, slots: int, array_slots: int, frag_slots: int = 0) -> None:
         self.env: list[Value] = [None] * slots
+        self.frags: list[np.ndarray | None] = [None] * frag_slots  # [subgroup, rows, cols]
         self.arrays: list[SharedArray | LocalArray | None] = [None] * array_slots
         self.shared: dict[int, SharedArray] = {}  # by slot: the arrays a barrier resets
         self.alive: Mask = None  # invocations that have not returned (None: all)
@@ -68,22 +72,33 @@ class _View:
     offset: int
 
 
-_Symbol: TypeAlias = _Scalar | _Array | _View
+@dataclass(frozen=True)
+class _Frag:
+    slot: int
+    decl: ir.FragDecl
+
+
+_Symbol: TypeAlias = _Scalar | _Array | _View | _Frag
 _Scope: TypeAlias = ChainMap[str, _Symbol]
 
 
 def compile_kernel(kernel: ir.Kernel, geo: Geometry, arrays: dict[str, np.ndarray],
-                   scalars: dict[str, np.generic]) -> Callable[[], None]:
+                   scalars: dict[str, np.generic], arith: fragments.Model = "sequential"
+                   ) -> Callable[[], None]:
     """The kernel ready to run on ``geo`` over the (already copied) ``arrays``; calling the
-    result runs it, updating ``arrays`` in place."""
-    return _Compiler(kernel, geo).program(arrays, scalars)
+    result runs it, updating ``arrays`` in place. ``arith`` is the arithmetic model of float
+    fragment multiply-accumulates."""
+    return _Compiler(kernel, geo, arith).program(arrays, scalars)
 
 
 class _Compiler:
-    def __init__(self, kernel: ir.Kernel, geo: Geometry) -> None:
+    def __init__(self, kernel: ir.Kernel, geo: Geometry,
+                 arith: fragments.Model = "sequential") -> None:
         self.kernel, self.geo, self.n = kernel, geo, geo.invocations
+        self.arith = arith
         self.slots = 0
         self.array_slots = 0
+        self.frag_slots = 0
         self._bases: dict[tuple[MemSpace, int], Value] = {}
         self._thread_ids: np.ndarray | None = None
 
@@ -101,7 +116,7 @@ class _Compiler:
         body, _ = self.block(self.kernel.body, scope.new_child(), "body")
 
         def run() -> None:
-            state = State(self.slots, self.array_slots)
+            state = State(self.slots, self.array_slots, self.frag_slots)
             for slot, value in initial:
                 state.env[slot] = value
             with np.errstate(all="ignore"):
@@ -410,6 +425,9 @@ class _Compiler:
                 return (lambda st, m: None), False
             case ir.TileApply():
                 return self.tile_apply(s, scope, site), False
+            case ir.FragDecl() | ir.FragFill() | ir.FragLoad() | ir.FragStore() | \
+                    ir.FragMulAdd():
+                return self.fragment(s, scope, site), False
             case _:
                 raise LaunchError(f"the simulator does not execute {s.kind} statements yet",
                                   path, s.line)
@@ -473,6 +491,138 @@ class _Compiler:
             tile_sim.run(op, registers, shared, local, smem, warps, geo, site)
 
         return run
+
+    # ------------------------------------------------------------------ fragments
+
+    def fragment(self, s: ir.Stmt, scope: _Scope, site: Site) -> StmtFn:
+        """A fragment statement (``sim.fragments``), run by every fully active subgroup."""
+        sg = self.geo.subgroup
+        if self.geo.block_size % sg:
+            raise LaunchError(f"fragment operations need whole subgroups: a block of "
+                              f"{self.geo.block_size} invocations is not a multiple of the "
+                              f"subgroup size {sg}", site.path, site.line)
+        match s:
+            case ir.FragDecl(name=name, rows=rows, cols=cols, elem=elem):
+                slot = self.frag_slots
+                self.frag_slots += 1
+                scope[name] = _Frag(slot, s)
+                shape = (self.n // sg, rows, cols)
+
+                def declare(st: State, m: Mask) -> None:
+                    st.frags[slot] = np.full(shape, arith.canary(elem), arith.dtype(elem))
+
+                return declare
+            case ir.FragFill(frag=name, value=value):
+                frag, fv = self._frag(scope, name, site), self.expr(value, scope, site)
+
+                def fill(st: State, m: Mask) -> None:
+                    groups = self._groups(m, site)
+                    data = st.frags[frag.slot]
+                    assert data is not None
+                    data[groups] = self._per_group(fv(st, m), groups, site)[:, None, None]
+
+                return fill
+            case ir.FragLoad() | ir.FragStore():
+                return self.frag_memory(s, scope, site)
+            case ir.FragMulAdd(d=d, a=a, b=b, c=c):
+                slots = [self._frag(scope, x, site).slot for x in (d, a, b, c)]
+                model = self.arith
+
+                def mul_add(st: State, m: Mask) -> None:
+                    groups = self._groups(m, site)
+                    fd, fa, fb, fc = (st.frags[x] for x in slots)
+                    assert fd is not None and fa is not None and fb is not None and fc is not None
+                    fd[groups] = fragments.mul_add(fa[groups], fb[groups], fc[groups], model)
+
+                return mul_add
+        raise AssertionError(s)
+
+    def frag_memory(self, s: ir.FragLoad | ir.FragStore, scope: _Scope, site: Site) -> StmtFn:
+        frag = self._frag(scope, s.frag, site)
+        arr = self._array(scope, s.array, site)
+        f_off, f_stride = self.expr(s.offset, scope, site), self.expr(s.stride, scope, site)
+        rows, cols = frag.decl.rows, frag.decl.cols
+        i, j = np.arange(rows)[:, None], np.arange(cols)[None, :]
+        row_major = s.layout is ir.FragLayout.ROW
+        sg, per_block = self.geo.subgroup, self.geo.block_size // self.geo.subgroup
+        # Each element counts, for the race detector, as accessed by lane (i*cols + j) % sg.
+        lane_of = ((i * cols + j) % sg)[None]
+        load = isinstance(s, ir.FragLoad)
+
+        def run(st: State, m: Mask) -> None:
+            groups = self._groups(m, site)
+            off = self._per_group(f_off(st, m), groups, site)[:, None, None]
+            stride = self._per_group(f_stride(st, m), groups, site)[:, None, None]
+            index = off + (i * stride + j if row_major else j * stride + i)
+            bad = (index < 0) | (index >= arr.size)
+            if bad.any():
+                g = int(groups[np.flatnonzero(bad.any(axis=(1, 2)))[0]])
+                self._fail(OutOfBounds, _oob(arr, int(index[bad][0])) + " (fragment "
+                           f"{s.frag!r})", site, self._lanes_of(g))
+            data = st.frags[frag.slot]
+            assert data is not None
+            if arr.space is MemSpace.GLOBAL:
+                target = arr.data
+                assert target is not None
+                flat = index
+            else:
+                mem = st.arrays[arr.slot]
+                assert mem is not None
+                target = mem.data
+                flat = (groups // per_block * arr.size)[:, None, None] + index
+                if isinstance(mem, SharedArray):
+                    threads = np.broadcast_to((groups % per_block * sg)[:, None, None]
+                                              + lane_of, flat.shape)
+                    record = mem.read if load else mem.write
+                    record(flat.ravel(), threads.ravel().astype(np.int32), None, site)
+            if load:
+                data[groups] = target[flat]
+            else:
+                target[flat] = data[groups]
+
+        return run
+
+    def _frag(self, scope: _Scope, name: str, site: Site) -> _Frag:
+        sym = self._lookup(scope, name, site)
+        if not isinstance(sym, _Frag):
+            self._ill_formed(site, f"{name!r} is not a fragment")
+        return sym
+
+    def _groups(self, m: Mask, site: Site) -> np.ndarray:
+        """The subgroups (global indices) whose lanes are all active; SubgroupDivergence when
+        one has only some."""
+        sg = self.geo.subgroup
+        if m is None:
+            return np.arange(self.n // sg)
+        active = np.count_nonzero(m.reshape(-1, sg), axis=1)
+        partial = np.flatnonzero((active > 0) & (active < sg))
+        if partial.size:
+            g = int(partial[0])
+            lanes = np.zeros(self.n, bool)
+            lanes[g * sg:(g + 1) * sg] = m[g * sg:(g + 1) * sg]
+            self._fail(SubgroupDivergence, f"{int(active[g])} of the {sg} lanes of a subgroup "
+                       "reach a fragment operation; all must", site, lanes)
+        return np.flatnonzero(active == sg)
+
+    def _per_group(self, v: Value, groups: np.ndarray, site: Site) -> np.ndarray:
+        """The value each subgroup of ``groups`` agrees on; SubgroupDivergence when its lanes
+        hold different values."""
+        if not isinstance(v, np.ndarray):
+            return np.full(groups.size, v)
+        per_lane = v.reshape(-1, self.geo.subgroup)[groups]
+        differs = (per_lane != per_lane[:, :1]).any(axis=1)
+        if differs.any():
+            g = int(groups[np.flatnonzero(differs)[0]])
+            self._fail(SubgroupDivergence, "an operand of a fragment operation differs "
+                       "between the lanes of a subgroup", site, self._lanes_of(g))
+        return per_lane[:, 0]
+
+    def _lanes_of(self, group: int) -> np.ndarray:
+        """The invocations of subgroup ``group`` as a mask over the launch."""
+        sg = self.geo.subgroup
+        lanes = np.zeros(self.n, bool)
+        lanes[group * sg:(group + 1) * sg] = True
+        return lanes
 
     def _tile_operand(self, scope: _Scope, name: str, site: Site) -> tile_sim.Operand:
         sym = self._lookup(scope, name, site)

@@ -7,13 +7,15 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from sarek import ir
+from sarek.errors import LaunchError
 from sim.execute import compile_kernel
+from sim.fragments import MODELS, Model
 from sim.launch import bind, geometry
 
 
 def simulate(kernel: ir.Kernel, args: Sequence[object] | Mapping[str, object],
              grid: object = (1, 1, 1), block: object = (1, 1, 1), *,
-             subgroup: int = 32) -> dict[str, np.ndarray]:
+             subgroup: int = 32, arith: Model = "sequential") -> dict[str, np.ndarray]:
     """Runs ``kernel`` on ``grid`` blocks of ``block`` invocations and returns the final
     contents of every array parameter by name (1-D, the parameter's dtype).
 
@@ -22,7 +24,8 @@ def simulate(kernel: ir.Kernel, args: Sequence[object] | Mapping[str, object],
     modified), a Python or NumPy number for a scalar (converted to the parameter's type).
     ``grid`` and ``block`` are 1 to 3 non-negative ints; a zero grid dimension is an empty
     launch. ``subgroup`` is the number of lanes that ``subgroup_id`` and ``subgroup_lane``
-    divide a block into.
+    divide a block into, and fragments belong to. ``arith`` names the arithmetic model of
+    float fragment multiply-accumulates (``sim.fragments.MODELS``).
 
     Raises ``sarek.IRError`` for an ill-formed kernel, ``LaunchError`` for bad arguments,
     geometry or an undefined operation (division by zero, a shift by a bad amount),
@@ -30,8 +33,11 @@ def simulate(kernel: ir.Kernel, args: Sequence[object] | Mapping[str, object],
     source line and up to eight offending invocations.
     """
     ir.ensure_valid(kernel)
+    if arith not in MODELS:
+        raise LaunchError(f"unknown arithmetic model {arith!r}; the models are "
+                          f"{', '.join(MODELS)}")
     arrays, scalars = bind(kernel, args)
     geo = geometry(grid, block, subgroup)
     if geo.invocations:
-        compile_kernel(kernel, geo, arrays, scalars)()
+        compile_kernel(kernel, geo, arrays, scalars, arith)()
     return arrays

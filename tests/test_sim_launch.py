@@ -121,13 +121,6 @@ def test_an_ill_formed_kernel_is_an_ir_error() -> None:
         sim.simulate(k, [np.zeros(1, np.int32)], grid=1, block=1)
 
 
-def test_statements_the_simulator_does_not_run_yet_are_refused_with_a_reason() -> None:
-    k = kernel([], ir.FragDecl(name="f", use=ir.FragUse.ACCUMULATOR, rows=16, cols=16,
-                               elem=F32))
-    with pytest.raises(LaunchError, match="does not execute frag_decl statements"):
-        sim.simulate(k, [], grid=1, block=32)
-
-
 def test_a_gemm_matches_numpy_for_a_launch_larger_than_the_output() -> None:
     m, n, k = 33, 17, 9
     rng = np.random.default_rng(3)
