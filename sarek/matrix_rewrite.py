@@ -1,0 +1,472 @@
+"""The rewrite of a recognized GEMM nest onto matrix fragments.
+
+``kernel(original, gemm, lowering, subgroup=32, frag=16)`` builds a new ``Kernel`` in
+target-neutral fragment statements (``specs/matrix-pattern-rewrite.md``, "The rewrite"):
+
+* the original parameters in order, then the five i32 region parameters ``EXTRA_NAMES``;
+* a block of four waves of ``subgroup`` lanes owns a 64x64 output tile (block_idx.x its
+  column tile, .y its row tile, .z the batch); wave ``w`` owns the 32x32 quarter at rows
+  ``32*(w/2)``, columns ``32*(w%2)``, as 2x2 fragments of 16 or 4x4 of 8;
+* the reduction runs in steps of 16: the block stages the 64x16 A tile and the 16x64 B tile
+  from global into shared memory, converted to the lowering's operand type (one array per
+  term or byte plane), zero outside the region; each wave loads its fragments and multiplies,
+  with fragment 8 as two chained 8-deep multiply-accumulates in k order;
+* accumulators start at the original's initial value (float lowerings stage it through shared
+  memory unless it is a constant; the byte planes add it at the end, which modular arithmetic
+  allows) and leave through shared memory, where each covered output gets the original's
+  epilogue and nothing else is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+from sarek import ir
+from sarek.errors import SarekError
+from sarek.launch import Launch
+from sarek.ir import BinOp, Builtin, ElemType, FragLayout, FragUse, MemSpace
+from sarek.matrix_mapping import Region
+from sarek.matrix_pattern import ACC, BATCH, COL, ROW, Access, Gemm, Mapping1D
+from sarek.matrix_scheme import (
+    SUPPORTED_FRAGMENT, SUPPORTED_SUBGROUP, Lowering, LoweringError, config_of,
+)
+
+EXTRA_NAMES = ("me", "ne", "ze", "d", "t")
+TILE = 64  # output rows and columns per block
+WAVE_TILE = 32  # per wave
+STEP = 16  # reduction depth staged per step
+WAVES = 4
+
+I32, U32, U8, F32 = ElemType.I32, ElemType.U32, ElemType.U8, ElemType.F32
+
+
+class RewriteError(SarekError):
+    """The nest cannot be rewritten as asked; ``reason`` names what and why."""
+
+
+def launch_dims(subgroup: int = 32, *, me: int, ne: int, ze: int
+                ) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """``(block, grid)`` of the rewritten kernel for a region: blocks of four waves, one per
+    64x64 tile of output, one grid layer per batch (a zero extent gives a zero grid
+    dimension: nothing to launch)."""
+    _check_subgroup(subgroup)
+    return (WAVES * subgroup, 1, 1), (-(-ne // TILE), -(-me // TILE), ze)
+
+
+def region_args(region: Region) -> list[int]:
+    """The values of the five region parameters, in ``EXTRA_NAMES`` order."""
+    return list(region.args)
+
+
+# --------------------------------------------------------------------------- lowerings
+
+
+@dataclass(frozen=True)
+class _Scheme:
+    """How one lowering stages operands and which products it accumulates where."""
+
+    operand: ElemType  # the fragment component type
+    terms: tuple[str, ...]  # staged arrays per operand (split terms or byte planes)
+    # (a term, b term, accumulator index), in the order they are multiplied each step
+    products: tuple[tuple[int, int, int], ...]
+    accumulators: int  # per output fragment
+    acc: ElemType
+
+
+_SCHEMES = {
+    Lowering.F16_OPERANDS: _Scheme(ElemType.F16, ("",), ((0, 0, 0),), 1, F32),
+    Lowering.BF16_OPERANDS: _Scheme(ElemType.BF16, ("",), ((0, 0, 0),), 1, F32),
+    # Smallest terms first: mid*mid, lo*hi, hi*lo, mid*hi, hi*mid, hi*hi (terms: hi, mid, lo).
+    Lowering.BF16X3_OPERANDS: _Scheme(
+        ElemType.BF16, ("hi", "mid", "lo"),
+        ((1, 1, 0), (2, 0, 0), (0, 2, 0), (1, 0, 0), (0, 1, 0), (0, 0, 0)), 1, F32),
+    # Byte planes p, q with p + q <= 3; accumulator p + q carries the shift 8 * (p + q).
+    Lowering.INT32_BYTE_PLANES: _Scheme(
+        U8, ("p0", "p1", "p2", "p3"),
+        tuple((p, s - p, s) for s in range(4) for p in range(s + 1)), 4, I32),
+}
+
+
+# --------------------------------------------------------------------------- IR building
+
+
+def _c(v: int, t: ElemType = I32) -> ir.Const:
+    return ir.Const(value=v, type=t)
+
+
+def _v(name: str, t: ElemType = I32) -> ir.Var:
+    return ir.Var(name=name, type=t)
+
+
+def _b(op: BinOp, a: ir.Expr, b: ir.Expr) -> ir.Binary:
+    t = ElemType.BOOL if op in ir.COMPARISONS or op in ir.LOGICAL else a.type
+    return ir.Binary(op=op, a=a, b=b, type=t)
+
+
+def _add(a: ir.Expr, b: ir.Expr) -> ir.Expr:
+    if isinstance(b, ir.Const) and b.value == 0:
+        return a
+    return _b(BinOp.ADD, a, b)
+
+
+def _mul(a: ir.Expr, b: ir.Expr) -> ir.Expr:
+    return _b(BinOp.MUL, a, b)
+
+
+def _cast(x: ir.Expr, t: ElemType) -> ir.Expr:
+    return x if x.type == t else ir.Cast(x=x, type=t)
+
+
+def _and(*terms: ir.Expr) -> ir.Expr:
+    out = terms[0]
+    for t in terms[1:]:
+        out = _b(BinOp.LAND, out, t)
+    return out
+
+
+def _builtin(which: Builtin) -> ir.BuiltinValue:
+    return ir.BuiltinValue(which=which)
+
+
+def _zero(t: ElemType) -> ir.Const:
+    return ir.Const(value=0.0 if t.is_float else 0, type=t)
+
+
+def _placeholders(e: ir.Expr) -> Iterator[ir.Expr]:
+    from sarek.ir_check import subexpressions
+
+    return subexpressions(e)
+
+
+# --------------------------------------------------------------------------- the rewrite
+
+
+def _check_subgroup(subgroup: int) -> None:
+    if subgroup not in SUPPORTED_SUBGROUP:
+        raise RewriteError(f"subgroup {subgroup} has no template; supported: "
+                           f"{', '.join(map(str, SUPPORTED_SUBGROUP))}")
+
+
+def kernel(original: ir.Kernel, gemm: Gemm, lowering: Lowering, subgroup: int = 32,
+           frag: int = 16) -> ir.Kernel:
+    """The rewritten kernel (see the module docstring); ``RewriteError`` with the reason when a
+    subgroup or fragment has no template, the lowering does not take the operands, or an
+    address, bound, initial value or epilogue cannot be expressed in the rewritten launch."""
+    _check_subgroup(subgroup)
+    if frag not in SUPPORTED_FRAGMENT:
+        raise RewriteError(f"fragment {frag} has no template; supported: "
+                           f"{', '.join(map(str, SUPPORTED_FRAGMENT))}")
+    try:
+        config_of(lowering, gemm.operand_elt, frag)
+    except LoweringError as e:
+        raise RewriteError(e.reason) from None
+    scheme = _SCHEMES[lowering]
+    if gemm.acc_type is not scheme.acc:
+        raise RewriteError(f"{lowering} accumulates in {scheme.acc}; the kernel's accumulator "
+                           f"is {gemm.acc_type}")
+    names = {p.name for p in original.params}
+    if clash := sorted(names & {*EXTRA_NAMES, *_INTERNAL}):
+        raise RewriteError(f"the kernel's parameter(s) {', '.join(clash)} clash with the names "
+                           "the rewritten kernel adds (rename them)")
+    for what, e in (("initial value", gemm.init), ("epilogue", gemm.epilogue)):
+        _expressible(what, e)
+    for name, acc in (("A", gemm.a), ("B", gemm.b)):
+        unused = acc.col_stride if name == "A" else acc.row_stride
+        if not (isinstance(unused, ir.Const) and unused.value == 0):
+            raise RewriteError(f"operand {name}'s address depends on the output "
+                               f"{'column' if name == 'A' else 'row'}, which a staged "
+                               f"{'row' if name == 'A' else 'column'} tile cannot express")
+    body = _Builder(gemm, scheme, subgroup, frag).build()
+    params = (*original.params, *(ir.ScalarParam(name=n, elem=I32) for n in EXTRA_NAMES))
+    rewritten = ir.Kernel(name=f"{original.name}_{lowering.value.lower()}", params=params,
+                          body=body)
+    ir.ensure_valid(rewritten)
+    return rewritten
+
+
+_INTERNAL = ("sk_tid", "sk_wave", "sk_row0", "sk_col0", "sk_z", "sk_k0", "sk_e", "sk_r",
+             "sk_c", "sk_q", "sk_row", "sk_col", "sk_k", "sk_x", "sk_x1", "sk_x2", "sk_out",
+             "sk_cs", "sk_init")
+
+
+def _expressible(what: str, e: ir.Expr) -> None:
+    for x in _placeholders(e):
+        if isinstance(x, ir.BuiltinValue):
+            raise RewriteError(f"the {what} reads {x.which.value}, whose value in the "
+                               "rewritten launch is not the original's")
+
+
+class _Builder:
+    """Builds the rewritten body for one gemm, lowering, subgroup and fragment."""
+
+    def __init__(self, gemm: Gemm, scheme: _Scheme, subgroup: int, frag: int) -> None:
+        self.g, self.s, self.sg, self.f = gemm, scheme, subgroup, frag
+        self.threads = WAVES * subgroup
+        self.per_wave = WAVE_TILE // frag  # fragments along each side of a wave's quarter
+
+    # ---------------------------------------------------------------- coordinates
+
+    def covered(self, row: ir.Expr, col: ir.Expr) -> ir.Expr:
+        """Whether output (row, col) of this block's batch is in the region."""
+        me, ne, t = _v("me"), _v("ne"), _v("t")
+        col_major = isinstance(self.g.mapping, Mapping1D) and self.g.mapping.order == "col-major"
+        within = _add(_mul(row, ne), col) if not col_major else _add(_mul(col, me), row)
+        linear = _add(_mul(_v("sk_z"), _mul(me, ne)), within)
+        return _and(_b(BinOp.LT, row, me), _b(BinOp.LT, col, ne), _b(BinOp.LT, linear, t))
+
+    def at(self, e: ir.Expr, acc: ir.Expr | None = None) -> ir.Expr:
+        """``e`` (an initial value or epilogue) at output (sk_row, sk_col, sk_z)."""
+        from sarek.matrix_pattern import substitute
+
+        values = {ROW: _v("sk_row"), COL: _v("sk_col"), BATCH: _v("sk_z")}
+        if acc is not None:
+            values[ACC] = acc
+        return substitute(e, values)
+
+    def address(self, access: Access, row: ir.Expr, col: ir.Expr, k: ir.Expr) -> ir.Expr:
+        return access.address(row, col, _v("sk_z"), _add(self.g.k_start, k))
+
+    # ---------------------------------------------------------------- the body
+
+    def build(self) -> tuple[ir.Stmt, ...]:
+        tid = _builtin(Builtin.THREAD_IDX_X)
+        body: list[ir.Stmt] = [
+            ir.Let(name="sk_tid", type=I32, value=tid),
+            ir.Let(name="sk_wave", type=I32, value=_builtin(Builtin.SUBGROUP_ID)),
+            ir.Let(name="sk_row0", type=I32, value=_mul(_builtin(Builtin.BLOCK_IDX_Y), _c(TILE))),
+            ir.Let(name="sk_col0", type=I32, value=_mul(_builtin(Builtin.BLOCK_IDX_X), _c(TILE))),
+            ir.Let(name="sk_z", type=I32, value=_builtin(Builtin.BLOCK_IDX_Z)),
+            *self.declarations(),
+            *self.start_accumulators(),
+            ir.For(var="sk_k0", start=_c(0), stop=_v("d"), step=_c(STEP),
+                   body=(*self.stage(), ir.Barrier(), *self.multiply(), ir.Barrier())),
+            *self.finish(),
+        ]
+        return tuple(body)
+
+    def staged(self, operand: str, term: str) -> str:
+        return f"sk_{operand}{'_' + term if term else ''}"
+
+    def frag_names(self) -> Iterator[tuple[int, int]]:
+        for i in range(self.per_wave):
+            for j in range(self.per_wave):
+                yield i, j
+
+    def declarations(self) -> list[ir.Stmt]:
+        out: list[ir.Stmt] = []
+        for term in self.s.terms:
+            out.append(ir.ArrayDecl(name=self.staged("a", term), elem=self.s.operand,
+                                    size=TILE * STEP, space=MemSpace.SHARED))
+            out.append(ir.ArrayDecl(name=self.staged("b", term), elem=self.s.operand,
+                                    size=STEP * TILE, space=MemSpace.SHARED))
+        out.append(ir.ArrayDecl(name="sk_cs", elem=self.s.acc, size=TILE * TILE,
+                                space=MemSpace.SHARED))
+        f = self.f
+        for i, j in self.frag_names():
+            for a in range(self.s.accumulators):
+                out.append(ir.FragDecl(name=f"sk_acc{a}_{i}_{j}", use=FragUse.ACCUMULATOR,
+                                       rows=f, cols=f, elem=self.s.acc))
+        for t, term in enumerate(self.s.terms):
+            for i in range(self.per_wave):
+                out.append(ir.FragDecl(name=f"sk_fa{t}_{i}", use=FragUse.A, rows=f, cols=f,
+                                       elem=self.s.operand))
+                out.append(ir.FragDecl(name=f"sk_fb{t}_{i}", use=FragUse.B, rows=f, cols=f,
+                                       elem=self.s.operand))
+            del term
+        return out
+
+    def wave_origin(self, i: int, j: int) -> tuple[ir.Expr, ir.Expr]:
+        """Row and column, within the block's tile, of fragment (i, j) of this wave."""
+        w = _v("sk_wave")
+        row = _add(_mul(_b(BinOp.DIV, w, _c(2)), _c(WAVE_TILE)), _c(i * self.f))
+        col = _add(_mul(_b(BinOp.REM, w, _c(2)), _c(WAVE_TILE)), _c(j * self.f))
+        return row, col
+
+    def per_thread(self, elements: int, body: list[ir.Stmt]) -> ir.For:
+        """``for sk_q in range(elements / threads): sk_e = sk_q * threads + sk_tid; body``:
+        a uniform loop in which the block's threads cover ``elements`` together."""
+        e = _add(_mul(_v("sk_q"), _c(self.threads)), _v("sk_tid"))
+        return ir.For(var="sk_q", start=_c(0), stop=_c(elements // self.threads), step=_c(1),
+                      body=(ir.Let(name="sk_e", type=I32, value=e), *body))
+
+    def output_coordinates(self) -> list[ir.Stmt]:
+        """``sk_row``, ``sk_col`` of element ``sk_e`` of the 64x64 tile (row-major)."""
+        return [
+            ir.Let(name="sk_row", type=I32,
+                   value=_add(_v("sk_row0"), _b(BinOp.DIV, _v("sk_e"), _c(TILE)))),
+            ir.Let(name="sk_col", type=I32,
+                   value=_add(_v("sk_col0"), _b(BinOp.REM, _v("sk_e"), _c(TILE)))),
+        ]
+
+    def start_accumulators(self) -> list[ir.Stmt]:
+        init = self.g.init
+        constant = isinstance(init, ir.Const)
+        if self.s.acc.is_int or constant:
+            value = init if constant and not self.s.acc.is_int else _zero(self.s.acc)
+            return [ir.FragFill(frag=f"sk_acc{a}_{i}_{j}", value=_cast(value, self.s.acc))
+                    for i, j in self.frag_names() for a in range(self.s.accumulators)]
+        # The initial value varies by output: stage it through shared memory.
+        here = self.covered(_v("sk_row"), _v("sk_col"))
+        stage = self.per_thread(TILE * TILE, [
+            *self.output_coordinates(),
+            ir.Store(array="sk_cs", index=_v("sk_e"), value=ir.Select(
+                cond=here, a=_cast(self.at(init), self.s.acc), b=_zero(self.s.acc),
+                type=self.s.acc)),
+        ])
+        loads: list[ir.Stmt] = []
+        for i, j in self.frag_names():
+            row, col = self.wave_origin(i, j)
+            loads.append(ir.FragLoad(frag=f"sk_acc0_{i}_{j}", array="sk_cs",
+                                     offset=_add(_mul(row, _c(TILE)), col), stride=_c(TILE)))
+        return [stage, ir.Barrier(), *loads, ir.Barrier()]
+
+    def convert(self, x: ir.Expr) -> list[tuple[str, ir.Expr]]:
+        """The staged terms of one operand value ``x``: (term, value) pairs."""
+        s = self.s
+        if s.terms == ("",):
+            return [("", _cast(x, s.operand))]
+        if s.operand is U8:  # byte planes of the two's complement pattern
+            u = _cast(x, U32)
+            return [(t, _cast(_b(BinOp.AND, _b(BinOp.SHR, u, _c(8 * p, U32)) if p else u,
+                                 _c(255, U32)), U8))
+                    for p, t in enumerate(s.terms)]
+        # bf16x3: hi = bf16(x), mid = bf16(x - hi), lo = bf16(x - hi - mid); the differences are
+        # exact in f32.
+        x32 = _cast(x, F32)
+        hi = _cast(x32, ElemType.BF16)
+        r1 = _b(BinOp.SUB, x32, _cast(hi, F32))
+        mid = _cast(r1, ElemType.BF16)
+        r2 = _b(BinOp.SUB, r1, _cast(mid, F32))
+        return [("hi", hi), ("mid", mid), ("lo", _cast(r2, ElemType.BF16))]
+
+    def stage(self) -> list[ir.Stmt]:
+        """The A (64x16) and B (16x64) tiles of this step into shared memory, zero outside."""
+        g = self.g
+        k = _v("sk_k")  # the reduction index relative to k_start
+        out: list[ir.Stmt] = []
+        for name, access, rows, cols in (("a", g.a, TILE, STEP), ("b", g.b, STEP, TILE)):
+            if name == "a":
+                row = _add(_v("sk_row0"), _b(BinOp.DIV, _v("sk_e"), _c(cols)))
+                kk = _b(BinOp.REM, _v("sk_e"), _c(cols))
+                inside = _and(_b(BinOp.LT, _v("sk_x1"), _v("me")),
+                              _b(BinOp.LT, _v("sk_k"), _v("d")))
+                addr = self.address(access, _v("sk_x1"), _c(0), k)
+            else:
+                kk = _b(BinOp.DIV, _v("sk_e"), _c(cols))
+                row = _add(_v("sk_col0"), _b(BinOp.REM, _v("sk_e"), _c(cols)))
+                inside = _and(_b(BinOp.LT, _v("sk_x1"), _v("ne")),
+                              _b(BinOp.LT, _v("sk_k"), _v("d")))
+                addr = self.address(access, _c(0), _v("sk_x1"), k)
+            load = ir.Load(array=access.array, index=addr, type=access.elem)
+            value = ir.Select(cond=inside, a=load, b=_zero(access.elem), type=access.elem)
+            body: list[ir.Stmt] = [
+                ir.Let(name="sk_x1", type=I32, value=row),  # the output row (A) or column (B)
+                ir.Let(name="sk_k", type=I32, value=_add(_v("sk_k0"), kk)),
+                ir.Let(name="sk_x", type=access.elem, value=value),
+            ]
+            for term, staged in self.convert(_v("sk_x", access.elem)):
+                body.append(ir.Store(array=self.staged(name, term), index=_v("sk_e"),
+                                     value=staged))
+            out.append(self.per_thread(rows * cols, body))
+        return out
+
+    def multiply(self) -> list[ir.Stmt]:
+        """Each wave: per sub-step of ``frag`` along k, load fragments, multiply-accumulate."""
+        out: list[ir.Stmt] = []
+        f = self.f
+        for kk0 in range(0, STEP, f):
+            for t, term in enumerate(self.s.terms):
+                for i in range(self.per_wave):
+                    row, _ = self.wave_origin(i, 0)
+                    out.append(ir.FragLoad(frag=f"sk_fa{t}_{i}", array=self.staged("a", term),
+                                           offset=_add(_mul(row, _c(STEP)), _c(kk0)),
+                                           stride=_c(STEP), layout=FragLayout.ROW))
+                    _, col = self.wave_origin(0, i)
+                    out.append(ir.FragLoad(frag=f"sk_fb{t}_{i}", array=self.staged("b", term),
+                                           offset=_add(_c(kk0 * TILE), col), stride=_c(TILE),
+                                           layout=FragLayout.ROW))
+            for i, j in self.frag_names():
+                for ta, tb, a in self.s.products:
+                    acc = f"sk_acc{a}_{i}_{j}"
+                    out.append(ir.FragMulAdd(d=acc, a=f"sk_fa{ta}_{i}", b=f"sk_fb{tb}_{j}",
+                                             c=acc))
+        return out
+
+    def finish(self) -> list[ir.Stmt]:
+        """Accumulators out through shared memory; each covered output gets the epilogue."""
+        g, acc_t = self.g, self.s.acc
+        here = self.covered(_v("sk_row"), _v("sk_col"))
+        count = TILE * TILE // self.threads
+        out: list[ir.Stmt] = []
+        if self.s.accumulators == 1:
+            total: ir.Expr = ir.Load(array="sk_cs", index=_v("sk_e"), type=acc_t)
+        else:
+            # Byte planes: sk_out[q] = init + sum_s (acc_s << 8s), wrapping.
+            out.append(ir.ArrayDecl(name="sk_out", elem=I32, size=count, space=MemSpace.LOCAL))
+            out.append(self.per_thread(TILE * TILE, [
+                *self.output_coordinates(),
+                ir.Store(array="sk_out", index=_v("sk_q"), value=ir.Select(
+                    cond=here, a=_cast(self.at(g.init), I32), b=_c(0), type=I32)),
+            ]))
+            total = ir.Load(array="sk_out", index=_v("sk_q"), type=I32)
+        for a in range(self.s.accumulators):
+            for i, j in self.frag_names():
+                row, col = self.wave_origin(i, j)
+                out.append(ir.FragStore(frag=f"sk_acc{a}_{i}_{j}", array="sk_cs",
+                                        offset=_add(_mul(row, _c(TILE)), col), stride=_c(TILE)))
+            out.append(ir.Barrier())
+            if self.s.accumulators > 1:
+                part = ir.Load(array="sk_cs", index=_v("sk_e"), type=I32)
+                shifted = _b(BinOp.SHL, part, _c(8 * a)) if a else part
+                out.append(self.per_thread(TILE * TILE, [ir.Store(
+                    array="sk_out", index=_v("sk_q"),
+                    value=_add(ir.Load(array="sk_out", index=_v("sk_q"), type=I32), shifted))]))
+                out.append(ir.Barrier())
+        store = ir.Store(array=g.c.array, index=self.address(g.c, _v("sk_row"), _v("sk_col"),
+                                                             _c(0)),
+                         value=_cast(self.at(g.epilogue, total), g.c.elem))
+        out.append(self.per_thread(TILE * TILE, [
+            *self.output_coordinates(),
+            ir.If(cond=here, then=(store,)),
+        ]))
+        return out
+
+
+# --------------------------------------------------------------------------- one call
+
+
+@dataclass(frozen=True)
+class Rewritten:
+    """The rewrite of one launch: the launch of the rewritten kernel (its arguments are the
+    original's followed by the region), and what it was derived from."""
+
+    launch: Launch
+    gemm: Gemm
+    region: Region
+    lowering: Lowering
+    subgroup: int
+    frag: int
+
+
+def rewrite_launch(original: Launch, *, lowering: Lowering | None = None,
+                   precision: Literal["accurate", "fast"] = "accurate", subgroup: int = 32,
+                   frag: int = 16) -> Rewritten:
+    """Recognizes the GEMM nest of ``original.kernel``, computes the region its launch
+    covers, selects a lowering (unless one is given), rewrites the kernel and returns the
+    launch of the rewritten kernel. Raises ``NotAGemm``, ``RegionError``, ``LoweringError`` or
+    ``RewriteError`` with the reason."""
+    from sarek.matrix_mapping import region
+    from sarek.matrix_pattern import recognize
+    from sarek.matrix_scheme import select
+
+    gemm = recognize(original.kernel)
+    reg = region(gemm, original.grid, original.block, dict(original.args))
+    chosen = lowering if lowering is not None else select(gemm, precision)
+    rewritten = kernel(original.kernel, gemm, chosen, subgroup, frag)
+    block, grid = launch_dims(subgroup, me=reg.me, ne=reg.ne, ze=reg.ze)
+    args = {**original.args, **dict(zip(EXTRA_NAMES, reg.args, strict=True))}
+    notes = {**original.notes, "lowering": chosen.value, "subgroup": subgroup, "frag": frag}
+    return Rewritten(Launch(rewritten, args, grid, block, notes), gemm, reg, chosen, subgroup,
+                     frag)
