@@ -1,4 +1,6 @@
-"""The demo: simulate every bundled GEMM example and check it against its NumPy reference.
+"""The demo: every bundled GEMM example simulated and checked against its NumPy reference,
+then rewritten onto matrix fragments under every applicable lowering, subgroup and fragment
+size, and compared with the original.
 
 Each example module (``examples/gemm_*.py``) defines one kernel, ``make(m, n, k, seed)``
 returning a ``Launch`` and ``reference(launch)`` returning the expected arrays.
@@ -12,7 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
+from sarek.ir import ElemType
 from sarek.loader import load_module
+from sarek.matrix_pattern import recognize
+from sarek.matrix_rewrite import rewrite_launch
+from sarek.matrix_scheme import Lowering
 
 
 @dataclass(frozen=True)
@@ -64,10 +70,98 @@ def run(examples: Path, size: tuple[int, int, int] = (70, 45, 33)) -> list[Row]:
     return [check_example(p, size) for p in sorted(examples.glob("gemm_*.py"))]
 
 
+CONFIGS = ((32, 16), (32, 8), (64, 16), (64, 8))  # (subgroup, fragment)
+# Largest difference from the f32 original, relative to max|C|, that the demo accepts for f32
+# operands (the tests check the rigorous per-element bounds): a few units of each lowering's
+# operand rounding.
+SANITY = {Lowering.BF16X3_OPERANDS: 1e-5, Lowering.F16_OPERANDS: 4e-3,
+          Lowering.BF16_OPERANDS: 3e-2}
+
+
+@dataclass(frozen=True)
+class RewriteRow:
+    """One example under one lowering: per (subgroup, fragment) how the rewritten kernel's
+    output compares with the original's (``"exact"`` or the normwise relative difference)."""
+
+    example: str
+    lowering: str
+    results: tuple[str, ...]
+    ok: bool
+
+
+def lowerings_for(operand: ElemType) -> tuple[Lowering, ...]:
+    """The lowerings that take ``operand`` operands, the one ``select`` picks first."""
+    return {ElemType.I32: (Lowering.INT32_BYTE_PLANES,), ElemType.F16: (Lowering.F16_OPERANDS,),
+            ElemType.F32: (Lowering.BF16X3_OPERANDS, Lowering.BF16_OPERANDS,
+                           Lowering.F16_OPERANDS)}.get(operand, ())
+
+
+def rewrite_example(path: Path, size: tuple[int, int, int], seed: int = 0) -> list[RewriteRow]:
+    module = load_module(path)
+    original = module.make(*size, seed=seed)
+    gemm = recognize(original.kernel)
+    want = original.simulate()[gemm.c.array]
+    exact_lowering = gemm.operand_elt in (ElemType.I32, ElemType.F16)
+    rows = []
+    for lowering in lowerings_for(gemm.operand_elt):
+        results, ok = [], True
+        for subgroup, frag in CONFIGS:
+            rw = rewrite_launch(original, lowering=lowering, subgroup=subgroup, frag=frag)
+            got = rw.launch.simulate(subgroup=subgroup)[gemm.c.array]
+            same, _ = compare(got, want)
+            if same:
+                results.append("exact")
+                continue
+            scale = float(np.abs(want.astype(np.float64)).max()) or 1.0
+            diff = float(np.abs(got.astype(np.float64) - want.astype(np.float64)).max())
+            results.append(f"{diff / scale:.1e}")
+            # int32 and f16 operands must come out exact, f32 within a sanity bound
+            ok = ok and not exact_lowering and diff / scale <= SANITY[lowering]
+        rows.append(RewriteRow(path.stem, lowering.value, tuple(results), ok))
+    return rows
+
+
+def run_rewrites(examples: Path, size: tuple[int, int, int] = (70, 45, 33)) -> list[RewriteRow]:
+    """Rewrites every example under each lowering that takes its operands, in every
+    (subgroup, fragment) configuration, and compares with the original (both simulated)."""
+    return [row for p in sorted(examples.glob("gemm_*.py")) for row in rewrite_example(p, size)]
+
+
+def cuda_rows(examples: Path) -> list[tuple[str, str, str]]:
+    """Each example's kernel printed as CUDA and compiled by NVRTC for sm_80 and sm_90."""
+    from backends.cuda import compile_cubin, emit, nvrtc_available
+
+    missing = nvrtc_available()
+    rows = []
+    for path in [*sorted(examples.glob("gemm_*.py")), examples / "ldmatrix_interleaved.py"]:
+        module = load_module(path)
+        kernel = (module.make(8, 8, 8) if path.stem.startswith("gemm") else module.make()).kernel
+        src = emit(kernel)
+        if missing:
+            rows.append((path.stem, f"{len(src.splitlines())} lines", missing))
+            continue
+        sizes = [len(compile_cubin(src, arch)) for arch in ("sm_80", "sm_90")]
+        rows.append((path.stem, f"{len(src.splitlines())} lines",
+                     f"cubin {sizes[0]} / {sizes[1]} bytes"))
+    return rows
+
+
+def render(head: tuple[str, ...], body: list[tuple[str, ...]]) -> str:
+    """A plain text table."""
+    widths = [max(len(x) for x in col) for col in zip(head, *body, strict=True)]
+
+    def line(cells: tuple[str, ...]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+
+    return "\n".join([line(head), line(tuple("-" * w for w in widths)), *map(line, body)])
+
+
 def table(rows: list[Row]) -> str:
     head = ("example", "kernel", "m x n x k", "invocations", "sim time", "vs NumPy reference")
-    body = [(r.example, r.kernel, "x".join(map(str, r.size)), str(r.invocations),
-             f"{r.seconds * 1e3:.1f} ms", r.verdict) for r in rows]
-    widths = [max(len(x) for x in col) for col in zip(head, *body, strict=True)]
-    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True))  # noqa: E731
-    return "\n".join([line(head), line(tuple("-" * w for w in widths)), *map(line, body)])
+    return render(head, [(r.example, r.kernel, "x".join(map(str, r.size)), str(r.invocations),
+                          f"{r.seconds * 1e3:.1f} ms", r.verdict) for r in rows])
+
+
+def rewrite_table(rows: list[RewriteRow]) -> str:
+    head = ("example", "lowering", *(f"sg {s} frag {f}" for s, f in CONFIGS))
+    return render(head, [(r.example, r.lowering, *r.results) for r in rows])
