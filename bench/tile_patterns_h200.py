@@ -19,12 +19,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
+from tile_cases import Case, expected_registers, expected_shared  # noqa: E402
+
 from backends.cuda.run import device_arch, device_name, run  # noqa: E402
-from sarek.layout import S, TileLayout, laneid  # noqa: E402
+from sarek.layout import TileLayout, laneid  # noqa: E402
 from sarek.loader import load_module  # noqa: E402
 from sarek.tile_probe import probe_kernel  # noqa: E402
 from sim import simulate  # noqa: E402
-from tile_cases import Case, expected_registers, expected_shared  # noqa: E402
 
 
 def plain(kind: str, count: int, trans: bool, repeats: int = 1) -> Case:
@@ -140,7 +141,8 @@ def main() -> int:
     print(f"{'case':52} {'instr':>5} {'words':>6} {'dev!=sim':>8} {'sim!=contract':>13}")
     for r in rows:
         print(f"{r['name'][:52]:52} {r['instructions_per_warp']:>5} {r['words']:>6} "
-              f"{r['device_vs_simulator_mismatches']:>8} {r['simulator_vs_contract_mismatches']:>13}")
+              f"{r['device_vs_simulator_mismatches']:>8} "
+              f"{r['simulator_vs_contract_mismatches']:>13}")
     print("all bit-exact:", ok)
     return 0 if ok else 1
 

@@ -5,7 +5,7 @@ per step. Products are added in the same k order as the naive kernel (zero paddi
 import numpy as np
 
 import sarek
-from sarek import Global, barrier, block_dim, block_idx, f32, i32, thread_idx
+from sarek import Global, barrier, block_idx, f32, i32, thread_idx
 from sarek.launch import Launch
 from sarek.reference import gemm_sequential
 

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sarek import demo, ir
-from sarek.errors import SarekError
 from sarek.dsl import KernelFunction
+from sarek.errors import SarekError
 from sarek.ir_check import walk
 from sarek.launch import Launch, dim3
 from sarek.loader import examples_dir, load_kernel
@@ -37,7 +37,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
           "bit with an independent NumPy computation:\n")
     print(demo.table(rows))
     rewrites = demo.run_rewrites(examples, args.size)
-    print(f"\n2. Every example rewritten onto matrix fragments (64x64 tiles, four waves) under "
+    print("\n2. Every example rewritten onto matrix fragments (64x64 tiles, four waves) under "
           "each lowering that\n   takes its operands, simulated, and compared with the original: "
           "'exact' is bit-identical,\n   a number the largest difference relative to max|C| "
           "(sequential f32 accumulation model):\n")
@@ -115,7 +115,7 @@ def _cmd_rewrite(args: argparse.Namespace) -> int:
     print("  body      " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
     if args.check:
         c = rw.gemm.c.array
-        same, how = demo.compare(rw.launch.simulate(subgroup=rw.subgroup)[c],
+        _, how = demo.compare(rw.launch.simulate(subgroup=rw.subgroup)[c],
                                  launch.simulate()[c])
         print(f"  check     rewritten vs original, simulated: {how}")
     return 0

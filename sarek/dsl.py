@@ -62,9 +62,9 @@ class ScalarType:
         return f"sarek.{self.elem.value}"
 
 
-i8, u8, i16, u16 = (ScalarType(t) for t in (ElemType.I8, ElemType.U8, ElemType.I16, ElemType.U16))
-i32, u32, i64, u64 = (ScalarType(t) for t in (ElemType.I32, ElemType.U32, ElemType.I64, ElemType.U64))
-f16, bf16, f32, f64 = (ScalarType(t) for t in (ElemType.F16, ElemType.BF16, ElemType.F32, ElemType.F64))
+i8, u8, i16, u16 = map(ScalarType, (ElemType.I8, ElemType.U8, ElemType.I16, ElemType.U16))
+i32, u32, i64, u64 = map(ScalarType, (ElemType.I32, ElemType.U32, ElemType.I64, ElemType.U64))
+f16, bf16, f32, f64 = map(ScalarType, (ElemType.F16, ElemType.BF16, ElemType.F32, ElemType.F64))
 boolean = ScalarType(ElemType.BOOL)
 
 
@@ -238,7 +238,8 @@ class _Translator:
         self.env: dict[str, Any] = dict(fn.__globals__)
         if fn.__closure__:
             names = fn.__code__.co_freevars
-            self.env.update({n: c.cell_contents for n, c in zip(names, fn.__closure__, strict=True)})
+            cells = zip(names, fn.__closure__, strict=True)
+            self.env.update({n: c.cell_contents for n, c in cells})
         self.scopes: list[dict[str, _ScalarSym | _ArraySym]] = []
         self.dead: dict[str, int] = {}  # names defined in a closed block -> their line
         self.node: ast.AST | None = None
@@ -385,8 +386,8 @@ class _Translator:
             case ast.Name(id=name):
                 sym = self.lookup(name)
                 if sym is None and not augmented:
-                    if isinstance(value, ast.Call) and (
-                            self.is_marker(value.func, shared) or self.is_marker(value.func, local)):
+                    if isinstance(value, ast.Call) and any(
+                            self.is_marker(value.func, m) for m in (shared, local)):
                         decl = self.array_decl(name, value, line)
                         self.tensors[name] = decl
                         return [decl]

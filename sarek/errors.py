@@ -75,7 +75,8 @@ class BarrierDivergence(SimError):
 
 
 class LaunchError(SimError):
-    """The launch itself is wrong: arguments, geometry, or an undefined operation (division by 0)."""
+    """The launch itself is wrong: arguments, geometry, or an undefined operation (such as a
+    division by 0)."""
 
 
 class SubgroupDivergence(SimError):

@@ -496,10 +496,9 @@ def schema() -> dict[str, object]:
 from sarek.ir_check import Problem, check, ensure_valid  # noqa: E402  (re-exported)
 
 __all__ = [
-    "ArrayDecl", "ArrayParam", "Assign", "Barrier", "BinOp", "Binary", "Builtin",
-    "BuiltinValue", "Call", "Cast", "Const", "ElemType", "Expr", "For", "FragDecl",
-    "FragFill", "FragLayout", "FragLoad", "FragMulAdd", "FragStore", "FragUse", "If", "Kernel",
-    "Let", "Load", "MathFn", "MemSpace", "Param", "Problem", "Return", "ScalarParam", "Select",
-    "Stmt", "Store", "TensorView", "TileApply", "UnOp", "Unary", "Var", "While", "check", "ensure_valid",
-    "schema",
+    "ArrayDecl", "ArrayParam", "Assign", "Barrier", "BinOp", "Binary", "Builtin", "BuiltinValue",
+    "Call", "Cast", "Const", "ElemType", "Expr", "For", "FragDecl", "FragFill", "FragLayout",
+    "FragLoad", "FragMulAdd", "FragStore", "FragUse", "If", "Kernel", "Let", "Load", "MathFn",
+    "MemSpace", "Param", "Problem", "Return", "ScalarParam", "Select", "Stmt", "Store",
+    "TensorView", "TileApply", "UnOp", "Unary", "Var", "While", "check", "ensure_valid", "schema",
 ]

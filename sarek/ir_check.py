@@ -189,7 +189,8 @@ class _Checker:
             if not (a.is_int or (a is ElemType.BOOL and op is not BinOp.SHL)):
                 self.report(path, f"'{op}' needs integer operands, got {a}")
         elif not a.is_arith:
-            hint = " (f16 and bf16 are storage types: cast to f32 first)" if a.is_storage_only else ""
+            hint = (" (f16 and bf16 are storage types: cast to f32 first)"
+                    if a.is_storage_only else "")
             self.report(path, f"'{op}' is not defined on {a}{hint}")
 
     def _call(self, fn: MathFn, args: tuple[ir.Expr, ...], t: ElemType, path: str) -> None:
@@ -390,7 +391,8 @@ class _Checker:
                  (d, ir.FragUse.ACCUMULATOR))
         for frag, use in wants:
             if frag.use is not use:
-                self.report(path, f"fragment {frag.name!r} is used as {use} but declared {frag.use}")
+                self.report(path, f"fragment {frag.name!r} is used as {use} but declared "
+                            f"{frag.use}")
         if a.cols != b.rows or (c.rows, c.cols) != (a.rows, b.cols) or (d.rows, d.cols) != (
                 c.rows, c.cols):
             self.report(path, f"fragment shapes do not chain: a {a.rows}x{a.cols}, "
@@ -438,7 +440,8 @@ def check(kernel: ir.Kernel) -> list[Problem]:
         match p:
             case ir.ArrayParam(name=name, elem=elem, space=space, readonly=ro):
                 if space is not MemSpace.GLOBAL:
-                    c.report(path, f"array parameter {name!r} must be in global memory, not {space}")
+                    c.report(path, f"array parameter {name!r} must be in global memory, "
+                             f"not {space}")
                 c._define(top, name, _Array(elem, space, ro, p), path)
             case ir.ScalarParam(name=name, elem=elem):
                 c._define(top, name, _Scalar(elem, False, "parameter"), path)

@@ -25,12 +25,16 @@ from typing import Literal
 
 from sarek import ir
 from sarek.errors import SarekError
-from sarek.launch import Launch
 from sarek.ir import BinOp, Builtin, ElemType, FragLayout, FragUse, MemSpace
+from sarek.launch import Launch
 from sarek.matrix_mapping import Region
 from sarek.matrix_pattern import ACC, BATCH, COL, ROW, Access, Gemm, Mapping1D
 from sarek.matrix_scheme import (
-    SUPPORTED_FRAGMENT, SUPPORTED_SUBGROUP, Lowering, LoweringError, config_of,
+    SUPPORTED_FRAGMENT,
+    SUPPORTED_SUBGROUP,
+    Lowering,
+    LoweringError,
+    config_of,
 )
 
 EXTRA_NAMES = ("me", "ne", "ze", "d", "t")

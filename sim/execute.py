@@ -18,15 +18,19 @@ import numpy as np
 
 from sarek import ir, tile
 from sarek.errors import (
-    BarrierDivergence, IRError, LaunchError, OutOfBounds, SimError, SubgroupDivergence,
+    BarrierDivergence,
+    IRError,
+    LaunchError,
+    OutOfBounds,
+    SimError,
+    SubgroupDivergence,
 )
 from sarek.ir import BinOp, ElemType, MathFn, MemSpace
-from sim import arith
+from sarek.layout import TileLayout
+from sim import arith, fragments
+from sim import tile as tile_sim
 from sim.arith import Value
 from sim.launch import Geometry
-from sarek.layout import TileLayout
-from sim import fragments
-from sim import tile as tile_sim
 from sim.memory import LocalArray, SharedArray, Site
 
 Mask: TypeAlias = np.ndarray | None

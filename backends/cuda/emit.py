@@ -8,11 +8,10 @@ patterns become one inline-PTX ``ldmatrix``/``stmatrix`` per repeat of the instr
 
 from __future__ import annotations
 
-from sarek import ir, tile
-from sarek.ir import BinOp, Builtin, ElemType, MathFn
-
 from backends.c_helpers import helpers
 from backends.cstyle import Dialect, Printer, render
+from sarek import ir, tile
+from sarek.ir import BinOp, Builtin, ElemType, MathFn
 
 TYPES = {
     ElemType.I8: "signed char", ElemType.U8: "unsigned char", ElemType.I16: "short",

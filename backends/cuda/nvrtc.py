@@ -19,7 +19,7 @@ def nvrtc_available() -> str | None:
         from cuda.bindings import nvrtc
 
         err, *_ = nvrtc.nvrtcVersion()
-    except Exception as e:  # noqa: BLE001 - any load failure is a reason to report
+    except Exception as e:
         return f"NVRTC cannot be loaded ({type(e).__name__}: {e})"
     return None if int(err) == 0 else f"NVRTC reports {err}"
 
