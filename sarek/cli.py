@@ -86,7 +86,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
             line += f", vs reference: {demo.compare(arr, expected[name])[1]}"
         print(line)
     if args.out:
-        np.savez(args.out, **out)
+        np.savez(args.out, **out)  # type: ignore[arg-type]  # numpy's stub types allow_pickle
         print(f"wrote {args.out}")
     return 0
 

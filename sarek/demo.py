@@ -9,6 +9,7 @@ returning a ``Launch`` and ``reference(launch)`` returning the expected arrays.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -146,7 +147,7 @@ def cuda_rows(examples: Path) -> list[tuple[str, str, str]]:
     return rows
 
 
-def render(head: tuple[str, ...], body: list[tuple[str, ...]]) -> str:
+def render(head: tuple[str, ...], body: Sequence[tuple[str, ...]]) -> str:
     """A plain text table."""
     widths = [max(len(x) for x in col) for col in zip(head, *body, strict=True)]
 

@@ -45,7 +45,8 @@ _NUMPY_TYPES: dict[ElemType, Any] = {
 
 def numpy_dtype(elem: ElemType) -> np.dtype[Any]:
     """The NumPy dtype that holds ``elem`` values (ml_dtypes' bfloat16 for bf16)."""
-    return np.dtype(_NUMPY_TYPES[elem])
+    dt: np.dtype[Any] = np.dtype(_NUMPY_TYPES[elem])
+    return dt
 
 
 class ScalarType:
@@ -426,7 +427,7 @@ class _Translator:
         layout = self.python_value(call.args[1]) if isinstance(
             call.args[1], ast.Name | ast.Attribute) else None
         if isinstance(layout, TileLayout):
-            size = self.layout_fact(lambda: layout.cosize(), call)
+            size = self.layout_fact(layout.cosize, call)
         else:
             layout, size = None, self.compile_time_int(call.args[1])
         if size <= 0:
@@ -459,12 +460,12 @@ class _Translator:
             base = self.tensor_arg(call.func.value)
             if base.layout is None:
                 self.fail(f"{call.func.value.id!r} has no layout to rearrange", call)
-            if len(call.args) != 1 or not isinstance(call.args[0], ast.Constant):
+            pattern = call.args[0] if len(call.args) == 1 else None
+            if not (isinstance(pattern, ast.Constant) and isinstance(pattern.value, str)):
                 self.fail("rearrange takes a pattern string and mode sizes as keywords", call)
             sizes = {k.arg: self.compile_time_int(k.value) for k in call.keywords if k.arg}
-            source = base.layout
-            layout = self.layout_fact(lambda: source.rearrange(str(call.args[0].value),  # type: ignore[union-attr]
-                                                               **sizes), call)
+            source, text = base.layout, pattern.value
+            layout = self.layout_fact(lambda: source.rearrange(text, **sizes), call)
             elem, offset = base.elem, base.offset
         self.define(name, _ArraySym(elem, base.storage, layout, offset, base.storage_elem), call)
         return ir.TensorView(name=name, storage=base.storage, elem=elem, layout=layout,
@@ -676,7 +677,7 @@ class _Translator:
 
     def python_constant(self, obj: object, node: ast.expr) -> _Val:
         if obj in _SCALAR_BUILTINS:
-            return _Val(ir.BuiltinValue(which=_SCALAR_BUILTINS[obj]))  # type: ignore[index]
+            return _Val(ir.BuiltinValue(which=_SCALAR_BUILTINS[obj]))
         if isinstance(obj, bool | int | float | np.integer | np.floating):
             return self.expr(ast.copy_location(ast.Constant(value=obj.item() if isinstance(
                 obj, np.generic) else obj), node))

@@ -186,7 +186,7 @@ class _Checker:
         if op is BinOp.REM and not a.is_int:
             self.report(path, f"'rem' is defined on integers only, got {a}")
         elif op in ir.BITWISE:
-            if not (a.is_int or (a is ElemType.BOOL and op is not BinOp.SHL)):
+            if not (a.is_int or a is ElemType.BOOL):
                 self.report(path, f"'{op}' needs integer operands, got {a}")
         elif not a.is_arith:
             hint = (" (f16 and bf16 are storage types: cast to f32 first)"
@@ -266,9 +266,9 @@ class _Checker:
             case ir.If(cond=cond, then=then, orelse=orelse):
                 self.expr(cond, scope, path)
                 self._same(cond.type, ElemType.BOOL, "the condition", path)
-                inner = divergent or self._varies(cond)
-                d1 = self.block(then, _Scope(parent=scope), f"{path}.then", inner)
-                d2 = self.block(orelse, _Scope(parent=scope), f"{path}.orelse", inner)
+                branch_varies = divergent or self._varies(cond)
+                d1 = self.block(then, _Scope(parent=scope), f"{path}.then", branch_varies)
+                d2 = self.block(orelse, _Scope(parent=scope), f"{path}.orelse", branch_varies)
                 # Invocations that returned inside a divergent branch leave the rest divergent.
                 divergent = divergent or ((d1 or d2) and self._returns(s))
             case ir.Barrier():

@@ -219,8 +219,9 @@ class TileLayout(BaseModel):
         if index.min() < 0 or index.max() >= self.size:
             raise LayoutError(f"{inner!r} reaches outside the {self.size} coordinates of {self!r}")
         coords = np.unravel_index(index, self.shape)
-        per_axis = {axis: sum(c * s for c, s in zip(coords, self.strides(axis), strict=True))
-                    for axis in self.axes}
+        per_axis: dict[Axis, np.ndarray] = {
+            axis: np.asarray(sum(c * s for c, s in zip(coords, self.strides(axis), strict=True)))
+            for axis in self.axes}
         strides: list[Stride] = []
         for mode, n in enumerate(inner.shape):
             step = [0] * inner.rank

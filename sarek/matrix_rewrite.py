@@ -174,8 +174,8 @@ def kernel(original: ir.Kernel, gemm: Gemm, lowering: Lowering, subgroup: int = 
     if clash := sorted(names & {*EXTRA_NAMES, *_INTERNAL}):
         raise RewriteError(f"the kernel's parameter(s) {', '.join(clash)} clash with the names "
                            "the rewritten kernel adds (rename them)")
-    for what, e in (("initial value", gemm.init), ("epilogue", gemm.epilogue)):
-        _expressible(what, e)
+    for what, expr in (("initial value", gemm.init), ("epilogue", gemm.epilogue)):
+        _expressible(what, expr)
     for name, acc in (("A", gemm.a), ("B", gemm.b)):
         unused = acc.col_stride if name == "A" else acc.row_stride
         if not (isinstance(unused, ir.Const) and unused.value == 0):
@@ -224,7 +224,7 @@ class _Builder:
         """``e`` (an initial value or epilogue) at output (sk_row, sk_col, sk_z)."""
         from sarek.matrix_pattern import substitute
 
-        values = {ROW: _v("sk_row"), COL: _v("sk_col"), BATCH: _v("sk_z")}
+        values: dict[str, ir.Expr] = {ROW: _v("sk_row"), COL: _v("sk_col"), BATCH: _v("sk_z")}
         if acc is not None:
             values[ACC] = acc
         return substitute(e, values)

@@ -210,13 +210,13 @@ def provider_rows(op: TileOp, shared: TileLayout, repeat: tuple[int, ...]) -> np
     gives row ``r`` of matrix ``m``; lanes past ``8*count`` repeat valid rows."""
     lanes = np.arange(WARP)
     m, r = (lanes // 8) % op.count, lanes % 8
-    starts = shared.offsets()[repeat][..., 0]
-    return starts[m, r]
+    starts: np.ndarray = shared.offsets()[repeat][..., 0]
+    return np.asarray(starts[m, r])
 
 
 def register_slots(registers: TileLayout, repeat: tuple[int, ...]) -> np.ndarray:
     """The register slot of each matrix of one instruction (``count`` slots)."""
-    return registers.offsets(Axis.MEM)[repeat][:, 0, 0]
+    return np.asarray(registers.offsets(Axis.MEM)[repeat][:, 0, 0])
 
 
 def gather_rows(op: TileOp, rows: np.ndarray) -> np.ndarray:
@@ -224,14 +224,16 @@ def gather_rows(op: TileOp, rows: np.ndarray) -> np.ndarray:
     ``8*m + r`` provided; returns ``regs[..., lane, m]``, each lane's ``count`` registers."""
     data = _transpose16(rows) if op.trans else rows
     # lane 4*r + w receives word (m, r, w)
-    return np.moveaxis(data, -3, -1).reshape(*data.shape[:-3], WARP, op.count)
+    out: np.ndarray = np.moveaxis(data, -3, -1).reshape(*data.shape[:-3], WARP, op.count)
+    return out
 
 
 def scatter_rows(op: TileOp, regs: np.ndarray) -> np.ndarray:
     """stmatrix on data, the inverse of ``gather_rows``: from ``regs[..., lane, m]`` the words
     ``rows[..., m, r, w]`` written at the address lane ``8*m + r`` provided."""
     data = np.moveaxis(regs.reshape(*regs.shape[:-2], 8, 4, op.count), -1, -3)
-    return _transpose16(data) if op.trans else data
+    out: np.ndarray = _transpose16(data) if op.trans else data
+    return out
 
 
 def _transpose16(words: np.ndarray) -> np.ndarray:

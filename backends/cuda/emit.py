@@ -12,6 +12,7 @@ from backends.c_helpers import helpers
 from backends.cstyle import Dialect, Printer, render
 from sarek import ir, tile
 from sarek.ir import BinOp, Builtin, ElemType, MathFn
+from sarek.layout import Axis, TileLayout
 
 TYPES = {
     ElemType.I8: "signed char", ElemType.U8: "unsigned char", ElemType.I16: "short",
@@ -86,7 +87,7 @@ def _tile_apply(p: Printer, s: ir.Stmt) -> list[str] | None:
              f"{len(tile.instructions(regs[1]))} instruction(s) per warp */",
              f"    const int sk_lane = {BUILTINS[Builtin.SUBGROUP_LANE]};",
              f"    const int sk_m = (sk_lane >> 3) % {op.count}, sk_r = sk_lane & 7;"]
-    row_strides = rows[1].strides(tile.Axis.MEM)
+    row_strides = rows[1].strides(Axis.MEM)
     for rep in tile.instructions(regs[1]):
         base = rows[2] + sum(c * st for c, st in zip(rep, row_strides, strict=False))
         row = f"{base} + sk_m * {row_strides[-3]} + sk_r * {row_strides[-2]}"
@@ -105,7 +106,7 @@ def _tile_apply(p: Printer, s: ir.Stmt) -> list[str] | None:
     return [*lines, "}"]
 
 
-def _operand(p: Printer, name: str) -> tuple[str, tile.TileLayout, int]:
+def _operand(p: Printer, name: str) -> tuple[str, TileLayout, int]:
     """The storage name, layout (in 32-bit words) and word offset of a tile operand."""
     if name in p.views:
         v = p.views[name]

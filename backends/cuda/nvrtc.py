@@ -48,6 +48,6 @@ def compile_cubin(source: str, arch: str = "sm_80", name: str = "kernel.cu",
         (size,) = ok(nvrtc.nvrtcGetCUBINSize(prog), "cubin size")
         cubin = b" " * int(size)  # type: ignore[call-overload]
         ok(nvrtc.nvrtcGetCUBIN(prog, cubin), "cubin")
-        return cubin
+        return bytes(cubin)
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
