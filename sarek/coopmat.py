@@ -269,7 +269,7 @@ as (m, n, k, a, b, c, result); recorded, so that the gate can be consulted witho
 
 def recorded_h200_vulkan() -> DeviceSupport:
     """The H200's Vulkan list as recorded (``H200_VULKAN``)."""
-    configs = frozenset(_cfg(m, n, k, *(Component(x) for x in t))  # type: ignore[misc]
+    configs = frozenset(_cfg(m, n, k, *(Component(x) for x in t))
                         for m, n, k, *t in H200_VULKAN)
     return DeviceSupport("NVIDIA H200 (Vulkan, driver 580, recorded)", configs,
                          note="recorded vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR")
