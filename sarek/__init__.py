@@ -1,10 +1,25 @@
 """sarek: recognize GEMM nests in GPU kernels, rewrite them onto matrix units, simulate them.
 
 Everything a user needs is here: the DSL (``kernel``, the element types, ``Global``,
-``thread_idx`` ...), the IR (``sarek.ir``), the simulator (``simulate``) and the errors.
+``thread_idx`` ...), the IR (``sarek.ir``), the simulator (``simulate``), the rewrite
+(``matrix_pattern``, ``matrix_mapping``, ``matrix_scheme``, ``matrix_rewrite``,
+``rewrite_launch``), tile layouts and patterns (``layout``, ``tile``) and the errors.
 """
 
-from sarek import coopmat, ir, layout, matrix_mapping, matrix_pattern, matrix_scheme, tile  # noqa: F401
+from typing import Any
+
+import numpy as np
+
+from sarek import (
+    coopmat,
+    ir,
+    layout,
+    matrix_mapping,
+    matrix_pattern,
+    matrix_rewrite,
+    matrix_scheme,
+    tile,
+)
 from sarek.dsl import (
     ArrayType,
     Global,
@@ -56,72 +71,29 @@ from sarek.errors import (
     SarekError,
     SharedRace,
     SimError,
+    SubgroupDivergence,
 )
+from sarek.launch import Launch
 from sarek.layout import S, TileLayout, laneid, warpid
-from sarek.matrix_pattern import NotAGemm  # noqa: F401
+from sarek.matrix_pattern import NotAGemm
+from sarek.matrix_rewrite import RewriteError, rewrite_launch
 
 __all__ = [
-    "ArrayType",
-    "BarrierDivergence",
-    "DslError",
-    "Global",
-    "IRError",
-    "KernelFunction",
-    "LaunchError",
-    "OutOfBounds",
-    "ReadOnly",
-    "S",
-    "SarekError",
-    "ScalarType",
-    "SharedRace",
-    "SimError",
-    "TileLayout",
-    "barrier",
-    "bf16",
-    "block_dim",
-    "block_idx",
-    "boolean",
-    "ceil",
-    "cos",
-    "exp",
-    "f16",
-    "f32",
-    "f64",
-    "floor",
-    "fma",
-    "grid_dim",
-    "i8",
-    "i16",
-    "i32",
-    "i64",
-    "ir",
-    "kernel",
-    "laneid",
-    "layout",
-    "local",
-    "log",
-    "numpy_dtype",
-    "shared",
-    "simulate",
-    "sin",
-    "sqrt",
-    "subgroup_id",
-    "subgroup_lane",
-    "subgroup_size",
-    "tanh",
-    "thread_idx",
-    "tile",
-    "u8",
-    "u16",
-    "u32",
-    "u64",
-    "view",
-    "warpid",
+    "ArrayType", "BarrierDivergence", "DslError", "Global", "IRError", "KernelFunction",
+    "Launch", "LaunchError", "NotAGemm", "OutOfBounds", "ReadOnly", "RewriteError", "S",
+    "SarekError", "ScalarType", "SharedRace", "SimError", "SubgroupDivergence", "TileLayout",
+    "barrier", "bf16", "block_dim", "block_idx", "boolean", "ceil", "coopmat", "cos", "exp",
+    "f16", "f32", "f64", "floor", "fma", "grid_dim", "i8", "i16", "i32", "i64", "ir", "kernel",
+    "laneid", "layout", "local", "log", "matrix_mapping", "matrix_pattern", "matrix_rewrite",
+    "matrix_scheme", "numpy_dtype", "rewrite_launch", "shared", "simulate", "sin", "sqrt",
+    "subgroup_id", "subgroup_lane", "subgroup_size", "tanh", "thread_idx", "tile", "u8", "u16",
+    "u32", "u64", "view", "warpid",
 ]
 
 
-def simulate(*args, **kwargs):  # type: ignore[no-untyped-def]
-    """Runs a kernel in the warp simulator; see ``sim.simulate``."""
+def simulate(kernel: ir.Kernel, args: Any, grid: Any = (1, 1, 1), block: Any = (1, 1, 1),
+             **options: Any) -> dict[str, np.ndarray]:
+    """Runs a kernel in the warp simulator; ``sim.simulate`` documents the arguments."""
     from sim import simulate as run
 
-    return run(*args, **kwargs)
+    return run(kernel, args, grid, block, **options)
