@@ -139,3 +139,29 @@ def test_ir_check_reports_a_broken_contract() -> None:
     wrong_owner = TileLayout(S[(1, 1, 8, 4) : (0, 0, 1 @ laneid, 8 @ laneid)])
     with pytest.raises(IRError, match="belongs to lane"):
         probe_kernel(X1, ROWS, 32, wrong_owner, 1)
+
+
+def test_sixteen_bit_storage_viewed_as_words_loads_halves_in_place() -> None:
+    """A shared f16 matrix viewed as u32 words (a dtype view, no conversion): ldmatrix.trans
+    delivers the transposed halves, so lane 4r+w holds elements (2w, r) and (2w+1, r)."""
+    words = TileLayout(S[(1, 1, 8, 4) : (0, 0, 4, 1)])
+
+    @sarek.kernel
+    def halves(a: Global[sarek.f16], out: Global[u32]):
+        lane = thread_idx.x
+        sm = sarek.shared(sarek.f16, 64)
+        raw = sarek.local(u32, 1)
+        sm[2 * lane] = a[2 * lane]
+        sm[2 * lane + 1] = a[2 * lane + 1]
+        sarek.barrier()
+        rows = sarek.view(sm, u32, words)
+        regs = sarek.view(raw, u32, REGS)
+        sarek.tile.apply("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16", regs, rows)
+        out[lane] = raw[0]
+
+    a = (np.arange(64) / 4).astype(np.float16)  # element (r, c) of the 8x8 matrix is a[8r+c]
+    got = simulate(halves.ir, [a, np.zeros(32, np.uint32)], grid=1, block=32)["out"]
+    bits = a.view(np.uint16).reshape(8, 8).astype(np.uint32)
+    lanes = np.arange(32)
+    r, w = lanes // 4, lanes % 4
+    assert np.array_equal(got, bits[2 * w, r] | (bits[2 * w + 1, r] << 16))
