@@ -613,7 +613,7 @@ class _Compiler:
         hold different values."""
         if not isinstance(v, np.ndarray):
             return np.full(groups.size, v)
-        per_lane = v.reshape(-1, self.geo.subgroup)[groups]
+        per_lane: np.ndarray = v.reshape(-1, self.geo.subgroup)[groups]
         differs = (per_lane != per_lane[:, :1]).any(axis=1)
         if differs.any():
             g = int(groups[np.flatnonzero(differs)[0]])

@@ -33,7 +33,7 @@ def mul_add(a: np.ndarray, b: np.ndarray, c: np.ndarray, model: Model) -> np.nda
     the result has ``c``'s dtype."""
     acc = c.dtype
     if acc.kind in "iu":
-        wide = np.einsum("gmk,gkn->gmn", a.astype(np.int64), b.astype(np.int64))
+        wide: np.ndarray = np.einsum("gmk,gkn->gmn", a.astype(np.int64), b.astype(np.int64))
         return (wide + c.astype(np.int64)).astype(acc)  # wraps modulo 2^bits
     if model == "sequential":
         out = c.copy()
