@@ -138,6 +138,19 @@ def _lowerings() -> list[Lowering]:
     return list(Lowering)
 
 
+def _launch_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str,
+                   description: str) -> argparse.ArgumentParser:
+    """A command taking ``FILE.py:KERNEL`` and a launch (``_launch_of``)."""
+    p = sub.add_parser(name, help=description)
+    p.add_argument("kernel", help="FILE.py:KERNEL")
+    p.add_argument("--size", type=_triple, default=(64, 64, 64),
+                   help="M,N,K for the module's make() (default 64,64,64)")
+    p.add_argument("--inputs", help=".npz with every parameter by name (instead of make())")
+    p.add_argument("--grid", type=_triple)
+    p.add_argument("--block", type=_triple)
+    return p
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sarek", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -145,22 +158,10 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--size", type=_triple, default=(70, 45, 33), help="M,N,K (default 70,45,33)")
     d.add_argument("--examples", help="folder of gemm_*.py examples (default: the bundled ones)")
     d.set_defaults(run=_cmd_demo)
-    s = sub.add_parser("simulate", help="simulate FILE.py:KERNEL")
-    s.add_argument("kernel", help="FILE.py:KERNEL")
-    s.add_argument("--size", type=_triple, default=(64, 64, 64),
-                   help="M,N,K for the module's make() (default 64,64,64)")
-    s.add_argument("--inputs", help=".npz with every parameter by name (instead of make())")
-    s.add_argument("--grid", type=_triple)
-    s.add_argument("--block", type=_triple)
+    s = _launch_parser(sub, "simulate", "simulate FILE.py:KERNEL")
     s.add_argument("--out", help="write the arrays after the launch to this .npz")
     s.set_defaults(run=_cmd_simulate)
-    r = sub.add_parser("rewrite", help="rewrite FILE.py:KERNEL's GEMM onto matrix fragments")
-    r.add_argument("kernel", help="FILE.py:KERNEL")
-    r.add_argument("--size", type=_triple, default=(64, 64, 64),
-                   help="M,N,K for the module's make() (default 64,64,64)")
-    r.add_argument("--inputs", help=".npz with every parameter by name (instead of make())")
-    r.add_argument("--grid", type=_triple)
-    r.add_argument("--block", type=_triple)
+    r = _launch_parser(sub, "rewrite", "rewrite FILE.py:KERNEL's GEMM onto matrix fragments")
     r.add_argument("--lowering", choices=[x.value for x in _lowerings()])
     r.add_argument("--precision", choices=("accurate", "fast"), default="accurate")
     r.add_argument("--subgroup", type=int, default=32)
