@@ -147,6 +147,24 @@ def cuda_rows(examples: Path) -> list[tuple[str, str, str]]:
     return rows
 
 
+def recorded_conformance(results: Path) -> list[tuple[str, str, str, str]]:
+    """The device checks recorded in ``bench/results`` (never rerun by the demo): which check,
+    on which device, how many cases and whether all were bit-exact."""
+    import json
+
+    rows = []
+    for name, what in (("conformance_cuda_h200.json", "GEMM examples, CUDA vs simulator"),
+                       ("tile_patterns_h200.json", "ldmatrix/stmatrix vs simulator")):
+        path = results / name
+        if not path.is_file():
+            rows.append((what, "-", "-", f"not recorded ({name} missing)"))
+            continue
+        data = json.loads(path.read_text())
+        rows.append((what, f"{data['device']} ({data['arch']})", str(len(data["cases"])),
+                     "all bit-exact" if data["all_bit_exact"] else "MISMATCHES"))
+    return rows
+
+
 def render(head: tuple[str, ...], body: Sequence[tuple[str, ...]]) -> str:
     """A plain text table."""
     widths = [max(len(x) for x in col) for col in zip(head, *body, strict=True)]
