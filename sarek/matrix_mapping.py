@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias, cast
 
 import numpy as np
 
@@ -34,6 +34,9 @@ from sarek.matrix_pattern import (
 )
 
 _I32_MAX = 2**31 - 1
+
+_Num: TypeAlias = np.ndarray | np.generic
+"""What a NumPy operation on arrays gives: an array, or a scalar when the operands are 0-d."""
 
 
 class RegionError(SarekError):
@@ -249,9 +252,9 @@ def _check_distinct(c: Access, reg: Region, ev: _Evaluator) -> None:
 
 def _coordinates(gemm: Gemm, reg: Region) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Row, column and batch of every covered output (int64), in the mapping's linear order."""
-    z, r, c = np.meshgrid(np.arange(reg.ze), np.arange(reg.me), np.arange(reg.ne),
-                          indexing="ij")
-    z, r, c = z.ravel(), r.ravel(), c.ravel()
+    zg, rg, cg = np.meshgrid(np.arange(reg.ze), np.arange(reg.me), np.arange(reg.ne),
+                             indexing="ij")
+    z, r, c = zg.ravel(), rg.ravel(), cg.ravel()
     col_major = isinstance(gemm.mapping, Mapping1D) and gemm.mapping.order == "col-major"
     lin = z * reg.me * reg.ne + (c * reg.me + r if col_major else r * reg.ne + c)
     keep = lin < reg.t
@@ -337,7 +340,7 @@ class _Evaluator:
         if idx.size and (idx.min() < 0 or idx.max() >= arr.size):
             bad = int(idx[(idx < 0) | (idx >= arr.size)][0])
             raise RegionError(f"{acc.array}[{bad}] is outside the array ({arr.size} elements)")
-        return arr[idx]
+        return cast(np.ndarray, arr[idx])  # idx has r's shape, 1-D: an array, not a scalar
 
     def eval(self, e: ir.Expr, mask: np.ndarray | None = None) -> Any:
         dt = numpy_dtype(e.type)
@@ -364,13 +367,13 @@ class _Evaluator:
             case ir.Cast(x=x, type=t):
                 return _cast(np.asarray(self.eval(x, mask)), x.type, t)
             case ir.Unary(op=op, x=x):
-                v = np.asarray(self.eval(x, mask))
+                xv = np.asarray(self.eval(x, mask))
                 with np.errstate(all="ignore"):
                     if op is UnOp.NEG:
-                        return (-v).astype(dt)
+                        return (-xv).astype(dt)
                     if op is UnOp.NOT:
-                        return ~v.astype(bool)
-                    return (~v).astype(dt)
+                        return ~xv.astype(bool)
+                    return (~xv).astype(dt)
             case ir.Select(cond=cnd, a=a, b=b):
                 cv = np.asarray(self.eval(cnd, mask), dtype=bool)
                 ma = cv if mask is None else mask & cv
@@ -439,10 +442,10 @@ class _Evaluator:
         raise RegionError(f"cannot evaluate the operator {op}")
 
 
-def _cast(v: np.ndarray, src: ElemType, dst: ElemType) -> np.ndarray:
+def _cast(v: np.ndarray, src: ElemType, dst: ElemType) -> _Num:
     dt = numpy_dtype(dst)
     if dst is ElemType.BOOL:
-        return v != 0
+        return cast(_Num, v != 0)
     if dst.is_int and src.is_float:
         info = np.iinfo(dt)
         with np.errstate(all="ignore"):
@@ -456,22 +459,24 @@ def _cast(v: np.ndarray, src: ElemType, dst: ElemType) -> np.ndarray:
     return v.astype(dt)
 
 
-def _call(fn: MathFn, vals: list[np.ndarray], t: ElemType) -> np.ndarray:
+def _call(fn: MathFn, vals: list[np.ndarray], t: ElemType) -> _Num:
     dt = numpy_dtype(t)
     with np.errstate(all="ignore"):
         match fn:
             case MathFn.ABS:
-                return np.abs(vals[0]).astype(dt)
+                return cast(_Num, np.abs(vals[0]).astype(dt))
             case MathFn.MIN:
-                return (np.fmin if t.is_float else np.minimum)(vals[0], vals[1]).astype(dt)
+                return cast(_Num, (np.fmin if t.is_float else np.minimum)(vals[0], vals[1])
+                            .astype(dt))
             case MathFn.MAX:
-                return (np.fmax if t.is_float else np.maximum)(vals[0], vals[1]).astype(dt)
+                return cast(_Num, (np.fmax if t.is_float else np.maximum)(vals[0], vals[1])
+                            .astype(dt))
             case MathFn.SQRT:
-                return np.sqrt(vals[0]).astype(dt)
+                return cast(_Num, np.sqrt(vals[0]).astype(dt))
             case MathFn.FLOOR:
-                return np.floor(vals[0]).astype(dt)
+                return cast(_Num, np.floor(vals[0]).astype(dt))
             case MathFn.CEIL:
-                return np.ceil(vals[0]).astype(dt)
+                return cast(_Num, np.ceil(vals[0]).astype(dt))
             case MathFn.FMA:
                 return _fma(*vals)
         wide = {MathFn.EXP: np.exp, MathFn.LOG: np.log, MathFn.SIN: np.sin, MathFn.COS: np.cos,
