@@ -171,9 +171,10 @@ def kernel(original: ir.Kernel, gemm: Gemm, lowering: Lowering, subgroup: int = 
         raise RewriteError(f"{lowering} accumulates in {scheme.acc}; the kernel's accumulator "
                            f"is {gemm.acc_type}")
     names = {p.name for p in original.params}
-    if clash := sorted(names & {*EXTRA_NAMES, *_INTERNAL}):
+    if clash := sorted(n for n in names if n in EXTRA_NAMES or n.startswith(_PREFIX)):
         raise RewriteError(f"the kernel's parameter(s) {', '.join(clash)} clash with the names "
-                           "the rewritten kernel adds (rename them)")
+                           f"the rewritten kernel adds ({', '.join(EXTRA_NAMES)} and every "
+                           f"name beginning {_PREFIX}; rename them)")
     for what, expr in (("initial value", gemm.init), ("epilogue", gemm.epilogue)):
         _expressible(what, expr)
     for name, acc in (("A", gemm.a), ("B", gemm.b)):
@@ -190,9 +191,7 @@ def kernel(original: ir.Kernel, gemm: Gemm, lowering: Lowering, subgroup: int = 
     return rewritten
 
 
-_INTERNAL = ("sk_tid", "sk_wave", "sk_row0", "sk_col0", "sk_z", "sk_k0", "sk_e", "sk_r",
-             "sk_c", "sk_q", "sk_row", "sk_col", "sk_k", "sk_x", "sk_x1", "sk_x2", "sk_out",
-             "sk_cs", "sk_init")
+_PREFIX = "sk_"  # of every name the rewritten body declares (variables, arrays, fragments)
 
 
 def _expressible(what: str, e: ir.Expr) -> None:
@@ -364,7 +363,11 @@ class _Builder:
                               _b(BinOp.LT, _v("sk_k"), _v("d")))
                 addr = self.address(access, _c(0), _v("sk_x1"), k)
             load = ir.Load(array=access.array, index=addr, type=access.elem)
-            value = ir.Select(cond=inside, a=load, b=_zero(access.elem), type=access.elem)
+            # A pads with -0.0: a padded product -0.0 * +0.0 is -0.0, which leaves every sum
+            # unchanged, a -0.0 one too (+0.0 would turn it into +0.0).
+            pad = ir.Const(value=-0.0, type=access.elem) if (
+                name == "a" and access.elem.is_float) else _zero(access.elem)
+            value = ir.Select(cond=inside, a=load, b=pad, type=access.elem)
             body: list[ir.Stmt] = [
                 ir.Let(name="sk_x1", type=I32, value=row),  # the output row (A) or column (B)
                 ir.Let(name="sk_k", type=I32, value=_add(_v("sk_k0"), kk)),
