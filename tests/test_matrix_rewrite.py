@@ -1,0 +1,410 @@
+"""The rewrite onto matrix fragments: every example, lowering, subgroup and fragment gives the
+original kernel's bits where the lowering promises them; the rewritten signature, launch
+dimensions, shared-memory budget and ``rewrite_launch``; and the requests that are refused.
+
+The reference is always the original kernel simulated with its own launch. Inputs are chosen
+so that each lowering promises bit-identity on them: any int32 values for the byte planes
+(products and sums wrap modulo 2^32 in both), small integers for the float lowerings (every
+operand, product and partial sum is exact in f16, bf16 and f32), and any f16 values for
+``F16_operands`` on f16 arrays under the ``sequential`` model (the f16 products are exact in
+f32 and are added to the accumulator in k order, as the original adds them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import GEMM_EXAMPLES, example
+from gemm_gen import build_source
+
+from sarek import ir
+from sarek.ir import Builtin, ElemType
+from sarek.ir_check import walk
+from sarek.launch import Launch
+from sarek.matrix_mapping import region
+from sarek.matrix_pattern import Gemm, NotAGemm, recognize
+from sarek.matrix_rewrite import EXTRA_NAMES, RewriteError, kernel, launch_dims, rewrite_launch
+from sarek.matrix_scheme import Lowering
+
+sim = pytest.importorskip("sim")
+
+I32_MIN, I32_MAX = -(2**31), 2**31 - 1
+CONFIGS = [(32, 16), (32, 8), (64, 16), (64, 8)]  # (subgroup, fragment)
+APPLICABLE = {
+    ElemType.I32: (Lowering.INT32_BYTE_PLANES,),
+    ElemType.F16: (Lowering.F16_OPERANDS,),
+    ElemType.F32: (Lowering.BF16X3_OPERANDS, Lowering.BF16_OPERANDS, Lowering.F16_OPERANDS),
+}
+SIZE = (70, 45, 37)  # ragged rows and columns; the last reduction step is partial
+
+Values = Callable[[int, np.dtype], np.ndarray]  # (size, dtype) -> an operand array
+
+
+def operand_elt(name: str) -> ElemType:
+    return recognize(example(name).make(4, 4, 4).kernel).operand_elt
+
+
+FLOAT_CASES = [(name, low) for name in GEMM_EXAMPLES if operand_elt(name).is_float
+               for low in APPLICABLE[operand_elt(name)]]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def bits(x: np.ndarray) -> np.ndarray:
+    """The array's bit patterns (so that -0.0, +0.0 and NaN payloads compare exactly)."""
+    return x.view(f"u{x.dtype.itemsize}")
+
+
+def with_operands(launch: Launch, values: Values) -> Launch:
+    """``launch`` with its A and B arrays replaced by ``values(size, dtype)``."""
+    gemm = recognize(launch.kernel)
+    args = dict(launch.args)
+    for name in (gemm.a.array, gemm.b.array):
+        args[name] = values(args[name].size, args[name].dtype)
+    return replace(launch, args=args)
+
+
+def original(launch: Launch) -> np.ndarray:
+    """C after the original kernel, simulated with its own launch."""
+    return launch.simulate()[recognize(launch.kernel).c.array]
+
+
+def rewritten(launch: Launch, lowering: Lowering, subgroup: int = 32, frag: int = 16,
+              arith: str = "sequential", gemm: Gemm | None = None) -> np.ndarray:
+    """C after the rewritten kernel, simulated with ``launch_dims`` and the region's
+    arguments appended to the original's."""
+    gemm = gemm or recognize(launch.kernel)
+    reg = region(gemm, launch.grid, launch.block, dict(launch.args))
+    rw = kernel(launch.kernel, gemm, lowering, subgroup, frag)
+    block, grid = launch_dims(subgroup, me=reg.me, ne=reg.ne, ze=reg.ze)
+    args = [*launch.arg_list(), *reg.args]
+    out = sim.simulate(rw, args, grid=grid, block=block, subgroup=subgroup, arith=arith)
+    c: np.ndarray = out[gemm.c.array]
+    return c
+
+
+def small_integers(seed: int) -> Values:
+    rng = np.random.default_rng(seed)
+    return lambda size, dtype: rng.integers(-8, 9, size).astype(dtype)
+
+
+def near_int32_limits(seed: int) -> Values:
+    """Values at and near INT_MIN and INT_MAX (all-ones and all-zero byte planes, carries
+    through every plane), with a few small ones."""
+    rng = np.random.default_rng(seed)
+    pool = np.concatenate([I32_MIN + np.arange(64), I32_MAX - np.arange(64),
+                           [-(2**30), 2**30, -1, 0, 1, 255, 256, -256]])
+    return lambda size, dtype: rng.choice(pool, size).astype(dtype)
+
+
+# --------------------------------------------------------------------------- bit-identity
+
+
+@pytest.mark.parametrize(("subgroup", "frag"), CONFIGS)
+def test_byte_planes_are_bit_identical_on_full_range_int32(subgroup: int, frag: int) -> None:
+    launch = example("gemm_i32").make(*SIZE, seed=1)  # uniform over the whole int32 range
+    assert np.array_equal(rewritten(launch, Lowering.INT32_BYTE_PLANES, subgroup, frag),
+                          original(launch))
+
+
+@pytest.mark.parametrize(("subgroup", "frag"), CONFIGS)
+def test_byte_planes_are_bit_identical_near_the_int32_limits(subgroup: int, frag: int) -> None:
+    launch = with_operands(example("gemm_i32").make(*SIZE), near_int32_limits(2))
+    assert np.array_equal(rewritten(launch, Lowering.INT32_BYTE_PLANES, subgroup, frag),
+                          original(launch))
+
+
+@pytest.mark.parametrize(("subgroup", "frag"), CONFIGS)
+@pytest.mark.parametrize(("name", "lowering"), FLOAT_CASES,
+                         ids=[f"{n}-{low.value}" for n, low in FLOAT_CASES])
+def test_float_lowering_is_bit_identical_on_small_integer_operands(
+        name: str, lowering: Lowering, subgroup: int, frag: int) -> None:
+    launch = with_operands(example(name).make(*SIZE, seed=3), small_integers(4))
+    assert np.array_equal(bits(rewritten(launch, lowering, subgroup, frag)),
+                          bits(original(launch)))
+
+
+@pytest.mark.parametrize(("subgroup", "frag"), CONFIGS)
+def test_f16_operands_are_bit_identical_on_random_f16_under_the_sequential_model(
+        subgroup: int, frag: int) -> None:
+    rng = np.random.default_rng(5)
+
+    def spread(size: int, dtype: np.dtype) -> np.ndarray:
+        # Magnitudes from 2^-8 to 2^8, so that the f32 sums round at varying positions.
+        return (rng.standard_normal(size) * 2.0 ** rng.integers(-8, 9, size)).astype(dtype)
+
+    for launch in (example("gemm_f16").make(*SIZE, seed=6),
+                   with_operands(example("gemm_f16").make(*SIZE), spread)):
+        got = rewritten(launch, Lowering.F16_OPERANDS, subgroup, frag)
+        assert np.array_equal(bits(got), bits(original(launch)))
+
+
+STAGED_INIT_F16 = """
+from sarek import f16
+
+def bias_f16(a: Global[f16], b: Global[f16], c: Global[f16], bias: Global[f16], m: i32, n: i32,
+             k: i32):
+    row = block_idx.y * block_dim.y + thread_idx.y
+    col = block_idx.x * block_dim.x + thread_idx.x
+    if row < m and col < n:
+        acc = f32(c[row * n + col]) + f32(bias[col])
+        for p in range(k):
+            acc += a[row * k + p] * b[p * n + col]
+        c[row * n + col] = acc
+"""
+
+
+@pytest.mark.parametrize(("subgroup", "frag"), CONFIGS)
+def test_f16_operands_with_a_staged_initial_value_are_bit_identical_on_random_f16(
+        subgroup: int, frag: int) -> None:
+    # The initial value varies by output, so it reaches the accumulator through shared memory;
+    # the products are then added to it in k order, as in the original.
+    m, n, k = SIZE
+    rng = np.random.default_rng(7)
+    args = {x: rng.standard_normal(size).astype(np.float16)
+            for x, size in (("a", m * k), ("b", k * n), ("c", m * n), ("bias", n))}
+    launch = Launch(build_source(STAGED_INIT_F16, "bias_f16").ir, {**args, "m": m, "n": n,
+                    "k": k}, (3, 5, 1), (16, 16, 1))
+    got = rewritten(launch, Lowering.F16_OPERANDS, subgroup, frag)
+    assert np.array_equal(bits(got), bits(original(launch)))
+
+
+NEGATIVE_ZERO_INIT = """
+def neg_zero(a: Global[f32], b: Global[f32], c: Global[f32], m: i32, n: i32, k: i32):
+    row = block_idx.y * block_dim.y + thread_idx.y
+    col = block_idx.x * block_dim.x + thread_idx.x
+    if row < m and col < n:
+        acc = c[row * n + col]
+        for p in range(k):
+            acc += a[row * k + p] * b[p * n + col]
+        c[row * n + col] = acc
+"""
+
+
+@pytest.mark.parametrize("lowering", [Lowering.F16_OPERANDS, Lowering.BF16_OPERANDS])
+@pytest.mark.parametrize("frag", [16, 8])
+def test_negative_zero_sum_survives_the_padding_past_the_reduction_depth(
+        lowering: Lowering, frag: int) -> None:
+    # acc = -0.0 + 0 * (-1) stays -0.0 in the original; the zero padding of the last step
+    # must not turn it into +0.0.
+    m, n, k = 5, 6, 3
+    args = {"a": np.zeros(m * k, np.float32), "b": -np.ones(k * n, np.float32),
+            "c": np.full(m * n, -0.0, np.float32), "m": m, "n": n, "k": k}
+    launch = Launch(build_source(NEGATIVE_ZERO_INIT, "neg_zero").ir, args, (1, 1, 1), (8, 8, 1))
+    assert np.signbit(original(launch)).all()
+    assert np.array_equal(bits(rewritten(launch, lowering, frag=frag)), bits(original(launch)))
+
+
+# --------------------------------------------------------------------------- the launch
+
+
+@pytest.mark.parametrize(("subgroup", "me", "ne", "ze", "block", "grid"), [
+    (32, 64, 64, 1, (128, 1, 1), (1, 1, 1)),
+    (32, 70, 45, 1, (128, 1, 1), (1, 2, 1)),
+    (64, 65, 129, 3, (256, 1, 1), (3, 2, 3)),
+    (64, 1, 1, 1, (256, 1, 1), (1, 1, 1)),
+])
+def test_launch_dims_is_four_waves_per_64x64_tile_and_a_layer_per_batch(
+        subgroup: int, me: int, ne: int, ze: int, block: tuple[int, int, int],
+        grid: tuple[int, int, int]) -> None:
+    assert launch_dims(subgroup, me=me, ne=ne, ze=ze) == (block, grid)
+
+
+@pytest.mark.parametrize(("me", "ne", "ze", "grid"), [
+    (0, 10, 1, (1, 0, 1)), (10, 0, 1, (0, 1, 1)), (10, 10, 0, (1, 1, 0)), (0, 0, 0, (0, 0, 0)),
+])
+def test_launch_dims_gives_zero_grid_dimensions_for_zero_extents(
+        me: int, ne: int, ze: int, grid: tuple[int, int, int]) -> None:
+    assert launch_dims(32, me=me, ne=ne, ze=ze) == ((128, 1, 1), grid)
+
+
+def test_rewritten_parameters_are_the_originals_then_the_five_region_values() -> None:
+    launch = example("gemm_epilogue").make(8, 8, 8)
+    rw = kernel(launch.kernel, recognize(launch.kernel), Lowering.BF16X3_OPERANDS)
+    assert rw.params[:len(launch.kernel.params)] == launch.kernel.params
+    assert [(p.name, p.elem) for p in rw.params[len(launch.kernel.params):]] == [
+        (n, ElemType.I32) for n in EXTRA_NAMES]
+
+
+# Bytes of shared memory: the staged A (64x16) and B (16x64) tiles per term or byte plane,
+# plus the 64x64 accumulator exchange array of 4-byte f32 or i32.
+SHARED_BYTES = {
+    Lowering.F16_OPERANDS: 2 * 2048 + 4 * 4096,
+    Lowering.BF16_OPERANDS: 2 * 2048 + 4 * 4096,
+    Lowering.BF16X3_OPERANDS: 3 * 2 * 2048 + 4 * 4096,
+    Lowering.INT32_BYTE_PLANES: 4 * 1 * 2048 + 4 * 4096,
+}
+ITEMSIZE = {ElemType.F16: 2, ElemType.BF16: 2, ElemType.U8: 1, ElemType.F32: 4,
+            ElemType.I32: 4}
+
+
+@pytest.mark.parametrize(("name", "lowering"), [
+    ("gemm_f32", Lowering.F16_OPERANDS), ("gemm_f32", Lowering.BF16_OPERANDS),
+    ("gemm_f32", Lowering.BF16X3_OPERANDS), ("gemm_i32", Lowering.INT32_BYTE_PLANES)])
+@pytest.mark.parametrize("subgroup", [32, 64])
+def test_shared_memory_budget_per_lowering(name: str, lowering: Lowering, subgroup: int) -> None:
+    launch = example(name).make(8, 8, 8)
+    rw = kernel(launch.kernel, recognize(launch.kernel), lowering, subgroup)
+    shared = [s for s in walk(rw.body)
+              if isinstance(s, ir.ArrayDecl) and s.space is ir.MemSpace.SHARED]
+    assert sum(s.size * ITEMSIZE[s.elem] for s in shared) == SHARED_BYTES[lowering]
+
+
+def test_rewrite_launch_is_the_rewrite_with_the_region_appended() -> None:
+    launch = example("gemm_batched").make(20, 30, 9)
+    gemm = recognize(launch.kernel)
+    reg = region(gemm, launch.grid, launch.block, dict(launch.args))
+    got = rewrite_launch(launch, lowering=Lowering.BF16_OPERANDS, subgroup=64, frag=8)
+    assert got.launch.kernel == kernel(launch.kernel, gemm, Lowering.BF16_OPERANDS, 64, 8)
+    assert (got.launch.block, got.launch.grid) == launch_dims(64, me=20, ne=30, ze=3)
+    assert got.launch.arg_list() == [*launch.arg_list(), *reg.args]
+    assert (got.region, got.lowering, got.subgroup, got.frag) == (
+        reg, Lowering.BF16_OPERANDS, 64, 8)
+
+
+@pytest.mark.parametrize(("name", "precision", "lowering"), [
+    ("gemm_f32", "accurate", Lowering.BF16X3_OPERANDS),
+    ("gemm_f32", "fast", Lowering.BF16_OPERANDS),
+    ("gemm_f16", "accurate", Lowering.F16_OPERANDS),
+    ("gemm_i32", "accurate", Lowering.INT32_BYTE_PLANES)])
+def test_rewrite_launch_selects_the_lowering_for_the_precision(
+        name: str, precision: Any, lowering: Lowering) -> None:
+    assert rewrite_launch(example(name).make(8, 8, 8), precision=precision).lowering is lowering
+
+
+def test_rewrite_launch_simulates_to_the_originals_bits() -> None:
+    launch = example("gemm_i32").make(33, 70, 20)
+    rw = rewrite_launch(launch, subgroup=64)
+    assert np.array_equal(rw.launch.simulate(subgroup=64)["c"], original(launch))
+
+
+# --------------------------------------------------------------------------- refusals
+
+
+def naive(name: str = "gemm_f32") -> tuple[ir.Kernel, Gemm]:
+    k = example(name).make(8, 8, 8).kernel
+    return k, recognize(k)
+
+
+def refusal(original: ir.Kernel, gemm: Gemm, lowering: Lowering, subgroup: int = 32,
+            frag: int = 16) -> str:
+    with pytest.raises(RewriteError) as info:
+        kernel(original, gemm, lowering, subgroup, frag)
+    return info.value.reason
+
+
+def test_subgroup_48_is_refused_with_the_supported_sizes() -> None:
+    assert refusal(*naive(), Lowering.BF16X3_OPERANDS, subgroup=48) == (
+        "subgroup 48 has no template; supported: 32, 64")
+
+
+def test_launch_dims_refuses_subgroup_48() -> None:
+    with pytest.raises(RewriteError, match="subgroup 48 has no template"):
+        launch_dims(48, me=1, ne=1, ze=1)
+
+
+def test_fragment_32_is_refused_with_the_supported_sizes() -> None:
+    assert refusal(*naive(), Lowering.F16_OPERANDS, frag=32) == (
+        "fragment 32 has no template; supported: 16, 8")
+
+
+def test_int32_operands_with_f16_operands_lowering_are_refused() -> None:
+    assert refusal(*naive("gemm_i32"), Lowering.F16_OPERANDS) == (
+        "F16_operands takes f16 or f32 operands, not i32")
+
+
+def test_f32_operands_with_the_byte_planes_are_refused() -> None:
+    assert refusal(*naive(), Lowering.INT32_BYTE_PLANES) == (
+        "Int32_byte_planes takes i32 operands, not f32")
+
+
+F64_ACCUMULATOR = """
+from sarek import f64
+
+def wide(a: Global[f32], b: Global[f32], c: Global[f64], m: i32, n: i32, k: i32):
+    row = block_idx.y * block_dim.y + thread_idx.y
+    col = block_idx.x * block_dim.x + thread_idx.x
+    if row < m and col < n:
+        acc = f64(0.0)
+        for p in range(k):
+            acc += f64(a[row * k + p]) * f64(b[p * n + col])
+        c[row * n + col] = acc
+"""
+
+
+def test_an_accumulator_the_lowering_does_not_use_is_refused() -> None:
+    k = build_source(F64_ACCUMULATOR, "wide").ir
+    assert refusal(k, recognize(k), Lowering.BF16X3_OPERANDS) == (
+        "Bf16x3_operands accumulates in f32; the kernel's accumulator is f64")
+
+
+BUILTIN_EPILOGUE = """
+def scaled(a: Global[f32], b: Global[f32], c: Global[f32], m: i32, n: i32, k: i32):
+    row = block_idx.y * block_dim.y + thread_idx.y
+    col = block_idx.x * block_dim.x + thread_idx.x
+    if row < m and col < n:
+        acc = f32(0.0)
+        for p in range(k):
+            acc += a[row * k + p] * b[p * n + col]
+        c[row * n + col] = acc * f32(block_dim.x)
+"""
+
+
+def test_an_epilogue_reading_block_dim_is_refused_by_recognition() -> None:
+    # block_dim.x differs between the original launch and the rewritten one; recognition
+    # already refuses it, before the rewrite is reached.
+    with pytest.raises(NotAGemm) as info:
+        recognize(build_source(BUILTIN_EPILOGUE, "scaled").ir)
+    assert info.value.reason == ("line 9: the stored value block_dim.x uses block_dim.x other "
+                                 "than through the global index of a mapping")
+
+
+@pytest.mark.parametrize("part", ["epilogue", "init"])
+def test_a_launch_builtin_in_the_epilogue_or_init_is_refused_by_the_rewrite(part: str) -> None:
+    # A description that reads block_dim.x (built by hand: recognition never produces one).
+    original_kernel, gemm = naive()
+    dim = ir.Cast(x=ir.BuiltinValue(which=Builtin.BLOCK_DIM_X), type=ElemType.F32)
+    expr = ir.Binary(op=ir.BinOp.ADD, a=getattr(gemm, part), b=dim, type=ElemType.F32)
+    changed = replace(gemm, init=expr) if part == "init" else replace(gemm, epilogue=expr)
+    reason = refusal(original_kernel, changed, Lowering.BF16X3_OPERANDS)
+    what = "initial value" if part == "init" else "epilogue"
+    assert reason == (f"the {what} reads block_dim.x, whose value in the rewritten launch is "
+                      "not the original's")
+
+
+@pytest.mark.parametrize("name", ["me", "t"])
+def test_a_parameter_named_like_a_region_value_is_refused(name: str) -> None:
+    k = ir_renamed(name)
+    assert refusal(k, recognize(k), Lowering.BF16X3_OPERANDS) == (
+        f"the kernel's parameter(s) {name} clash with the names the rewritten kernel adds "
+        "(me, ne, ze, d, t and every name beginning sk_; rename them)")
+
+
+@pytest.mark.parametrize("name", ["sk_row", "sk_acc0_0_0", "sk_b_hi"])
+def test_a_parameter_named_like_a_rewrite_internal_is_refused(name: str) -> None:
+    # A variable, a fragment and a staged array of the rewritten body.
+    k = ir_renamed(name)
+    assert refusal(k, recognize(k), Lowering.BF16X3_OPERANDS).startswith(
+        f"the kernel's parameter(s) {name} clash with the names the rewritten kernel adds")
+
+
+def ir_renamed(name: str) -> ir.Kernel:
+    """``gemm_epilogue`` with its ``alpha`` parameter (and its uses) renamed."""
+    src = """
+def gemm_relu(a: Global[f32], b: Global[f32], c: Global[f32], m: i32, n: i32, k: i32,
+              NAME: f32, beta: f32):
+    row = block_idx.y * block_dim.y + thread_idx.y
+    col = block_idx.x * block_dim.x + thread_idx.x
+    if row < m and col < n:
+        acc = f32(0.0)
+        for p in range(k):
+            acc += a[row * k + p] * b[p * n + col]
+        c[row * n + col] = max(NAME * acc + beta * c[row * n + col], 0.0)
+"""
+    return build_source(src.replace("NAME", name), "gemm_relu").ir
+
