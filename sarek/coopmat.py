@@ -311,8 +311,8 @@ def vulkan_support(instance: Any, physical_device: Any) -> DeviceSupport:
         raise GateError(f"probing Vulkan needs the 'vulkan' package and a Vulkan loader ({e})"
                         ) from None
     props = vk.vkGetPhysicalDeviceProperties(physical_device)
-    name = f"{vk.ffi.string(props.deviceName).decode()} (Vulkan)"
-    exts = {vk.ffi.string(e.extensionName).decode()
+    name = f"{_vk_text(vk, props.deviceName)} (Vulkan)"
+    exts = {_vk_text(vk, e.extensionName)
             for e in vk.vkEnumerateDeviceExtensionProperties(physical_device, None)}
     if "VK_KHR_cooperative_matrix" not in exts:
         return DeviceSupport(name, frozenset(), note="Vulkan extensions",
@@ -320,6 +320,12 @@ def vulkan_support(instance: Any, physical_device: Any) -> DeviceSupport:
     query = vk.vkGetInstanceProcAddr(instance,
                                      "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR")
     return from_vulkan_properties(name, query(physical_device))
+
+
+def _vk_text(vk: Any, value: Any) -> str:
+    """A Vulkan string field: the ``vulkan`` package gives ``str`` (seen on the H200) or, in
+    other versions, a cffi char array."""
+    return value if isinstance(value, str) else str(vk.ffi.string(value).decode())
 
 
 def vulkan_devices() -> list[DeviceSupport]:
