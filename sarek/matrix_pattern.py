@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Literal, TypeAlias
+from typing import Literal, TypeAlias, cast
 
 from sarek import ir
 from sarek.errors import SarekError
@@ -511,6 +511,16 @@ class Poly:
 _COORD_NAMES = {ROW: "row", COL: "col", BATCH: "batch", _P: "p", _T: "p", _KK: "p"}
 
 
+_Quotient: TypeAlias = tuple[Poly, Poly, ir.Expr]
+"""A ``div``/``rem`` atom's payload: numerator, denominator, and the denominator as written."""
+
+
+def _quotient(payload: ir.Expr | _Quotient) -> _Quotient:
+    """The payload of a ``div``/``rem`` atom (an ``expr`` atom's payload is an expression)."""
+    assert isinstance(payload, tuple)
+    return payload
+
+
 class _Atoms:
     """Names the non-polynomial parts of index expressions, so that equal ones share a name:
     ``expr`` atoms are invocation-independent expressions over parameters (``k // 2``,
@@ -518,9 +528,9 @@ class _Atoms:
 
     def __init__(self) -> None:
         self.by_key: dict[object, str] = {}
-        self.info: dict[str, tuple[str, object]] = {}
+        self.info: dict[str, tuple[str, ir.Expr | _Quotient]] = {}
 
-    def intern(self, kind: str, key: object, payload: object) -> str:
+    def intern(self, kind: str, key: object, payload: ir.Expr | _Quotient) -> str:
         full = (kind, key)
         if full not in self.by_key:
             name = f"#{len(self.by_key)}"
@@ -922,8 +932,8 @@ class _Structure:
         for e in (prod.a, prod.b):
             if any(is_acc(x) for x in _subexprs(e)):
                 raise self.refuse(s, "the product reads the accumulator")
-        x, y = _operand(prod.a, readable), _operand(prod.b, readable)
-        return fused, x, y
+        ox, oy = _operand(prod.a, readable), _operand(prod.b, readable)
+        return fused, ox, oy
 
     def tiled(self, s: ir.For, inner: ir.For, acc: str, acc_type: ElemType, init: ir.Expr,
               start: ir.Expr, stop: ir.Expr) -> _Loop:
@@ -967,9 +977,9 @@ class _Structure:
                               "memory and another after the inner loop")
         assert ox is not None and oy is not None
         block = _staging_block(staged, self.shared)
-        x = self.unstage(ox, staged, block, tile)
-        y = self.unstage(oy, staged, block, tile)
-        return _Loop(start, stop, acc, acc_type, init, fused, x, y, tile, block)
+        ux = self.unstage(ox, staged, block, tile)
+        uy = self.unstage(oy, staged, block, tile)
+        return _Loop(start, stop, acc, acc_type, init, fused, ux, uy, tile, block)
 
     def unstage(self, op: _Operand, staged: dict[str, ir.Store], block: tuple[int, int, int],
                 tile: int) -> _Operand:
@@ -1088,7 +1098,7 @@ def _axes(polys: list[Poly], atoms: _Atoms) -> dict[str, _Axis]:
         every.append(p)
     for kind, payload in atoms.info.values():
         if kind in ("div", "rem"):
-            num, den, _ = payload  # type: ignore[misc]
+            num, den, _ = _quotient(payload)
             every.extend((num, den))
     out: dict[str, _Axis] = {}
     for a in "xyz":
@@ -1147,8 +1157,9 @@ def _global_index(a: str, ax: _Axis) -> GlobalIndex:
     if ax.stride is not None and ax.stride.constant is not None:
         tile = ax.stride.constant
     both = ax.uses_block and ax.stride is not None
-    return GlobalIndex(axis=a, uses_block=ax.uses_block, uses_thread=both or not ax.uses_block,
-                       tile=tile)  # type: ignore[arg-type]
+    axis = cast(Literal["x", "y", "z"], a)  # the callers' axes are "x", "y" and "z"
+    return GlobalIndex(axis=axis, uses_block=ax.uses_block,
+                       uses_thread=both or not ax.uses_block, tile=tile)
 
 
 @dataclass
@@ -1163,14 +1174,15 @@ class _Candidate:
 def _candidates(axes: dict[str, _Axis], atoms: _Atoms, used: set[str]) -> list[_Candidate]:
     batch = _global_index("z", axes["z"]) if "z" in axes else None
     zsub = {_GID["z"]: Poly.atom(BATCH)} if batch is not None else {}
-    divs = [(n, k, p) for n, (k, p) in atoms.info.items() if k in ("div", "rem") and n in used]
+    divs = [(n, k, _quotient(p)) for n, (k, p) in atoms.info.items()
+            if k in ("div", "rem") and n in used]
     if divs:
         gids = {a for a in "xy" if a in axes}
-        shapes = {(p[0].key(), p[1].key()) for _, _, p in divs}  # type: ignore[index]
+        shapes = {(p[0].key(), p[1].key()) for _, _, p in divs}
         if len(shapes) > 1:
             raise _Refuse("the linear index is divided and reduced by different expressions")
         payload = divs[0][2]
-        num, den, den_expr = payload  # type: ignore[misc]
+        num, den, den_expr = payload
         lin_axes = [a for a in "xy" if num == Poly.atom(_GID[a])]
         if not lin_axes:
             raise _Refuse(f"an index divides by {format_expr(den_expr)} something other than "
@@ -1186,10 +1198,12 @@ def _candidates(axes: dict[str, _Axis], atoms: _Atoms, used: set[str]) -> list[_
                                                (num, den, den_expr))
         lin = _global_index(a, axes[a])
         out = []
-        for order, major, minor in (("row-major", ROW, COL), ("col-major", COL, ROW)):
+        orders: tuple[tuple[Literal["row-major", "col-major"], str, str], ...] = (
+            ("row-major", ROW, COL), ("col-major", COL, ROW))
+        for order, major, minor in orders:
             sub = {_GID[a]: Poly.atom(major) * den + Poly.atom(minor),
                    div: Poly.atom(major), rem: Poly.atom(minor), **zsub}
-            out.append(_Candidate(Mapping1D(lin, den_expr, order, batch), sub,  # type: ignore
+            out.append(_Candidate(Mapping1D(lin, den_expr, order, batch), sub,
                                   Poly.atom(major) * den + Poly.atom(minor)))
         return out
     out = []
@@ -1279,8 +1293,8 @@ class _Assembler:
     def atom_expr(self, a: str) -> ir.Expr:
         if a.startswith("#"):
             kind, payload = self.atoms.info[a]
-            assert kind == "expr"
-            return payload  # type: ignore[return-value]
+            assert kind == "expr" and not isinstance(payload, tuple)
+            return payload
         return ir.Var(name=a, type=ElemType.I32)
 
     # ------------------------------------------------------------------ pieces
@@ -1318,10 +1332,10 @@ class _Assembler:
                           "or >=")
         if not conj.a.type.is_int:
             raise _Refuse(f"the guard {text} compares {conj.a.type} values, not indices")
-        for x in _subexprs(conj):
-            if isinstance(x, ir.Load):
+        for sub in _subexprs(conj):
+            if isinstance(sub, ir.Load):
                 raise _Refuse(f"the guard {text} reads memory: the store is conditional on data")
-            if isinstance(x, ir.Var) and x.name == ACC:
+            if isinstance(sub, ir.Var) and sub.name == ACC:
                 raise _Refuse(f"the guard {text} reads the accumulator")
         a, b = self.coords(conj.a), self.coords(conj.b)
         one = Poly.const(1)
@@ -1431,7 +1445,10 @@ class _Assembler:
                 out = ir.Call(fn=MathFn.MIN, args=(out, e), type=ElemType.I32)
             return out
 
-        staging = Staging(loop.tile, loop.block) if loop.tile is not None else None
+        staging: Staging | None = None
+        if loop.tile is not None:
+            assert loop.block is not None  # tiled() sets the tile and the block together
+            staging = Staging(loop.tile, loop.block)
         return Gemm(
             kernel=self.kernel.name, params=tuple(self.kernel.params), mapping=self.cand.mapping,
             a=a, b=b, c=self.c_access, m=bound(ROW), n=bound(COL), batches=bound(BATCH),
