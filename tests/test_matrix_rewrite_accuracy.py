@@ -1,0 +1,137 @@
+"""Accuracy of the float lowerings on random inputs, against float64 references computed here.
+
+**F16 and BF16 operands.** Let ``a^``, ``b^`` be the operands rounded to f16 (or bf16). Their
+products are exact in f32 (at most 11 + 11 significant bits), the padding past the reduction
+depth adds -0.0 exactly, and the accumulator starts at the exact initial value 0, so the
+rewritten sum is a recursive f32 summation of the K products in some order: with
+``u = 2^-24`` and ``gamma_K(u) = K*u / (1 - K*u)`` (Higham, (4.4)),
+
+    |acc - S| <= gamma_K(u) * sum_k |a^_k * b^_k|
+
+where ``S`` is the exact sum. The reference ``s`` is the float64 sum of the same products, off
+by at most ``gamma_K(2^-53) * sum|a^ b^|``; ``E`` below is the sum of both allowances. The
+epilogue then adds its own roundings:
+
+* a plain f32 store adds nothing: ``|out - s| <= E``;
+* a store to f16 rounds once more: ``|out - s| <= E + 2^-11 * (|s| + E) + 2^-25`` (the last
+  term is half the spacing of f16 subnormals);
+* ``max(alpha*acc + beta*c, 0)`` (``gemm_epilogue``) rounds ``alpha*acc``, ``beta*c`` and their
+  sum: ``|out - ref| <= |alpha|*E + u*(2 + u)*(|alpha|*(|s| + E) + |beta*c|)``, ``max`` being
+  1-Lipschitz.
+
+The ``exact`` arithmetic model (the exact sum of each multiply-accumulate rounded once) is
+inside the same bound.
+
+**BF16x3.** Measured against the float64 product of the original f32 operands, next to the
+original f32 kernel's own error on the same inputs. The split of an f32 ``x`` into bf16 terms
+(``u_b = 2^-8``) leaves ``|x - hi - mid - lo| <= u_b^3 |x|`` with ``|mid| <= (1 + u_b) u_b |x|``
+and ``|lo| <= (1 + u_b) u_b^2 |x|``; the three dropped products (mid*lo, lo*mid, lo*lo) and the
+split errors are below ``5 * 2^-24 * |a*b|``, and the 6K products are summed in f32:
+
+    |out - ab| <= (5 * 2^-24 + 1.02 * gamma_6K(2^-24)) * sum_k |a_k * b_k|.
+
+That worst case is loose (1.1e-4 for K = 300). The measured errors, normwise
+(``max|out - s| / max|s|``) and componentwise (``max |out - s| / sum|a b|``), are asserted to be
+within 4x the f32 kernel's; at 64x48x300 they are 1.0e-6 to 1.2e-6 and 3.5e-7 to 4.4e-7, about
+1.8x to 2.4x the f32 kernel's 4.7e-7 to 6.4e-7 and 1.8e-7 to 2.1e-7 (BF16 alone: 2.4e-3 to 3.0e-3
+normwise).
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from conftest import example
+from test_matrix_rewrite import original, rewritten
+
+from sarek.launch import Launch
+from sarek.matrix_scheme import Lowering
+
+U32, U64, U16 = 2.0**-24, 2.0**-53, 2.0**-11
+ROUNDED = {Lowering.F16_OPERANDS: np.float16, Lowering.BF16_OPERANDS: ml_dtypes.bfloat16}
+
+
+def gamma(k: int, u: float) -> float:
+    return k * u / (1 - k * u)
+
+
+def operands(name: str, launch: Launch) -> tuple[np.ndarray, np.ndarray]:
+    """A as (batches, m, k) and B as (batches, k, n), read from the launch's arrays by each
+    example's own storage order."""
+    m, n, k = (launch.args[x] for x in "mnk")
+    nb = launch.args.get("batches", 1)
+    a, b = launch.args["a"], launch.args["b"]
+    if name == "gemm_colmajor_b":
+        return a.reshape(1, m, k), b.reshape(1, n, k).transpose(0, 2, 1)
+    return a.reshape(nb, m, k), b.reshape(nb, k, n)
+
+
+def reference(name: str, launch: Launch, rounded: type | None) -> tuple[np.ndarray, np.ndarray]:
+    """The float64 sums ``s`` and the scales ``sum_k |a_k b_k|``, flattened as C is, of the
+    operands rounded to ``rounded`` first (or as they are)."""
+    a, b = operands(name, launch)
+    if rounded is not None:
+        a, b = a.astype(rounded), b.astype(rounded)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    return (a64 @ b64).ravel(), (np.abs(a64) @ np.abs(b64)).ravel()
+
+
+def allowance(name: str, launch: Launch, s: np.ndarray, scale: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """The expected output and how far the rewritten one may be from it (module docstring)."""
+    k = launch.args["k"]
+    e = (gamma(k, U32) + gamma(k, U64)) * scale
+    if name == "gemm_f16":
+        return s, e + U16 * (np.abs(s) + e) + 2.0**-25
+    if name == "gemm_epilogue":
+        alpha, beta = float(launch.args["alpha"]), float(launch.args["beta"])
+        c = launch.args["c"].astype(np.float64)
+        ref = np.maximum(alpha * s + beta * c, 0.0)
+        return ref, abs(alpha) * e + U32 * (2 + U32) * (abs(alpha) * (np.abs(s) + e)
+                                                        + np.abs(beta * c))
+    return s, e
+
+
+F16_BF16_CASES = [(n, low) for n in ("gemm_f32", "gemm_f32_1d", "gemm_batched",
+                                     "gemm_colmajor_b", "gemm_epilogue", "gemm_tiled")
+                  for low in (Lowering.F16_OPERANDS, Lowering.BF16_OPERANDS)]
+F16_BF16_CASES.append(("gemm_f16", Lowering.F16_OPERANDS))
+
+
+@pytest.mark.parametrize(("subgroup", "frag"), [(32, 16), (64, 8)])
+@pytest.mark.parametrize(("name", "lowering"), F16_BF16_CASES,
+                         ids=[f"{n}-{low.value}" for n, low in F16_BF16_CASES])
+def test_f16_and_bf16_results_are_within_the_summation_bound(
+        name: str, lowering: Lowering, subgroup: int, frag: int) -> None:
+    launch = example(name).make(70, 45, 100, seed=11)
+    got = rewritten(launch, lowering, subgroup, frag).astype(np.float64)
+    want, bound = allowance(name, launch, *reference(name, launch, ROUNDED[lowering]))
+    assert (np.abs(got - want) <= bound).all()
+
+
+@pytest.mark.parametrize(("subgroup", "frag"), [(32, 16), (32, 8)])
+def test_exact_model_on_rewritten_f16_is_within_the_summation_bound(
+        subgroup: int, frag: int) -> None:
+    launch = example("gemm_f16").make(40, 24, 40, seed=12)
+    got = rewritten(launch, Lowering.F16_OPERANDS, subgroup, frag, arith="exact")
+    want, bound = allowance("gemm_f16", launch, *reference("gemm_f16", launch, np.float16))
+    assert (np.abs(got.astype(np.float64) - want) <= bound).all()
+
+
+def errors(got: np.ndarray, s: np.ndarray, scale: np.ndarray) -> tuple[float, float]:
+    """(normwise max|got - s| / max|s|, componentwise max |got - s| / sum|a b|)."""
+    diff = np.abs(got.astype(np.float64) - s)
+    return float(diff.max() / np.abs(s).max()), float((diff / scale).max())
+
+
+@pytest.mark.parametrize("frag", [16, 8])
+@pytest.mark.parametrize("name", ["gemm_f32", "gemm_colmajor_b", "gemm_batched"])
+def test_bf16x3_error_is_within_a_small_factor_of_the_f32_kernels(name: str, frag: int) -> None:
+    launch = example(name).make(64, 48, 300, seed=13)
+    s, scale = reference(name, launch, None)
+    f32_norm, f32_comp = errors(original(launch), s, scale)
+    norm, comp = errors(rewritten(launch, Lowering.BF16X3_OPERANDS, frag=frag), s, scale)
+    assert comp <= 5 * U32 + 1.02 * gamma(6 * 300, U32)
+    assert norm <= 4 * f32_norm and comp <= 4 * f32_comp
+
