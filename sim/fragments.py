@@ -12,7 +12,10 @@ summed is the named arithmetic model:
 
 * ``sequential``: ``c``, then each product added in k order, rounding to the accumulator type
   after every addition (Apple's simdgroup half x half -> float was measured to do this);
-* ``exact``: the exact sum ``c + sum_k a*b``, rounded once to nearest even.
+* ``exact``: the exact sum ``c + sum_k a*b``, rounded once to nearest even;
+* ``h200``: the H200's tensor cores (``sim.tensor_core``): one fused dot-add of all the
+  products and ``c``, aligned to the largest exponent with 25 fraction bits and truncated,
+  the sum truncated to f32.
 """
 
 from __future__ import annotations
@@ -23,9 +26,10 @@ from typing import Literal, TypeAlias
 import numpy as np
 
 from sarek.ir import ElemType
+from sim import tensor_core
 
-Model: TypeAlias = Literal["sequential", "exact"]
-MODELS: tuple[Model, ...] = ("sequential", "exact")
+Model: TypeAlias = Literal["sequential", "exact", "h200"]
+MODELS: tuple[Model, ...] = ("sequential", "exact", "h200")
 
 
 def mul_add(a: np.ndarray, b: np.ndarray, c: np.ndarray, model: Model) -> np.ndarray:
@@ -43,6 +47,11 @@ def mul_add(a: np.ndarray, b: np.ndarray, c: np.ndarray, model: Model) -> np.nda
         return out
     if model == "exact":
         return _exact(a, b, c)
+    if model == "h200":
+        if acc != np.float32 or a.dtype.itemsize != 2:
+            raise ValueError("the h200 model covers f16 and bf16 operands with an f32 "
+                             f"accumulator, not {a.dtype} with {acc}")
+        return tensor_core.mul_add(a, b, c)
     raise ValueError(f"unknown arithmetic model {model!r}; the models are {', '.join(MODELS)}")
 
 

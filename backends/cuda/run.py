@@ -56,11 +56,28 @@ def run(kernel: ir.Kernel, args: Sequence[Any] | Mapping[str, Any], grid: tuple[
         block: tuple[int, ...], arch: str | None = None) -> dict[str, np.ndarray]:
     """Compiles ``kernel``'s CUDA with NVRTC for this device (or ``arch``), launches it once on
     device 0 and returns every array parameter's contents afterwards."""
-    from cuda.bindings import driver as cu
-
     values = dict(zip([p.name for p in kernel.params], args, strict=True)) if not isinstance(
         args, Mapping) else dict(args)
     cubin = compile_cubin(emit(kernel), arch or device_arch(), f"{kernel.name}.cu")
+    params: list[np.ndarray | np.generic] = []
+    for p in kernel.params:
+        dt = numpy_dtype(p.elem)
+        if isinstance(p, ir.ArrayParam):
+            params.append(np.asarray(values[p.name], dtype=dt))
+        else:
+            params.append(dt.type(values[p.name]))
+    out = launch_cubin(cubin, kernel.name, params, grid, block)
+    return {p.name: arr for p, arr in zip(kernel.params, out, strict=True)
+            if isinstance(p, ir.ArrayParam) and arr is not None}
+
+
+def launch_cubin(cubin: bytes, name: str, params: Sequence[np.ndarray | np.generic],
+                 grid: tuple[int, ...], block: tuple[int, ...]) -> list[np.ndarray | None]:
+    """Launches kernel ``name`` of ``cubin`` once on device 0: an array parameter is copied to
+    the device and its contents after the launch come back (in the same position of the
+    result), a NumPy scalar is passed by value (None in the result)."""
+    from cuda.bindings import driver as cu
+
     _check(cu.cuInit(0), "cuInit")
     dev = _check(cu.cuDeviceGet(0), "cuDeviceGet")
     ctx = _check(cu.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
@@ -68,35 +85,37 @@ def run(kernel: ir.Kernel, args: Sequence[Any] | Mapping[str, Any], grid: tuple[
     module = _check(cu.cuModuleLoadData(cubin), "cuModuleLoadData")
     allocations: list[Any] = []
     try:
-        function = _check(cu.cuModuleGetFunction(module, kernel.name.encode()),
-                          "cuModuleGetFunction")
-        holders, arrays = [], {}
-        for p in kernel.params:
-            value = values[p.name]
-            if isinstance(p, ir.ArrayParam):
-                host = np.ascontiguousarray(np.asarray(value, dtype=numpy_dtype(p.elem)).ravel())
+        function = _check(cu.cuModuleGetFunction(module, name.encode()), "cuModuleGetFunction")
+        holders: list[np.ndarray] = []
+        hosts: list[tuple[Any, np.ndarray] | None] = []
+        for value in params:
+            if isinstance(value, np.ndarray):
+                host = np.ascontiguousarray(value).ravel()
                 ptr = _check(cu.cuMemAlloc(max(host.nbytes, 1)), "cuMemAlloc")
                 allocations.append(ptr)
                 if host.nbytes:
                     _check(cu.cuMemcpyHtoD(ptr, host.ctypes.data, host.nbytes), "cuMemcpyHtoD")
-                arrays[p.name] = (ptr, host)
+                hosts.append((ptr, host))
                 holders.append(np.array([int(ptr)], dtype=np.uint64))
             else:
-                dt = numpy_dtype(p.elem)
-                holders.append(np.array([value], dtype=dt).view(
-                    np.uint16 if p.elem.is_storage_only else dt))
-        params = np.array([h.ctypes.data for h in holders], dtype=np.uint64)
+                hosts.append(None)
+                holders.append(np.array([value]))  # the driver copies the parameter's bytes
+        pointers = np.array([h.ctypes.data for h in holders], dtype=np.uint64)
         g, b = (*grid, 1, 1)[:3], (*block, 1, 1)[:3]
         if all(g):
-            _check(cu.cuLaunchKernel(function, *g, *b, 0, 0, params.ctypes.data, 0),
+            _check(cu.cuLaunchKernel(function, *g, *b, 0, 0, pointers.ctypes.data, 0),
                    "cuLaunchKernel")
         _check(cu.cuCtxSynchronize(), "cuCtxSynchronize")
-        out = {}
-        for name, (ptr, host) in arrays.items():
+        out: list[np.ndarray | None] = []
+        for entry in hosts:
+            if entry is None:
+                out.append(None)
+                continue
+            ptr, host = entry
             result = np.empty_like(host)
             if host.nbytes:
                 _check(cu.cuMemcpyDtoH(result.ctypes.data, ptr, host.nbytes), "cuMemcpyDtoH")
-            out[name] = result
+            out.append(result)
         return out
     finally:
         for ptr in allocations:
