@@ -651,14 +651,13 @@ class _Compiler:
 
         def run(st: State, m: Mask) -> None:
             start, stop, step = (f(st, m) for f in bounds)
-            uniform = [_uniform_int(v, m) for v in (start, stop, step)]
-            if None in uniform:
+            first, end, inc = (_uniform_int(v, m) for v in (start, stop, step))
+            if first is None or end is None or inc is None:
                 self._divergent_for(st, m, start, stop, step, slot, body, returns, site)
                 return
-            first, end, inc = uniform
             if inc == 0:
                 self._fail(LaunchError, "the loop step is 0", site, m)
-            for v in range(first, end, inc):  # type: ignore[arg-type]
+            for v in range(first, end, inc):
                 st.env[slot] = var_type(v)
                 body(st, m)
                 if returns and st.alive is not None:

@@ -200,21 +200,26 @@ def _scalar(p: ir.ScalarParam, v: object) -> np.generic:
     if t.is_int:
         if given.is_float:
             raise LaunchError(f"parameter {p.name!r} is {t} and cannot take the float {v!r}")
+        assert isinstance(v, (int, np.integer))  # given is an integer type: see _scalar_elem
         lo, hi = arith.int_range(t)
-        if not lo <= int(v) <= hi:  # type: ignore[call-overload]
-            raise LaunchError(f"parameter {p.name!r} is {t}: {int(v)} is outside "  # type: ignore[call-overload]
+        if not lo <= int(v) <= hi:
+            raise LaunchError(f"parameter {p.name!r} is {t}: {int(v)} is outside "
                               f"[{lo}, {hi}]")
-        return arith.dtype(t).type(int(v))  # type: ignore[call-overload, no-any-return]
+        exact: np.generic = arith.dtype(t).type(int(v))
+        return exact
     if given.is_int:
+        assert isinstance(v, (int, np.integer))  # as above
         # A Python int of any size: i64 or u64 hold it when a float parameter can.
-        source = ElemType.I64 if int(v) < 0 else ElemType.U64  # type: ignore[call-overload]
+        source = ElemType.I64 if int(v) < 0 else ElemType.U64
         lo, hi = arith.int_range(source)
-        if not lo <= int(v) <= hi:  # type: ignore[call-overload]
+        if not lo <= int(v) <= hi:
             raise LaunchError(f"parameter {p.name!r} is {t}: {v} is too large")
-        value = arith.dtype(source).type(int(v))  # type: ignore[call-overload]
-        return arith.convert(value, source, t)  # type: ignore[no-any-return]
+        value = arith.dtype(source).type(int(v))
+        rounded: np.generic = arith.convert(value, source, t)  # a scalar in, a scalar out
+        return rounded
     value = np.float64(v) if isinstance(v, float) else v
-    return arith.convert(value, given, t)  # type: ignore[no-any-return]
+    converted: np.generic = arith.convert(value, given, t)
+    return converted
 
 
 def _scalar_elem(v: object) -> ElemType | None:
