@@ -187,3 +187,54 @@ def test_shared_fragment_store_read_without_barrier_is_a_race() -> None:
     k = ir.Kernel(name="race", params=(ir.ArrayParam(name="out", elem=I32),), body=body)
     with pytest.raises(SharedRace, match="read-after-write"):
         sim.simulate(k, [np.zeros(32, np.int32)], grid=1, block=32)
+
+
+# ------------------------------------------------------------------------- the H200 model
+
+
+def h200_single(a_row: list[float], b_col: list[float], c0: float) -> np.float32:
+    """One output of one 16x16x8 multiply-accumulate under the h200 model."""
+    a = np.zeros((1, 16, 16), np.float16)
+    b = np.zeros((1, 16, 8), np.float16)
+    c = np.zeros((1, 16, 8), np.float32)
+    a[0, 0, : len(a_row)] = a_row
+    b[0, : len(b_col), 0] = b_col
+    c[0, 0, 0] = c0
+    return mul_add(a, b, c, "h200")[0, 0, 0]
+
+
+def test_h200_model_keeps_products_below_the_addends_last_place() -> None:
+    # Measured on the H200 (DESIGN.md): C = 1 plus sixteen products of 2^-25 gives 1 + 2^-21.
+    assert h200_single([2.0**-13] * 16, [2.0**-12] * 16, 1.0) == np.float32(1 + 2.0**-21)
+
+
+def test_h200_model_truncates_the_sum() -> None:
+    # Measured on the H200: 1 + 2^-24 + 2^-23 gives 1 + 2^-23 (nearest would be 1 + 2^-22).
+    assert h200_single([2.0**-12, 2.0**-11], [2.0**-12, 2.0**-12], 1.0) == np.float32(
+        1 + 2.0**-23)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_h200_model_equals_exact_when_no_bit_is_lost(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    a = rng.integers(-8, 9, (2, 16, 16)).astype(np.float16)
+    b = rng.integers(-8, 9, (2, 16, 8)).astype(np.float16)
+    c = rng.integers(-100, 101, (2, 16, 8)).astype(np.float32)
+    assert np.array_equal(mul_add(a, b, c, "h200"), mul_add(a, b, c, "exact"))
+
+
+def test_h200_model_runs_in_the_simulator() -> None:
+    a = np.zeros(256, np.float16)
+    b = np.zeros(256, np.float16)
+    a[:16], b[0:256:16] = 2.0**-13, 2.0**-12
+    c = np.zeros(256, np.float32)
+    c[0] = 1.0
+    out = sim.simulate(matmul_kernel(F16, F32), [a, b, c], grid=1, block=32, arith="h200")["c"]
+    assert out[0] == np.float32(1 + 2.0**-21)
+
+
+def test_h200_model_refuses_other_operands() -> None:
+    with pytest.raises(ValueError, match="f16 and bf16 operands with an f32 accumulator"):
+        mul_add(np.zeros((1, 2, 2), np.float32), np.zeros((1, 2, 2), np.float32),
+                np.zeros((1, 2, 2), np.float32), "h200")
