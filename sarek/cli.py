@@ -47,7 +47,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     print(demo.render(("example", "CUDA text", "NVRTC sm_80 / sm_90"), demo.cuda_rows(examples)))
     results = examples.parent / "bench" / "results"
     print(f"\n4. Conformance recorded on real devices ({results.relative_to(examples.parent)}, "
-          "rerun with bench/conformance_cuda.py\n   and bench/tile_patterns_h200.py on a GPU):\n")
+          "rerun on a GPU with bench/conformance_cuda.py,\n   bench/tile_patterns_h200.py and "
+          "bench/tensor_core_h200.py):\n")
     print(demo.render(("check", "device", "cases", "result"), demo.recorded_conformance(results)))
     failed = [r.example for r in rows if not r.ok] + [r.example for r in rewrites if not r.ok]
     print(f"\n{len(rows) - sum(not r.ok for r in rows)} of {len(rows)} examples agree with "
