@@ -110,7 +110,9 @@ def source(spec: GemmSpec, name: str = "gemm") -> str:
     prod = f"b[{b_idx}] * a[{a_idx}]" if spec.swap_product else f"a[{a_idx}] * b[{b_idx}]"
     update = {"aug": f"acc += {prod}", "acc_first": f"acc = acc + {prod}",
               "prod_first": f"acc = {prod} + acc"}[spec.update]
-    init = {"zero": "0", "const": "7", "c_old": f"c[{c_idx}]", "bias": bias}[spec.init]
+    literal = (lambda v: f"{t}({v})") if t != "i32" else str  # an f32 accumulator needs f32(0)
+    init = {"zero": literal(0), "const": literal(7), "c_old": f"c[{c_idx}]",
+            "bias": bias}[spec.init]
     epilogue = {"plain": "acc", "alpha_beta": f"alpha * acc + beta * c[{c_idx}]",
                 "relu": "max(acc, 0)", "bias": f"acc + {bias}",
                 "clamp": "min(max(acc, -1000000), 1000000)"}[spec.epilogue]
