@@ -394,8 +394,11 @@ class _Builder:
                     out.append(ir.FragLoad(frag=f"sk_fb{t}_{i}", array=self.staged("b", term),
                                            offset=_add(_c(kk0 * TILE), col), stride=_c(TILE),
                                            layout=FragLayout.ROW))
-            for i, j in self.frag_names():
-                for ta, tb, a in self.s.products:
+            # Products outer, fragments inner: each accumulator still takes its products in
+            # the scheme's order, and every run of (i, j) is independent (a simulator batches
+            # it, a device overlaps it).
+            for ta, tb, a in self.s.products:
+                for i, j in self.frag_names():
                     acc = f"sk_acc{a}_{i}_{j}"
                     out.append(ir.FragMulAdd(d=acc, a=f"sk_fa{ta}_{i}", b=f"sk_fb{tb}_{j}",
                                              c=acc))

@@ -360,7 +360,16 @@ class _Compiler:
               ) -> tuple[StmtFn, bool]:
         """A statement list and whether it may return. After a statement that may return,
         the invocations that did are dropped from the rest of the list."""
-        compiled = [self.stmt(s, scope, f"{path}[{i}]") for i, s in enumerate(stmts)]
+        compiled: list[tuple[StmtFn, bool]] = []
+        i = 0
+        while i < len(stmts):
+            run = self._independent_mul_adds(stmts, i, scope)
+            if len(run) > 1:
+                compiled.append((self.mul_adds(run, scope, Site(f"{path}[{i}]", run[0].line)),
+                                 False))
+            else:
+                compiled.append(self.stmt(stmts[i], scope, f"{path}[{i}]"))
+            i += max(1, len(run))
         fns = [fn for fn, _ in compiled]
         if not any(returns for _, returns in compiled):
             if len(fns) == 1:
@@ -540,6 +549,51 @@ class _Compiler:
 
                 return mul_add
         raise AssertionError(s)
+
+    def _independent_mul_adds(self, stmts: tuple[ir.Stmt, ...], start: int, scope: _Scope
+                              ) -> list[ir.FragMulAdd]:
+        """The run of ``FragMulAdd`` statements from ``start`` that no statement of the run
+        depends on another of (no operand or destination written earlier in the run) and whose
+        fragments have one shape and type each: they run as one batched multiply."""
+        run: list[ir.FragMulAdd] = []
+        written: set[str] = set()
+        shapes = None
+        for s in stmts[start:]:
+            if not isinstance(s, ir.FragMulAdd) or {s.d, s.a, s.b, s.c} & written:
+                break
+            syms = [scope.get(x) for x in (s.a, s.b, s.c, s.d)]
+            if not all(isinstance(x, _Frag) for x in syms):
+                break
+            shape = tuple((x.decl.rows, x.decl.cols, x.decl.elem) for x in syms
+                          if isinstance(x, _Frag))
+            if shapes is not None and shape != shapes:
+                break
+            shapes = shape
+            run.append(s)
+            written.add(s.d)
+        return run
+
+    def mul_adds(self, run: list[ir.FragMulAdd], scope: _Scope, site: Site) -> StmtFn:
+        """Independent multiply-accumulates as one: each model computes every output on its
+        own, so stacking them changes nothing but the number of NumPy calls."""
+        slots = [[self._frag(scope, x, site).slot for x in (s.d, s.a, s.b, s.c)] for s in run]
+        model = self.arith
+
+        def mul_add(st: State, m: Mask) -> None:
+            groups = self._groups(m, site)
+            frags = st.frags
+
+            def stacked(which: int) -> np.ndarray:
+                parts = [frags[x[which]] for x in slots]
+                return np.concatenate([p[groups] for p in parts if p is not None])
+
+            out = fragments.mul_add(stacked(1), stacked(2), stacked(3), model)
+            for n, (d, *_) in enumerate(slots):
+                fd = frags[d]
+                assert fd is not None
+                fd[groups] = out[n * groups.size:(n + 1) * groups.size]
+
+        return mul_add
 
     def frag_memory(self, s: ir.FragLoad | ir.FragStore, scope: _Scope, site: Site) -> StmtFn:
         frag = self._frag(scope, s.frag, site)

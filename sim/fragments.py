@@ -37,7 +37,12 @@ def mul_add(a: np.ndarray, b: np.ndarray, c: np.ndarray, model: Model) -> np.nda
     the result has ``c``'s dtype."""
     acc = c.dtype
     if acc.kind in "iu":
-        wide: np.ndarray = np.einsum("gmk,gkn->gmn", a.astype(np.int64), b.astype(np.int64))
+        bound = float(np.abs(a).max(initial=0)) * float(np.abs(b).max(initial=0)) * a.shape[2]
+        wide: np.ndarray
+        if bound < 2.0**53:  # every partial sum is an integer float64 holds exactly: use BLAS
+            wide = np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(np.int64)
+        else:
+            wide = np.einsum("gmk,gkn->gmn", a.astype(np.int64), b.astype(np.int64))
         return (wide + c.astype(np.int64)).astype(acc)  # wraps modulo 2^bits
     if model == "sequential":
         out = c.copy()
