@@ -21,6 +21,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/sim_speed.py
+	$(PY) bench/recognize_speed.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,4 +1,5 @@
-"""Simulator speed: the naive and the shared-memory tiled f32 GEMM at 128^3 and 256^3.
+"""Simulator speed: the naive and the shared-memory tiled f32 GEMM at 128^3 and 256^3, then
+the rewritten kernels per lowering and fragment against their originals (``rewrite_speed``).
 
 Prints a table and writes bench/results/sim_speed.json: the median of several runs of
 ``sim.simulate`` per kernel and size, NumPy's own float32 matmul at the same size measured in
@@ -10,10 +11,7 @@ from __future__ import annotations
 
 import json
 import platform
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -21,20 +19,14 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import rewrite_speed  # noqa: E402  (bench/ is the script's folder, first on sys.path)
+from rewrite_speed import median_seconds  # noqa: E402
+
 from sarek.loader import load_module  # noqa: E402
 
 KERNELS = {"naive f32 (gemm_f32)": "gemm_f32", "tiled f32 (gemm_tiled)": "gemm_tiled"}
 SIZES = (128, 256)
 TARGETS = {128: 0.09, 256: 2.0}
-
-
-def median_seconds(fn: Callable[[], object], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -62,7 +54,8 @@ def main() -> None:
     out.write_text(json.dumps({"machine": platform.processor() or platform.machine(),
                                "python": platform.python_version(),
                                "numpy": np.__version__, "rows": rows}, indent=2) + "\n")
-    print(f"wrote {out.relative_to(ROOT)}")
+    print(f"wrote {out.relative_to(ROOT)}\n")
+    rewrite_speed.main()  # the rewritten kernels, each against its original
 
 
 if __name__ == "__main__":
