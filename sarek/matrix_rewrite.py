@@ -186,7 +186,7 @@ def kernel(original: ir.Kernel, gemm: Gemm, lowering: Lowering, subgroup: int = 
     body = _Builder(gemm, scheme, subgroup, frag).build()
     params = (*original.params, *(ir.ScalarParam(name=n, elem=I32) for n in EXTRA_NAMES))
     rewritten = ir.Kernel(name=f"{original.name}_{lowering.value.lower()}", params=params,
-                          body=body)
+                          body=body, subgroup=subgroup)
     ir.ensure_valid(rewritten)
     return rewritten
 

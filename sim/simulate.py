@@ -15,7 +15,8 @@ from sim.launch import bind, geometry
 
 def simulate(kernel: ir.Kernel, args: Sequence[object] | Mapping[str, object],
              grid: object = (1, 1, 1), block: object = (1, 1, 1), *,
-             subgroup: int = 32, arith: Model = "sequential") -> dict[str, np.ndarray]:
+             subgroup: int | None = None, arith: Model = "sequential"
+             ) -> dict[str, np.ndarray]:
     """Runs ``kernel`` on ``grid`` blocks of ``block`` invocations and returns the final
     contents of every array parameter by name (1-D, the parameter's dtype).
 
@@ -24,7 +25,8 @@ def simulate(kernel: ir.Kernel, args: Sequence[object] | Mapping[str, object],
     modified), a Python or NumPy number for a scalar (converted to the parameter's type).
     ``grid`` and ``block`` are 1 to 3 non-negative ints; a zero grid dimension is an empty
     launch. ``subgroup`` is the number of lanes that ``subgroup_id`` and ``subgroup_lane``
-    divide a block into, and fragments belong to. ``arith`` names the arithmetic model of
+    divide a block into (by default the kernel's own ``subgroup``, else 32; a kernel written
+    for one size refuses another), and fragments belong to. ``arith`` names the arithmetic model of
     float fragment multiply-accumulates (``sim.fragments.MODELS``).
 
     Raises ``sarek.IRError`` for an ill-formed kernel, ``LaunchError`` for bad arguments,
@@ -36,6 +38,11 @@ def simulate(kernel: ir.Kernel, args: Sequence[object] | Mapping[str, object],
     if arith not in MODELS:
         raise LaunchError(f"unknown arithmetic model {arith!r}; the models are "
                           f"{', '.join(MODELS)}")
+    if subgroup is None:
+        subgroup = kernel.subgroup or 32
+    elif kernel.subgroup is not None and subgroup != kernel.subgroup:
+        raise LaunchError(f"kernel {kernel.name!r} is written for subgroups of "
+                          f"{kernel.subgroup} lanes, not {subgroup}")
     arrays, scalars = bind(kernel, args)
     geo = geometry(grid, block, subgroup)
     if geo.invocations:

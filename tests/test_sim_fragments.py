@@ -238,3 +238,11 @@ def test_h200_model_refuses_other_operands() -> None:
     with pytest.raises(ValueError, match="f16 and bf16 operands with an f32 accumulator"):
         mul_add(np.zeros((1, 2, 2), np.float32), np.zeros((1, 2, 2), np.float32),
                 np.zeros((1, 2, 2), np.float32), "h200")
+
+
+def test_a_kernel_written_for_one_subgroup_size_refuses_another() -> None:
+    k = matmul_kernel(U8, I32).model_copy(update={"subgroup": 64})
+    args = [np.zeros(512, np.uint8)] * 2 + [np.zeros(512, np.int32)]
+    with pytest.raises(LaunchError, match="written for subgroups of 64 lanes, not 32"):
+        sim.simulate(k, args, grid=1, block=128, subgroup=32)
+    sim.simulate(k, args, grid=1, block=128)  # its own size by default
