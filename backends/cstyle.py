@@ -14,9 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sarek import ir
+from sarek.errors import SarekError
 from sarek.ir import BinOp, ElemType, MathFn, UnOp
 
 StmtHook = Callable[["Printer", ir.Stmt], list[str] | None]
+
+
+class EmitError(SarekError):
+    """The kernel cannot be printed for the target; ``reason`` says what and why."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,7 @@ class Printer:
         self.arrays: dict[str, ir.ArrayDecl | ir.ArrayParam] = {
             p.name: p for p in kernel.params if isinstance(p, ir.ArrayParam)}
         self.views: dict[str, ir.TensorView] = {}
+        self.frags: dict[str, ir.FragDecl] = {}
         self.fresh = 0
 
     # ------------------------------------------------------------------ helpers
@@ -242,8 +248,7 @@ class Printer:
                 self.emit(f"/* {name}: a view of {s.storage} as {s.elem.value} "
                           f"{s.layout!r}, offset {s.offset} */")
             case _:
-                raise AssertionError(f"{self.d.name} cannot print {type(s).__name__} "
-                                     "(lower it for this target first)")
+                raise EmitError(f"{self.d.name} cannot print {type(s).__name__} statements")
 
     def for_loop(self, var: str, a: ir.Expr, b: ir.Expr, c: ir.Expr,
                  body: tuple[ir.Stmt, ...]) -> None:

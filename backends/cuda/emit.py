@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from backends.c_helpers import helpers
 from backends.cstyle import Dialect, Printer, render
+from backends.cuda.fragments import FragmentPrinter
 from sarek import ir, tile
 from sarek.ir import BinOp, Builtin, ElemType, MathFn
 from sarek.layout import Axis, TileLayout
@@ -75,11 +76,18 @@ CASTS = {
 }
 
 
-def _tile_apply(p: Printer, s: ir.Stmt) -> list[str] | None:
+def _hook(p: Printer, s: ir.Stmt) -> list[str] | None:
+    """The statements CUDA prints its own way: tile patterns and fragments."""
+    if isinstance(s, ir.TileApply):
+        return _tile_apply(p, s)
+    if isinstance(s, ir.FragDecl | ir.FragFill | ir.FragLoad | ir.FragStore | ir.FragMulAdd):
+        return FragmentPrinter(p).stmt(s)
+    return None
+
+
+def _tile_apply(p: Printer, s: ir.TileApply) -> list[str]:
     """One inline-PTX instruction per repeat of a tile pattern (never an x4 the opcode did not
     name, never a copy through a temporary)."""
-    if not isinstance(s, ir.TileApply):
-        return None
     op = tile.parse_op(s.op)
     dst, src = (_operand(p, name) for name in (s.dst, s.src))
     regs, rows = (dst, src) if op.kind == "ldmatrix" else (src, dst)
@@ -129,7 +137,7 @@ DIALECT = Dialect(
     f64_ops=F64_OPS,
     math=MATH,
     casts=CASTS,
-    stmt_hook=_tile_apply,
+    stmt_hook=_hook,
 )
 
 

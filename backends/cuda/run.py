@@ -121,3 +121,48 @@ def launch_cubin(cubin: bytes, name: str, params: Sequence[np.ndarray | np.gener
         for ptr in allocations:
             cu.cuMemFree(ptr)
         cu.cuModuleUnload(module)
+
+
+def time_cubin(cubin: bytes, name: str, params: Sequence[np.ndarray | np.generic],
+               grid: tuple[int, ...], block: tuple[int, ...], repeats: int = 10
+               ) -> list[float]:
+    """Seconds per launch of kernel ``name`` over the same device copies of ``params``, timed
+    with CUDA events after one warm-up launch: one figure per repeat."""
+    from cuda.bindings import driver as cu
+
+    _check(cu.cuInit(0), "cuInit")
+    dev = _check(cu.cuDeviceGet(0), "cuDeviceGet")
+    ctx = _check(cu.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+    _check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    module = _check(cu.cuModuleLoadData(cubin), "cuModuleLoadData")
+    allocations: list[Any] = []
+    try:
+        function = _check(cu.cuModuleGetFunction(module, name.encode()), "cuModuleGetFunction")
+        holders: list[np.ndarray] = []
+        for value in params:
+            if isinstance(value, np.ndarray):
+                host = np.ascontiguousarray(value).ravel()
+                ptr = _check(cu.cuMemAlloc(max(host.nbytes, 1)), "cuMemAlloc")
+                allocations.append(ptr)
+                _check(cu.cuMemcpyHtoD(ptr, host.ctypes.data, host.nbytes), "cuMemcpyHtoD")
+                holders.append(np.array([int(ptr)], dtype=np.uint64))
+            else:
+                holders.append(np.array([value]))
+        pointers = np.array([h.ctypes.data for h in holders], dtype=np.uint64)
+        g, b = (*grid, 1, 1)[:3], (*block, 1, 1)[:3]
+        start, stop = (_check(cu.cuEventCreate(0), "cuEventCreate") for _ in range(2))
+        times = []
+        for i in range(repeats + 1):
+            _check(cu.cuEventRecord(start, 0), "cuEventRecord")
+            _check(cu.cuLaunchKernel(function, *g, *b, 0, 0, pointers.ctypes.data, 0),
+                   "cuLaunchKernel")
+            _check(cu.cuEventRecord(stop, 0), "cuEventRecord")
+            _check(cu.cuEventSynchronize(stop), "cuEventSynchronize")
+            ms = _check(cu.cuEventElapsedTime(start, stop), "cuEventElapsedTime")
+            if i:  # the first launch warms up
+                times.append(float(ms) / 1e3)
+        return times
+    finally:
+        for ptr in allocations:
+            cu.cuMemFree(ptr)
+        cu.cuModuleUnload(module)
