@@ -6,12 +6,16 @@ from __future__ import annotations
 import re
 
 import pytest
-from hypothesis import given, settings
-
-from backends.cuda import compile_cubin, emit, nvrtc_available
 from conftest import EXAMPLES, GEMM_EXAMPLES, example
-from sarek.tile_probe import probe_kernel
+from hypothesis import given, settings
 from tile_cases import Case, legal_cases
+
+from backends.cstyle import EmitError
+from backends.cuda import compile_cubin, emit, nvrtc_available
+from sarek import ir
+from sarek.matrix_rewrite import rewrite_launch
+from sarek.matrix_scheme import Lowering
+from sarek.tile_probe import probe_kernel
 
 pytestmark = pytest.mark.skipif(nvrtc_available() is not None,
                                 reason=f"NVRTC unavailable: {nvrtc_available()}")
@@ -31,7 +35,8 @@ def test_every_gemm_example_compiles(name: str, arch: str) -> None:
 
 def test_seed_example_emits_two_x2_loads_and_no_x4() -> None:
     src = emit(example("ldmatrix_interleaved").ldmatrix_interleaved.ir)
-    assert len(re.findall(r"asm volatile\(\"ldmatrix\.sync\.aligned\.m8n8\.x2\.shared\.b16", src)) == 2
+    x2 = r"asm volatile\(\"ldmatrix\.sync\.aligned\.m8n8\.x2\.shared\.b16"
+    assert len(re.findall(x2, src)) == 2
     assert ".x4" not in src
     assert compile_cubin(src, "sm_80")[:4] == b"\x7fELF"
 
@@ -61,3 +66,38 @@ def test_f32_arithmetic_uses_rounding_intrinsics() -> None:
 
 def test_examples_folder_exists() -> None:
     assert EXAMPLES.is_dir()
+
+
+# ------------------------------------------------------------------------- rewritten kernels
+
+
+def rewritten(name: str, lowering: Lowering, subgroup: int = 32, frag: int = 16) -> ir.Kernel:
+    launch = example(name).make(40, 24, 20)
+    return rewrite_launch(launch, lowering=lowering, subgroup=subgroup, frag=frag).launch.kernel
+
+
+@pytest.mark.parametrize(("name", "lowering"), [
+    ("gemm_f16", Lowering.F16_OPERANDS), ("gemm_f32", Lowering.BF16X3_OPERANDS),
+    ("gemm_f32", Lowering.BF16_OPERANDS), ("gemm_epilogue", Lowering.F16_OPERANDS),
+    ("gemm_i32", Lowering.INT32_BYTE_PLANES), ("gemm_batched", Lowering.BF16X3_OPERANDS),
+])
+def test_rewritten_kernels_compile_to_mma_sync(name: str, lowering: Lowering) -> None:
+    src = emit(rewritten(name, lowering))
+    assert "mma.sync.aligned.m16n8k16" in src
+    assert compile_cubin(src, "sm_80")[:4] == b"\x7fELF"
+
+
+def test_aligned_shared_fragments_load_with_ldmatrix() -> None:
+    src = emit(rewritten("gemm_f16", Lowering.F16_OPERANDS))
+    assert src.count('asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16') == 2  # A frags
+    assert src.count('asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16') == 2  # B
+
+
+def test_fragment_8_is_refused_on_cuda() -> None:
+    with pytest.raises(EmitError, match="no 8x8x8 float shape"):
+        emit(rewritten("gemm_f16", Lowering.F16_OPERANDS, frag=8))
+
+
+def test_subgroup_64_is_refused_on_cuda() -> None:
+    with pytest.raises(EmitError, match=r"subgroups of 32 lanes; kernel .* is written for 64"):
+        emit(rewritten("gemm_f16", Lowering.F16_OPERANDS, subgroup=64))

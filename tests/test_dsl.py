@@ -6,7 +6,17 @@ import pytest
 
 import sarek
 from sarek import (
-    Global, ReadOnly, barrier, block_idx, f16, f32, i32, ir, thread_idx, u8, u32,
+    Global,
+    ReadOnly,
+    barrier,
+    block_idx,
+    f16,
+    f32,
+    i32,
+    ir,
+    thread_idx,
+    u8,
+    u32,
 )
 from sarek.errors import DslError
 from sarek.ir import BinOp, Builtin, ElemType
@@ -262,7 +272,7 @@ def test_parameter_without_annotation_is_refused() -> None:
 
 
 def test_markers_cannot_be_called_outside_a_kernel() -> None:
-    with pytest.raises(RuntimeError, match="inside a @sarek.kernel"):
+    with pytest.raises(RuntimeError, match=r"inside a @sarek\.kernel"):
         barrier()
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import EXAMPLES, GEMM_EXAMPLES, example
+
 from sarek.demo import compare
 
 SIZES = [(37, 29, 23), (1, 1, 1), (16, 16, 16), (20, 9, 0)]

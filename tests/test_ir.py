@@ -10,8 +10,26 @@ from pydantic import ValidationError
 from sarek import ir
 from sarek.errors import IRError
 from sarek.ir import (
-    ArrayDecl, ArrayParam, Assign, Barrier, BinOp, Binary, Builtin, BuiltinValue, Const,
-    ElemType, For, If, Kernel, Let, Load, MemSpace, Return, ScalarParam, Store, Var,
+    ArrayDecl,
+    ArrayParam,
+    Assign,
+    Barrier,
+    Binary,
+    BinOp,
+    Builtin,
+    BuiltinValue,
+    Const,
+    ElemType,
+    For,
+    If,
+    Kernel,
+    Let,
+    Load,
+    MemSpace,
+    Return,
+    ScalarParam,
+    Store,
+    Var,
 )
 
 I32, F32, F16, BOOL = ElemType.I32, ElemType.F32, ElemType.F16, ElemType.BOOL

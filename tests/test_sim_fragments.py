@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sim_helpers import add, binary, builtin, const, mul, var
 
 import sim
 from sarek import ir
 from sarek.errors import LaunchError, OutOfBounds, SharedRace, SubgroupDivergence
 from sarek.ir import BinOp, Builtin, ElemType, FragLayout, FragUse, MemSpace
 from sim.fragments import mul_add
-from sim_helpers import add, binary, builtin, const, mul, var
 
 I32, U8, F16, F32 = ElemType.I32, ElemType.U8, ElemType.F16, ElemType.F32
 

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import example
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tile_cases import Case, expected_registers, expected_shared, legal_cases
 
 import sarek
-from conftest import example
 from sarek import Global, S, TileLayout, laneid, thread_idx, u32
 from sarek.errors import IRError, SharedRace
 from sarek.tile import ContractError
 from sarek.tile_probe import SENTINEL, probe_kernel
 from sim import simulate
-from tile_cases import Case, expected_registers, expected_shared, legal_cases
 
 X2 = "ldmatrix.sync.aligned.m8n8.x2.shared.b16"
 X1 = "ldmatrix.sync.aligned.m8n8.x1.shared.b16"
@@ -65,7 +65,6 @@ def test_every_warp_of_several_blocks_runs_the_pattern() -> None:
     @sarek.kernel
     def per_block(a: Global[u32], out: Global[u32]):
         t = thread_idx.x
-        lane = t % 32
         sm = sarek.shared(u32, 64)
         raw = sarek.local(u32, 1)
         sm[t] = a[sarek.block_idx.x * 64 + t]
@@ -96,7 +95,7 @@ def test_partial_warp_is_refused() -> None:
             sarek.tile.apply(X1, regs, rows)
         out[lane] = raw[0]
 
-    with pytest.raises(ContractError, match="16 of the 32 lanes .* all 32 must participate"):
+    with pytest.raises(ContractError, match=r"16 of the 32 lanes .* all 32 must participate"):
         simulate(half.ir, [np.zeros(32, np.uint32)], grid=1, block=32)
 
 

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tile_cases import Case, expected_registers, expected_shared, legal_cases, with_stride
 
 from sarek import tile
 from sarek.layout import S, Stride, TileLayout, laneid
 from sarek.tile import ContractError, Operand
-from tile_cases import Case, expected_registers, expected_shared, legal_cases, with_stride
 
 SENTINEL = 4294966519
 
