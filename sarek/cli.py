@@ -42,9 +42,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
           "'exact' is bit-identical,\n   a number the largest difference relative to max|C| "
           "(sequential f32 accumulation model):\n")
     print(demo.rewrite_table(rewrites))
-    print("\n3. CUDA: every example printed as CUDA C++ and compiled by NVRTC for sm_80 and "
-          "sm_90:\n")
-    print(demo.render(("example", "CUDA text", "NVRTC sm_80 / sm_90"), demo.cuda_rows(examples)))
+    print("\n3. CUDA: every example printed as CUDA C++ and compiled by NVRTC, and its rewrite "
+          "onto tensor cores\n   (the selected lowering, subgroup 32, fragment 16):\n")
+    print(demo.render(("example", "original", "NVRTC sm_80 / sm_90", "rewritten",
+                       "NVRTC sm_90"), demo.cuda_rows(examples)))
     results = examples.parent / "bench" / "results"
     print(f"\n4. Conformance recorded on real devices ({results.relative_to(examples.parent)}, "
           "rerun on a GPU with bench/conformance_cuda.py,\n   bench/tile_patterns_h200.py and "

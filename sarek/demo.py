@@ -128,22 +128,27 @@ def run_rewrites(examples: Path, size: tuple[int, int, int] = (70, 45, 33)) -> l
     return [row for p in sorted(examples.glob("gemm_*.py")) for row in rewrite_example(p, size)]
 
 
-def cuda_rows(examples: Path) -> list[tuple[str, str, str]]:
-    """Each example's kernel printed as CUDA and compiled by NVRTC for sm_80 and sm_90."""
+def cuda_rows(examples: Path) -> list[tuple[str, ...]]:
+    """Each example's kernel printed as CUDA and compiled by NVRTC for sm_80 and sm_90, and
+    its rewrite (the selected lowering, subgroup 32, fragment 16) for sm_90."""
     from backends.cuda import compile_cubin, emit, nvrtc_available
 
     missing = nvrtc_available()
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for path in [*sorted(examples.glob("gemm_*.py")), examples / "ldmatrix_interleaved.py"]:
         module = load_module(path)
-        kernel = (module.make(8, 8, 8) if path.stem.startswith("gemm") else module.make()).kernel
-        src = emit(kernel)
+        gemm = path.stem.startswith("gemm")
+        launch = module.make(70, 45, 33) if gemm else module.make()
+        src = emit(launch.kernel)
+        rw = emit(rewrite_launch(launch).launch.kernel) if gemm else ""
         if missing:
-            rows.append((path.stem, f"{len(src.splitlines())} lines", missing))
+            rows.append((path.stem, f"{len(src.splitlines())} lines", missing, "", ""))
             continue
         sizes = [len(compile_cubin(src, arch)) for arch in ("sm_80", "sm_90")]
         rows.append((path.stem, f"{len(src.splitlines())} lines",
-                     f"cubin {sizes[0]} / {sizes[1]} bytes"))
+                     f"cubin {sizes[0]} / {sizes[1]} bytes",
+                     f"{rw.count('mma.sync.aligned')} mma.sync" if gemm else "-",
+                     f"cubin {len(compile_cubin(rw, 'sm_90'))} bytes" if gemm else "-"))
     return rows
 
 
@@ -153,7 +158,7 @@ def recorded_conformance(results: Path) -> list[tuple[str, str, str, str]]:
     import json
 
     rows = []
-    for name, what in (("conformance_cuda_h200.json", "GEMM examples, CUDA vs simulator"),
+    for name, what in (("conformance_cuda_h200.json", "examples and rewrites, CUDA vs simulator"),
                        ("tile_patterns_h200.json", "ldmatrix/stmatrix vs simulator"),
                        ("tensor_core_h200.json", "mma.sync outputs vs the h200 model")):
         path = results / name
