@@ -6,7 +6,9 @@ contents by name, so that a device and the simulator can be compared bit for bit
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -71,11 +73,29 @@ def run(kernel: ir.Kernel, args: Sequence[Any] | Mapping[str, Any], grid: tuple[
             if isinstance(p, ir.ArrayParam) and arr is not None}
 
 
-def launch_cubin(cubin: bytes, name: str, params: Sequence[np.ndarray | np.generic],
-                 grid: tuple[int, ...], block: tuple[int, ...]) -> list[np.ndarray | None]:
-    """Launches kernel ``name`` of ``cubin`` once on device 0: an array parameter is copied to
-    the device and its contents after the launch come back (in the same position of the
-    result), a NumPy scalar is passed by value (None in the result)."""
+@dataclass
+class _Loaded:
+    """A module loaded on device 0 with one kernel and its parameters on the device."""
+
+    function: Any
+    pointers: np.ndarray  # the kernel-parameter pointer array cuLaunchKernel takes
+    buffers: list[tuple[Any, np.ndarray] | None]  # per parameter: device copy and host array
+
+    def launch(self, grid: tuple[int, ...], block: tuple[int, ...]) -> None:
+        from cuda.bindings import driver as cu
+
+        g, b = (*grid, 1, 1)[:3], (*block, 1, 1)[:3]
+        if all(g):
+            _check(cu.cuLaunchKernel(self.function, *g, *b, 0, 0, self.pointers.ctypes.data,
+                                     0), "cuLaunchKernel")
+
+
+@contextmanager
+def _loaded(cubin: bytes, name: str, params: Sequence[np.ndarray | np.generic]
+            ) -> Iterator[_Loaded]:
+    """Loads ``cubin`` in device 0's primary context and copies the array parameters to the
+    device (scalars are passed by value, the driver copying their bytes); frees everything
+    afterwards."""
     from cuda.bindings import driver as cu
 
     _check(cu.cuInit(0), "cuInit")
@@ -83,31 +103,42 @@ def launch_cubin(cubin: bytes, name: str, params: Sequence[np.ndarray | np.gener
     ctx = _check(cu.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
     _check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
     module = _check(cu.cuModuleLoadData(cubin), "cuModuleLoadData")
-    allocations: list[Any] = []
+    buffers: list[tuple[Any, np.ndarray] | None] = []
     try:
         function = _check(cu.cuModuleGetFunction(module, name.encode()), "cuModuleGetFunction")
         holders: list[np.ndarray] = []
-        hosts: list[tuple[Any, np.ndarray] | None] = []
         for value in params:
             if isinstance(value, np.ndarray):
                 host = np.ascontiguousarray(value).ravel()
                 ptr = _check(cu.cuMemAlloc(max(host.nbytes, 1)), "cuMemAlloc")
-                allocations.append(ptr)
+                buffers.append((ptr, host))
                 if host.nbytes:
                     _check(cu.cuMemcpyHtoD(ptr, host.ctypes.data, host.nbytes), "cuMemcpyHtoD")
-                hosts.append((ptr, host))
                 holders.append(np.array([int(ptr)], dtype=np.uint64))
             else:
-                hosts.append(None)
-                holders.append(np.array([value]))  # the driver copies the parameter's bytes
+                buffers.append(None)
+                holders.append(np.array([value]))
         pointers = np.array([h.ctypes.data for h in holders], dtype=np.uint64)
-        g, b = (*grid, 1, 1)[:3], (*block, 1, 1)[:3]
-        if all(g):
-            _check(cu.cuLaunchKernel(function, *g, *b, 0, 0, pointers.ctypes.data, 0),
-                   "cuLaunchKernel")
+        yield _Loaded(function, pointers, buffers)
+    finally:
+        for entry in buffers:
+            if entry is not None:
+                cu.cuMemFree(entry[0])
+        cu.cuModuleUnload(module)
+
+
+def launch_cubin(cubin: bytes, name: str, params: Sequence[np.ndarray | np.generic],
+                 grid: tuple[int, ...], block: tuple[int, ...]) -> list[np.ndarray | None]:
+    """Launches kernel ``name`` of ``cubin`` once on device 0: an array parameter is copied to
+    the device and its contents after the launch come back (in the same position of the
+    result), a NumPy scalar is passed by value (None in the result)."""
+    from cuda.bindings import driver as cu
+
+    with _loaded(cubin, name, params) as k:
+        k.launch(grid, block)
         _check(cu.cuCtxSynchronize(), "cuCtxSynchronize")
         out: list[np.ndarray | None] = []
-        for entry in hosts:
+        for entry in k.buffers:
             if entry is None:
                 out.append(None)
                 continue
@@ -117,10 +148,6 @@ def launch_cubin(cubin: bytes, name: str, params: Sequence[np.ndarray | np.gener
                 _check(cu.cuMemcpyDtoH(result.ctypes.data, ptr, host.nbytes), "cuMemcpyDtoH")
             out.append(result)
         return out
-    finally:
-        for ptr in allocations:
-            cu.cuMemFree(ptr)
-        cu.cuModuleUnload(module)
 
 
 def time_cubin(cubin: bytes, name: str, params: Sequence[np.ndarray | np.generic],
@@ -130,39 +157,15 @@ def time_cubin(cubin: bytes, name: str, params: Sequence[np.ndarray | np.generic
     with CUDA events after one warm-up launch: one figure per repeat."""
     from cuda.bindings import driver as cu
 
-    _check(cu.cuInit(0), "cuInit")
-    dev = _check(cu.cuDeviceGet(0), "cuDeviceGet")
-    ctx = _check(cu.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
-    _check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
-    module = _check(cu.cuModuleLoadData(cubin), "cuModuleLoadData")
-    allocations: list[Any] = []
-    try:
-        function = _check(cu.cuModuleGetFunction(module, name.encode()), "cuModuleGetFunction")
-        holders: list[np.ndarray] = []
-        for value in params:
-            if isinstance(value, np.ndarray):
-                host = np.ascontiguousarray(value).ravel()
-                ptr = _check(cu.cuMemAlloc(max(host.nbytes, 1)), "cuMemAlloc")
-                allocations.append(ptr)
-                _check(cu.cuMemcpyHtoD(ptr, host.ctypes.data, host.nbytes), "cuMemcpyHtoD")
-                holders.append(np.array([int(ptr)], dtype=np.uint64))
-            else:
-                holders.append(np.array([value]))
-        pointers = np.array([h.ctypes.data for h in holders], dtype=np.uint64)
-        g, b = (*grid, 1, 1)[:3], (*block, 1, 1)[:3]
+    with _loaded(cubin, name, params) as k:
         start, stop = (_check(cu.cuEventCreate(0), "cuEventCreate") for _ in range(2))
         times = []
         for i in range(repeats + 1):
             _check(cu.cuEventRecord(start, 0), "cuEventRecord")
-            _check(cu.cuLaunchKernel(function, *g, *b, 0, 0, pointers.ctypes.data, 0),
-                   "cuLaunchKernel")
+            k.launch(grid, block)
             _check(cu.cuEventRecord(stop, 0), "cuEventRecord")
             _check(cu.cuEventSynchronize(stop), "cuEventSynchronize")
             ms = _check(cu.cuEventElapsedTime(start, stop), "cuEventElapsedTime")
             if i:  # the first launch warms up
                 times.append(float(ms) / 1e3)
         return times
-    finally:
-        for ptr in allocations:
-            cu.cuMemFree(ptr)
-        cu.cuModuleUnload(module)
