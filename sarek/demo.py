@@ -160,15 +160,20 @@ def recorded_conformance(results: Path) -> list[tuple[str, str, str, str]]:
     rows = []
     for name, what in (("conformance_cuda_h200.json", "examples and rewrites, CUDA vs simulator"),
                        ("tile_patterns_h200.json", "ldmatrix/stmatrix vs simulator"),
-                       ("tensor_core_h200.json", "mma.sync outputs vs the h200 model")):
+                       ("tensor_core_h200.json", "mma.sync outputs vs the h200 model"),
+                       ("arith_h200.json", "operations and conversions (exact ones)")):
         path = results / name
         if not path.is_file():
             rows.append((what, "-", "-", f"not recorded ({name} missing)"))
             continue
         data = json.loads(path.read_text())
-        if "rows" in data:  # the tensor-core check counts outputs
+        if "h200_model_bit_exact" in data:  # the tensor-core check counts outputs
             cases = sum(r["outputs"] for r in data["rows"])
             exact = data["h200_model_bit_exact"]
+        elif "all_exact_operations_bit_exact" in data:
+            transcendental = {"exp", "log", "sin", "cos", "tanh"}
+            cases = sum(r["what"] not in transcendental for r in data["rows"])
+            exact = data["all_exact_operations_bit_exact"]
         else:
             cases, exact = len(data["cases"]), data["all_bit_exact"]
         rows.append((what, f"{data['device']} ({data['arch']})", str(cases),
