@@ -195,15 +195,20 @@ class FragmentPrinter:
         count = len(blocks)
         trans = ".trans" if operand == "b" else ""
         op = f"ldmatrix.sync.aligned.m8n8.x{count}{trans}.shared.b16"
-        table = ", ".join(f"{r0} * sk_ld + {c0}" for r0, c0 in blocks)
+        # the block of the lane's matrix, as selects (a table indexed by lane would live in
+        # local memory)
+        table = f"{blocks[-1][0]} * sk_ld + {blocks[-1][1]}"
+        for m in range(count - 2, -1, -1):
+            r0, c0 = blocks[m]
+            table = f"(sk_m == {m} ? {r0} * sk_ld + {c0} : {table})"
         regs = ", ".join(f"%{j}" for j in range(count))
         outs = ", ".join(f'"=r"({s.frag}[{j}])' for j in range(count))
         return ["{", "    " + _LANE,
                 f"    const int sk_off = {self.p.expr(s.offset)}, sk_ld = "
                 f"{self.p.expr(s.stride)};",
-                f"    const int sk_block[{count}] = {{{table}}};",
+                f"    const int sk_m = (sk_lane >> 3) % {count};",
                 f"    const unsigned sk_addr = (unsigned)__cvta_generic_to_shared({s.array} + "
-                f"sk_off + sk_block[(sk_lane >> 3) % {count}] + (sk_lane & 7) * sk_ld);",
+                f"sk_off + {table} + (sk_lane & 7) * sk_ld);",
                 f'    asm volatile("{op} {{{regs}}}, [%{count}];" : {outs} : "r"(sk_addr) '
                 ': "memory");', "}"]
 
@@ -226,6 +231,6 @@ class FragmentPrinter:
             for size in (4, a_regs, b_regs, 4):
                 groups.append("{" + ", ".join(f"%{n + i}" for i in range(size)) + "}")
                 n += size
-            lines.append(f'asm volatile("{op} {", ".join(groups)};" : {outs} : '
-                         f'{", ".join(ins)});')
+            # not volatile: a pure function of its registers, which the compiler may schedule
+            lines.append(f'asm("{op} {", ".join(groups)};" : {outs} : {", ".join(ins)});')
         return lines
