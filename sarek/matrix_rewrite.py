@@ -208,6 +208,10 @@ class _Builder:
         self.g, self.s, self.sg, self.f = gemm, scheme, subgroup, frag
         self.threads = WAVES * subgroup
         self.per_wave = WAVE_TILE // frag  # fragments along each side of a wave's quarter
+        # Row strides of the staged tiles. 16-bit rows are padded by 16 bytes so that the 8
+        # rows one ldmatrix reads fall in distinct shared-memory banks; 8-bit rows need none.
+        pad = 8 if scheme.operand.bits == 16 else 0
+        self.a_stride, self.b_stride = STEP + pad, TILE + pad
 
     # ---------------------------------------------------------------- coordinates
 
@@ -261,9 +265,9 @@ class _Builder:
         out: list[ir.Stmt] = []
         for term in self.s.terms:
             out.append(ir.ArrayDecl(name=self.staged("a", term), elem=self.s.operand,
-                                    size=TILE * STEP, space=MemSpace.SHARED))
+                                    size=TILE * self.a_stride, space=MemSpace.SHARED))
             out.append(ir.ArrayDecl(name=self.staged("b", term), elem=self.s.operand,
-                                    size=STEP * TILE, space=MemSpace.SHARED))
+                                    size=STEP * self.b_stride, space=MemSpace.SHARED))
         out.append(ir.ArrayDecl(name="sk_cs", elem=self.s.acc, size=TILE * TILE,
                                 space=MemSpace.SHARED))
         f = self.f
@@ -373,9 +377,11 @@ class _Builder:
                 ir.Let(name="sk_k", type=I32, value=_add(_v("sk_k0"), kk)),
                 ir.Let(name="sk_x", type=access.elem, value=value),
             ]
+            stride = self.a_stride if name == "a" else self.b_stride
+            at = _add(_mul(_b(BinOp.DIV, _v("sk_e"), _c(cols)), _c(stride)),
+                      _b(BinOp.REM, _v("sk_e"), _c(cols)))
             for term, staged in self.convert(_v("sk_x", access.elem)):
-                body.append(ir.Store(array=self.staged(name, term), index=_v("sk_e"),
-                                     value=staged))
+                body.append(ir.Store(array=self.staged(name, term), index=at, value=staged))
             out.append(self.per_thread(rows * cols, body))
         return out
 
@@ -388,11 +394,12 @@ class _Builder:
                 for i in range(self.per_wave):
                     row, _ = self.wave_origin(i, 0)
                     out.append(ir.FragLoad(frag=f"sk_fa{t}_{i}", array=self.staged("a", term),
-                                           offset=_add(_mul(row, _c(STEP)), _c(kk0)),
-                                           stride=_c(STEP), layout=FragLayout.ROW))
+                                           offset=_add(_mul(row, _c(self.a_stride)), _c(kk0)),
+                                           stride=_c(self.a_stride), layout=FragLayout.ROW))
                     _, col = self.wave_origin(0, i)
                     out.append(ir.FragLoad(frag=f"sk_fb{t}_{i}", array=self.staged("b", term),
-                                           offset=_add(_c(kk0 * TILE), col), stride=_c(TILE),
+                                           offset=_add(_c(kk0 * self.b_stride), col),
+                                           stride=_c(self.b_stride),
                                            layout=FragLayout.ROW))
             # Products outer, fragments inner: each accumulator still takes its products in
             # the scheme's order, and every run of (i, j) is independent (a simulator batches

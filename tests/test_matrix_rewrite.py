@@ -233,10 +233,12 @@ def test_rewritten_parameters_are_the_originals_then_the_five_region_values() ->
 
 # Bytes of shared memory: the staged A (64x16) and B (16x64) tiles per term or byte plane,
 # plus the 64x64 accumulator exchange array of 4-byte f32 or i32.
+# 16-bit rows are padded by 8 elements (A 64 x 24, B 16 x 72), 8-bit ones are not.
+PADDED_16 = 64 * 24 + 16 * 72
 SHARED_BYTES = {
-    Lowering.F16_OPERANDS: 2 * 2048 + 4 * 4096,
-    Lowering.BF16_OPERANDS: 2 * 2048 + 4 * 4096,
-    Lowering.BF16X3_OPERANDS: 3 * 2 * 2048 + 4 * 4096,
+    Lowering.F16_OPERANDS: 2 * PADDED_16 + 4 * 4096,
+    Lowering.BF16_OPERANDS: 2 * PADDED_16 + 4 * 4096,
+    Lowering.BF16X3_OPERANDS: 3 * 2 * PADDED_16 + 4 * 4096,
     Lowering.INT32_BYTE_PLANES: 4 * 1 * 2048 + 4 * 4096,
 }
 ITEMSIZE = {ElemType.F16: 2, ElemType.BF16: 2, ElemType.U8: 1, ElemType.F32: 4,
