@@ -212,6 +212,12 @@ class _Builder:
         # rows one ldmatrix reads fall in distinct shared-memory banks; 8-bit rows need none.
         pad = 8 if scheme.operand.bits == 16 else 0
         self.a_stride, self.b_stride = STEP + pad, TILE + pad
+        # 8-bit B is staged column-major (64 rows of 16 k): each lane holds 4 consecutive k of
+        # one column of B, a 4-byte word of such a row (for 16-bit terms ldmatrix.trans
+        # transposes a row-major B instead).
+        self.b_layout = FragLayout.COL if scheme.operand.bits == 8 else FragLayout.ROW
+        if self.b_layout is FragLayout.COL:
+            self.b_stride = STEP
 
     # ---------------------------------------------------------------- coordinates
 
@@ -266,8 +272,9 @@ class _Builder:
         for term in self.s.terms:
             out.append(ir.ArrayDecl(name=self.staged("a", term), elem=self.s.operand,
                                     size=TILE * self.a_stride, space=MemSpace.SHARED))
+            b_rows = STEP if self.b_layout is FragLayout.ROW else TILE
             out.append(ir.ArrayDecl(name=self.staged("b", term), elem=self.s.operand,
-                                    size=STEP * self.b_stride, space=MemSpace.SHARED))
+                                    size=b_rows * self.b_stride, space=MemSpace.SHARED))
         out.append(ir.ArrayDecl(name="sk_cs", elem=self.s.acc, size=TILE * TILE,
                                 space=MemSpace.SHARED))
         f = self.f
@@ -378,8 +385,11 @@ class _Builder:
                 ir.Let(name="sk_x", type=access.elem, value=value),
             ]
             stride = self.a_stride if name == "a" else self.b_stride
-            at = _add(_mul(_b(BinOp.DIV, _v("sk_e"), _c(cols)), _c(stride)),
-                      _b(BinOp.REM, _v("sk_e"), _c(cols)))
+            major, minor = _b(BinOp.DIV, _v("sk_e"), _c(cols)), _b(BinOp.REM, _v("sk_e"),
+                                                                    _c(cols))
+            if name == "b" and self.b_layout is FragLayout.COL:
+                major, minor = minor, major  # column c of B: its k are consecutive
+            at = _add(_mul(major, _c(stride)), minor)
             for term, staged in self.convert(_v("sk_x", access.elem)):
                 body.append(ir.Store(array=self.staged(name, term), index=at, value=staged))
             out.append(self.per_thread(rows * cols, body))
@@ -397,10 +407,12 @@ class _Builder:
                                            offset=_add(_mul(row, _c(self.a_stride)), _c(kk0)),
                                            stride=_c(self.a_stride), layout=FragLayout.ROW))
                     _, col = self.wave_origin(0, i)
+                    b_offset = (_add(_c(kk0 * self.b_stride), col)
+                                if self.b_layout is FragLayout.ROW
+                                else _add(_mul(col, _c(self.b_stride)), _c(kk0)))
                     out.append(ir.FragLoad(frag=f"sk_fb{t}_{i}", array=self.staged("b", term),
-                                           offset=_add(_c(kk0 * self.b_stride), col),
-                                           stride=_c(self.b_stride),
-                                           layout=FragLayout.ROW))
+                                           offset=b_offset, stride=_c(self.b_stride),
+                                           layout=self.b_layout))
             # Products outer, fragments inner: each accumulator still takes its products in
             # the scheme's order, and every run of (i, j) is independent (a simulator batches
             # it, a device overlaps it).

@@ -76,3 +76,13 @@ def test_divisor_of_the_rewrite_offsets() -> None:
                                                  type=ElemType.I32), b=c(8), type=ElemType.I32)
     assert divisor(offset) == 8
     assert divisor(ir.Binary(op=BinOp.ADD, a=offset, b=w, type=ElemType.I32)) == 1
+
+
+@pytest.mark.parametrize("bits", [16, 8])
+def test_ldmatrix_gives_both_b_operands_of_a_column_major_b(bits: int) -> None:
+    b = np.random.default_rng(3).integers(0, 2**bits, (16, 16))  # k x n, stored n-major
+    blocks = ldmatrix_blocks("b", bits, ir.FragLayout.COL)
+    got = ldmatrix_image(b.T, blocks, bits, trans=False)  # memory rows are B's columns
+    want = np.concatenate([packed(lane_maps.gather(b[:, :8], "b", bits), bits),
+                           packed(lane_maps.gather(b[:, 8:], "b", bits), bits)], axis=1)
+    assert np.array_equal(got, want)

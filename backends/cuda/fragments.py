@@ -60,17 +60,20 @@ def _expr(coef: tuple[int, int, int], extra: int = 0) -> str:
     return " + ".join(terms)
 
 
-def ldmatrix_blocks(operand: lane_maps.Operand, bits: int) -> list[tuple[int, int]]:
-    """The (row, column) origin in the 16x16 fragment of the 8-row block each register of
+def ldmatrix_blocks(operand: lane_maps.Operand, bits: int,
+                    layout: FragLayout = FragLayout.ROW) -> list[tuple[int, int]]:
+    """The origin, in the fragment as it lies in memory, of the 8-row block each register of
     the operand is loaded from by one ldmatrix (register order; B's columns 8-15 after 0-7):
-    where the register's first element lies for lane 0, read off the lane map."""
+    where the register's first element lies for lane 0, read off the lane map. With the
+    column layout memory rows are the fragment's columns, so the origin is (column, row)."""
     coords = lane_maps.coordinates(operand, bits)
     per = 32 // bits
     blocks = []
     for h in range(1 if operand == "a" else 2):
         for j in range(lane_maps.registers(operand, bits)):
             first = coords[:, j * per]
-            blocks.append((int(first[:, 0].min()), int(first[:, 1].min()) + 8 * h))
+            row, col = int(first[:, 0].min()), int(first[:, 1].min()) + 8 * h
+            blocks.append((row, col) if layout is FragLayout.ROW else (col, row))
     return blocks
 
 
@@ -174,14 +177,17 @@ class FragmentPrinter:
         return ["{", *("    " + x for x in lines), "}"]
 
     def ldmatrix_fits(self, s: ir.FragLoad, d: ir.FragDecl) -> bool:
-        """``ldmatrix`` serves a row-major 16-bit A or B, or an 8-bit A, from shared memory
-        whose rows start 16 bytes apart from an aligned base."""
+        """``ldmatrix`` serves, from shared memory whose rows are 16-byte aligned, a row-major
+        A (16-bit or 8-bit), a row-major 16-bit B (``.trans``) and a column-major B (its
+        memory rows are the fragment's columns, which is what each lane holds of B)."""
         arr = self.p.arrays.get(s.array)
         if not isinstance(arr, ir.ArrayDecl) or arr.space is not ir.MemSpace.SHARED:
             return False
-        if s.layout is not FragLayout.ROW or arr.align % 16 or d.use is FragUse.ACCUMULATOR:
+        if arr.align % 16 or d.use is FragUse.ACCUMULATOR:
             return False
-        if d.elem.bits == 8 and d.use is FragUse.B:
+        if d.use is FragUse.A and s.layout is not FragLayout.ROW:
+            return False
+        if d.use is FragUse.B and s.layout is FragLayout.ROW and d.elem.bits == 8:
             return False  # B's 8-bit columns are not 16-bit pairs: no transpose serves them
         per_row = 16 * 8 // d.elem.bits  # elements in 16 bytes
         return divisor(s.offset) % per_row == 0 and divisor(s.stride) % per_row == 0
@@ -191,9 +197,9 @@ class FragmentPrinter:
         (two 8-row blocks of 16 bytes for 8-bit A). Register ``j``'s block starts where its
         first element lies in the lane map; lane ``8m + r`` gives row ``r`` of block ``m``."""
         operand: lane_maps.Operand = "a" if d.use is FragUse.A else "b"
-        blocks = ldmatrix_blocks(operand, d.elem.bits)
+        blocks = ldmatrix_blocks(operand, d.elem.bits, s.layout)
         count = len(blocks)
-        trans = ".trans" if operand == "b" else ""
+        trans = ".trans" if operand == "b" and s.layout is FragLayout.ROW else ""
         op = f"ldmatrix.sync.aligned.m8n8.x{count}{trans}.shared.b16"
         # the block of the lane's matrix, as selects (a table indexed by lane would live in
         # local memory)
