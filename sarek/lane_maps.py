@@ -49,13 +49,14 @@ def coordinates(operand: Operand, bits: int) -> np.ndarray:
 
 def registers(operand: Operand, bits: int) -> int:
     """How many 32-bit registers each lane holds for ``operand``."""
-    return coordinates(operand, bits).shape[1] * (32 if operand == "c" else bits) // 32
+    elements = int(coordinates(operand, bits).shape[1])
+    return elements * (32 if operand == "c" else bits) // 32
 
 
 def gather(matrix: np.ndarray, operand: Operand, bits: int) -> np.ndarray:
     """``[lane, element]``: each lane's elements of ``matrix`` (16x16 A, 16x8 B or C)."""
     rc = coordinates(operand, bits)
-    return matrix[rc[..., 0], rc[..., 1]]
+    return np.asarray(matrix[rc[..., 0], rc[..., 1]])
 
 
 def scatter(values: np.ndarray, operand: Operand, bits: int,

@@ -28,7 +28,7 @@ from sarek.errors import SarekError
 from sarek.ir import BinOp, Builtin, ElemType, FragLayout, FragUse, MemSpace
 from sarek.launch import Launch
 from sarek.matrix_mapping import Region
-from sarek.matrix_pattern import ACC, BATCH, COL, ROW, Access, Gemm, Mapping1D
+from sarek.matrix_pattern import Access, Gemm, Mapping1D
 from sarek.matrix_scheme import (
     SUPPORTED_FRAGMENT,
     SUPPORTED_SUBGROUP,
@@ -57,11 +57,6 @@ def launch_dims(subgroup: int = 32, *, me: int, ne: int, ze: int
     dimension: nothing to launch)."""
     _check_subgroup(subgroup)
     return (WAVES * subgroup, 1, 1), (-(-ne // TILE), -(-me // TILE), ze)
-
-
-def region_args(region: Region) -> list[int]:
-    """The values of the five region parameters, in ``EXTRA_NAMES`` order."""
-    return list(region.args)
 
 
 # --------------------------------------------------------------------------- lowerings
@@ -229,14 +224,13 @@ class _Builder:
         linear = _add(_mul(_v("sk_z"), _mul(me, ne)), within)
         return _and(_b(BinOp.LT, row, me), _b(BinOp.LT, col, ne), _b(BinOp.LT, linear, t))
 
-    def at(self, e: ir.Expr, acc: ir.Expr | None = None) -> ir.Expr:
-        """``e`` (an initial value or epilogue) at output (sk_row, sk_col, sk_z)."""
-        from sarek.matrix_pattern import substitute
+    def init(self) -> ir.Expr:
+        """The initial value at output (sk_row, sk_col, sk_z)."""
+        return self.g.init_at(_v("sk_row"), _v("sk_col"), _v("sk_z"))
 
-        values: dict[str, ir.Expr] = {ROW: _v("sk_row"), COL: _v("sk_col"), BATCH: _v("sk_z")}
-        if acc is not None:
-            values[ACC] = acc
-        return substitute(e, values)
+    def epilogue(self, acc: ir.Expr) -> ir.Expr:
+        """The value stored at output (sk_row, sk_col, sk_z) for the sum ``acc``."""
+        return self.g.epilogue_at(acc, _v("sk_row"), _v("sk_col"), _v("sk_z"))
 
     def address(self, access: Access, row: ir.Expr, col: ir.Expr, k: ir.Expr) -> ir.Expr:
         return access.address(row, col, _v("sk_z"), _add(self.g.k_start, k))
@@ -326,7 +320,7 @@ class _Builder:
         stage = self.per_thread(TILE * TILE, [
             *self.output_coordinates(),
             ir.Store(array="sk_cs", index=_v("sk_e"), value=ir.Select(
-                cond=here, a=_cast(self.at(init), self.s.acc), b=_zero(self.s.acc),
+                cond=here, a=_cast(self.init(), self.s.acc), b=_zero(self.s.acc),
                 type=self.s.acc)),
         ])
         loads: list[ir.Stmt] = []
@@ -437,7 +431,7 @@ class _Builder:
             out.append(self.per_thread(TILE * TILE, [
                 *self.output_coordinates(),
                 ir.Store(array="sk_out", index=_v("sk_q"), value=ir.Select(
-                    cond=here, a=_cast(self.at(g.init), I32), b=_c(0), type=I32)),
+                    cond=here, a=_cast(self.init(), I32), b=_c(0), type=I32)),
             ]))
             total = ir.Load(array="sk_out", index=_v("sk_q"), type=I32)
         for a in range(self.s.accumulators):
@@ -455,7 +449,7 @@ class _Builder:
                 out.append(ir.Barrier())
         store = ir.Store(array=g.c.array, index=self.address(g.c, _v("sk_row"), _v("sk_col"),
                                                              _c(0)),
-                         value=_cast(self.at(g.epilogue, total), g.c.elem))
+                         value=_cast(self.epilogue(total), g.c.elem))
         out.append(self.per_thread(TILE * TILE, [
             *self.output_coordinates(),
             ir.If(cond=here, then=(store,)),
