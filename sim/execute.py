@@ -34,6 +34,8 @@ from sim.launch import Geometry
 from sim.memory import LocalArray, SharedArray, Site
 
 Mask: TypeAlias = np.ndarray | None
+MAX_WHILE_TRIPS = 1 << 20
+"""Iterations after which a while loop counts as never ending (a LaunchError)."""
 ExprFn: TypeAlias = Callable[["State", Mask], Value]
 StmtFn: TypeAlias = Callable[["State", Mask], None]
 
@@ -420,7 +422,7 @@ class _Compiler:
             case ir.While(cond=cond, body=body):
                 fc = self.expr(cond, scope, site)
                 fbody, returns = self.block(body, scope.new_child(), f"{path}.body")
-                return self.while_loop(fc, fbody, returns), returns
+                return self.while_loop(fc, fbody, returns, site), returns
             case ir.If(cond=cond, then=then, orelse=orelse):
                 fc = self.expr(cond, scope, site)
                 fthen, r1 = self.block(then, scope.new_child(), f"{path}.then")
@@ -742,12 +744,17 @@ class _Compiler:
                     return
             active, any_left = self._narrow(active, np.where(up, var < stop, var > stop))
 
-    def while_loop(self, fc: ExprFn, body: StmtFn, returns: bool) -> StmtFn:
+    def while_loop(self, fc: ExprFn, body: StmtFn, returns: bool, site: Site) -> StmtFn:
         def run(st: State, m: Mask) -> None:
+            trips = 0
             while True:
                 m, any_left = self._narrow(m, fc(st, m))
                 if not any_left:
                     return
+                trips += 1
+                if trips > MAX_WHILE_TRIPS:
+                    self._fail(LaunchError, f"the loop ran {MAX_WHILE_TRIPS} times without "
+                               "ending (a kernel that never ends hangs a device)", site, m)
                 body(st, m)
                 if returns and st.alive is not None:
                     m, any_left = self._narrow(m, st.alive)

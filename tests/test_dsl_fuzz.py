@@ -1,18 +1,22 @@
 """Random kernel sources, valid and not: the DSL either builds a well-formed kernel or raises
-DslError naming a line of the source; it never fails any other way."""
+DslError naming a line of the source, and the simulator runs what was built or raises one of
+sarek's errors with a reason; neither fails any other way."""
 
 from __future__ import annotations
 
 import textwrap
+import unittest.mock
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sarek
+import sim
 from sarek import ir
 from sarek.dsl import KernelFunction
-from sarek.errors import DslError
+from sarek.errors import DslError, SarekError
 
 NAMES = ["x", "y", "acc", "n", "m", "a", "b", "i"]
 EXPRS = [
@@ -74,6 +78,13 @@ def test_random_sources_build_or_raise_dsl_error(body: list[str]) -> None:
         assert e.line >= 1 and e.reason
         return
     assert ir.check(kern) == []
+    args = {"a": np.linspace(-2, 2, 8, dtype=np.float32), "b": np.arange(8, dtype=np.int32),
+            "n": 3, "m": 0.5}
+    with unittest.mock.patch("sim.execute.MAX_WHILE_TRIPS", 10_000):  # `while True: pass`
+        try:
+            sim.simulate(kern, args, grid=2, block=4)
+        except SarekError as e:
+            assert e.reason
 
 
 def _parse_source(fn: object, src: str) -> ir.Kernel:

@@ -25,6 +25,7 @@ from sim_helpers import (
 
 import sim
 from sarek import ir
+from sarek.errors import LaunchError
 from sarek.ir import BinOp, Builtin, MemSpace
 
 i, n = var("i"), var("n")
@@ -263,3 +264,12 @@ def test_naive_i32_gemm_wraps() -> None:
                        grid=1, block=(8, 8))["c"]
     exact = k * 2**20 * (2**13 + 1)
     assert set(out) == {(exact + 2**31) % 2**32 - 2**31}
+
+
+def test_a_loop_that_never_ends_is_a_launch_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sim.execute
+
+    monkeypatch.setattr(sim.execute, "MAX_WHILE_TRIPS", 1000)
+    forever = kernel([], ir.While(cond=const(True, BOOL), body=()))
+    with pytest.raises(LaunchError, match="ran 1000 times without ending"):
+        sim.simulate(forever, [], grid=1, block=1)
