@@ -43,6 +43,10 @@ class Dialect:
     # Conversions the dialect names itself: (from, to) -> format with {x}.
     casts: dict[tuple[ElemType, ElemType], str] = field(default_factory=dict)
     stmt_hook: StmtHook | None = None
+    # Types of memory and kernel arguments where they differ from ``types`` (OpenCL keeps bool
+    # out of buffers and arguments), and the suffixes of 64-bit literals.
+    memory_types: dict[ElemType, str] = field(default_factory=dict)
+    long_suffixes: tuple[str, str] = ("LL", "ULL")
 
 
 _C_OPS = {
@@ -84,6 +88,10 @@ class Printer:
     def t(self, e: ElemType) -> str:
         return self.d.types[e]
 
+    def mem_t(self, e: ElemType) -> str:
+        """The type of ``e`` in memory and in kernel arguments."""
+        return self.d.memory_types.get(e, self.d.types[e])
+
     def emit(self, text: str) -> None:
         self.lines.append("    " * self.depth + text)
 
@@ -122,7 +130,8 @@ class Printer:
             lit = _float_literal(float(v), ElemType.F32 if t.is_storage_only else t)
             return self.cast(lit, ElemType.F32, t) if t.is_storage_only else lit
         if t is ElemType.I64 or t is ElemType.U64:
-            return f"(({self.t(t)}){int(v)}{'ULL' if t is ElemType.U64 else 'LL'})"
+            signed, unsigned = self.d.long_suffixes
+            return f"(({self.t(t)}){int(v)}{unsigned if t is ElemType.U64 else signed})"
         if t is ElemType.I32:
             return "((int)0x80000000u)" if v == -(2**31) else str(v) if v >= 0 else f"({v})"
         if t is ElemType.U32:
@@ -239,10 +248,10 @@ class Printer:
             case ir.ArrayDecl(name=name, elem=t, size=size, space=space, align=align):
                 self.arrays[name] = s
                 if space is ir.MemSpace.SHARED:
-                    self.emit(self.d.shared_decl.format(t=self.t(t), name=name, size=size,
+                    self.emit(self.d.shared_decl.format(t=self.mem_t(t), name=name, size=size,
                                                         align=align))
                 else:
-                    self.emit(f"{self.t(t)} {name}[{size}];")
+                    self.emit(f"{self.mem_t(t)} {name}[{size}];")
             case ir.TensorView(name=name):
                 self.views[name] = s
                 self.emit(f"/* {name}: a view of {s.storage} as {s.elem.value} "
@@ -271,10 +280,11 @@ class Printer:
         for p in self.kernel.params:
             match p:
                 case ir.ArrayParam(name=name, elem=e, readonly=ro):
-                    ptr = self.d.global_pointer.format(t=self.t(e), const="const " if ro else "")
+                    ptr = self.d.global_pointer.format(t=self.mem_t(e),
+                                                       const="const " if ro else "")
                     out.append(f"{ptr} {name}")
                 case ir.ScalarParam(name=name, elem=e):
-                    out.append(f"{self.t(e)} {name}")
+                    out.append(f"{self.mem_t(e)} {name}")
         return ", ".join(out)
 
     def render(self) -> str:

@@ -46,6 +46,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
           "onto tensor cores\n   (the selected lowering, subgroup 32, fragment 16):\n")
     print(demo.render(("example", "original", "NVRTC sm_80 / sm_90", "rewritten",
                        "NVRTC sm_90"), demo.cuda_rows(examples)))
+    print("\n   OpenCL: every example printed as OpenCL C and run on the first OpenCL device "
+          "(PoCL on a CPU),\n   against the simulator:\n")
+    print(demo.render(("example", "OpenCL C", "device vs simulator"), demo.opencl_rows(examples)))
     results = examples.parent / "bench" / "results"
     print(f"\n4. Conformance recorded on real devices ({results.relative_to(examples.parent)}, "
           "rerun on a GPU with bench/conformance_cuda.py,\n   bench/tile_patterns_h200.py and "

@@ -181,6 +181,27 @@ def recorded_conformance(results: Path) -> list[tuple[str, str, str, str]]:
     return rows
 
 
+def opencl_rows(examples: Path) -> list[tuple[str, ...]]:
+    """Each example printed as OpenCL C and run on the first OpenCL device (PoCL on a CPU),
+    compared bit for bit with the simulator."""
+    from backends.opencl import emit, opencl_available, run
+
+    missing = opencl_available()
+    rows: list[tuple[str, ...]] = []
+    for path in sorted(examples.glob("gemm_*.py")):
+        launch = load_module(path).make(70, 45, 33)
+        src = emit(launch.kernel)
+        if missing:
+            rows.append((path.stem, f"{len(src.splitlines())} lines", missing))
+            continue
+        want = launch.simulate()
+        got = run(launch.kernel, dict(launch.args), launch.grid, launch.block)
+        same = all(compare(got[k], want[k])[0] for k in want)
+        rows.append((path.stem, f"{len(src.splitlines())} lines",
+                     "bit-identical" if same else "DIFFERS"))
+    return rows
+
+
 def render(head: tuple[str, ...], body: Sequence[tuple[str, ...]]) -> str:
     """A plain text table."""
     widths = [max(len(x) for x in col) for col in zip(head, *body, strict=True)]
