@@ -161,7 +161,8 @@ def recorded_conformance(results: Path) -> list[tuple[str, str, str, str]]:
     for name, what in (("conformance_cuda_h200.json", "examples and rewrites, CUDA vs simulator"),
                        ("tile_patterns_h200.json", "ldmatrix/stmatrix vs simulator"),
                        ("tensor_core_h200.json", "mma.sync outputs vs the h200 model"),
-                       ("arith_h200.json", "operations and conversions (exact ones)")):
+                       ("arith_h200.json", "operations and conversions (exact ones)"),
+                       ("conformance_opencl_nvidia.json", "OpenCL examples and probes")):
         path = results / name
         if not path.is_file():
             rows.append((what, "-", "-", f"not recorded ({name} missing)"))
