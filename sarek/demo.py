@@ -177,7 +177,8 @@ def recorded_conformance(results: Path) -> list[tuple[str, str, str, str]]:
             exact = data["all_exact_operations_bit_exact"]
         else:
             cases, exact = len(data["cases"]), data["all_bit_exact"]
-        rows.append((what, f"{data['device']} ({data['arch']})", str(cases),
+        where = data.get("arch") or data.get("platform", "")
+        rows.append((what, f"{data['device']} ({where})", str(cases),
                      "all bit-exact" if exact else "MISMATCHES"))
     return rows
 
