@@ -472,12 +472,13 @@ Stmt: TypeAlias = Annotated[
 class Kernel(_Node):
     """A kernel: a name, parameters in call order, and a body run by every invocation.
     ``subgroup`` is the subgroup size the kernel is written for (a rewritten kernel's waves
-    and fragments depend on it), None when any size will do."""
+    and fragments depend on it) and ``block`` the block shape, each None when any will do."""
 
     name: str
     params: tuple[Param, ...]
     body: tuple[Stmt, ...]
     subgroup: int | None = Field(default=None, gt=0)
+    block: tuple[int, int, int] | None = None  # the block shape it is written for, if one
 
     def param(self, name: str) -> ArrayParam | ScalarParam:
         """The parameter called ``name``; ``KeyError`` when there is none."""

@@ -181,7 +181,7 @@ def kernel(original: ir.Kernel, gemm: Gemm, lowering: Lowering, subgroup: int = 
     body = _Builder(gemm, scheme, subgroup, frag).build()
     params = (*original.params, *(ir.ScalarParam(name=n, elem=I32) for n in EXTRA_NAMES))
     rewritten = ir.Kernel(name=f"{original.name}_{lowering.value.lower()}", params=params,
-                          body=body, subgroup=subgroup)
+                          body=body, subgroup=subgroup, block=(WAVES * subgroup, 1, 1))
     ir.ensure_valid(rewritten)
     return rewritten
 

@@ -45,6 +45,9 @@ def simulate(kernel: ir.Kernel, args: Sequence[object] | Mapping[str, object],
                           f"{kernel.subgroup} lanes, not {subgroup}")
     arrays, scalars = bind(kernel, args)
     geo = geometry(grid, block, subgroup)
+    if kernel.block is not None and geo.block != kernel.block and geo.invocations:
+        raise LaunchError(f"kernel {kernel.name!r} is written for blocks of {kernel.block}, "
+                          f"not {geo.block}")
     if geo.invocations:
         compile_kernel(kernel, geo, arrays, scalars, arith)()
     return arrays

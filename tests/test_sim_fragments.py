@@ -246,3 +246,11 @@ def test_a_kernel_written_for_one_subgroup_size_refuses_another() -> None:
     with pytest.raises(LaunchError, match="written for subgroups of 64 lanes, not 32"):
         sim.simulate(k, args, grid=1, block=128, subgroup=32)
     sim.simulate(k, args, grid=1, block=128)  # its own size by default
+
+
+def test_a_kernel_written_for_one_block_shape_refuses_another() -> None:
+    k = matmul_kernel(U8, I32).model_copy(update={"block": (64, 1, 1)})
+    args = [np.zeros(512, np.uint8)] * 2 + [np.zeros(512, np.int32)]
+    with pytest.raises(LaunchError, match=r"written for blocks of \(64, 1, 1\), not \(32, 1, 1\)"):
+        sim.simulate(k, args, grid=1, block=32)
+    sim.simulate(k, args, grid=1, block=64)
