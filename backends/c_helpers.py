@@ -7,15 +7,18 @@ from __future__ import annotations
 from sarek.ir import ElemType
 
 SIGNED = (ElemType.I8, ElemType.I16, ElemType.I32, ElemType.I64)
+UNSIGNED = {ElemType.I8: ElemType.U8, ElemType.I16: ElemType.U16, ElemType.I32: ElemType.U32,
+            ElemType.I64: ElemType.U64}
+"""The unsigned type of each signed one's width (signed arithmetic is done in it, to wrap)."""
 INTS = (ElemType.I8, ElemType.U8, ElemType.I16, ElemType.U16, ElemType.I32, ElemType.U32,
         ElemType.I64, ElemType.U64)
 
 
-def helpers(fn: str, types: dict[ElemType, str], unsigned: dict[ElemType, ElemType]) -> str:
+def helpers(fn: str, types: dict[ElemType, str]) -> str:
     """C text of the helpers, each declared with the prefix ``fn`` (``__device__ inline``)."""
     out = []
     for t in SIGNED:
-        c, u = types[t], types[unsigned[t]]
+        c, u = types[t], types[UNSIGNED[t]]
         out.append(f"{fn} {c} sk_div_{t.value}({c} a, {c} b) "
                    f"{{ return b == -1 ? ({c})({u})(0u - ({u})a) : ({c})(a / b); }}")
         out.append(f"{fn} {c} sk_rem_{t.value}({c} a, {c} b) "
@@ -29,7 +32,7 @@ def helpers(fn: str, types: dict[ElemType, str], unsigned: dict[ElemType, ElemTy
             lo = -(1 << (t.bits - 1)) if t.is_signed else 0
             hi = (1 << (t.bits - 1)) - 1 if t.is_signed else (1 << t.bits) - 1
             # Truncate toward zero, saturate, NaN -> 0 (PTX cvt.rzi semantics).
-            lo_lit = f"({c})({types[unsigned.get(t, t)]}){lo}" if lo else f"({c})0"
+            lo_lit = f"({c})({types[UNSIGNED.get(t, t)]}){lo}" if lo else f"({c})0"
             suffix = "ULL" if t.bits == 64 else "u"
             out.append(
                 f"{fn} {c} sk_cvt_{t.value}_{f.value}({ft} x) {{ return x != x ? ({c})0 : "

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from backends.c_helpers import UNSIGNED
 from sarek import ir
 from sarek.errors import SarekError
 from sarek.ir import BinOp, ElemType, MathFn, UnOp
@@ -55,8 +56,6 @@ _C_OPS = {
     BinOp.LT: "<", BinOp.LE: "<=", BinOp.GT: ">", BinOp.GE: ">=", BinOp.EQ: "==",
     BinOp.NE: "!=", BinOp.LAND: "&&", BinOp.LOR: "||",
 }
-_UNSIGNED = {ElemType.I8: ElemType.U8, ElemType.I16: ElemType.U16, ElemType.I32: ElemType.U32,
-             ElemType.I64: ElemType.U64}
 
 
 def _float_literal(value: float, t: ElemType) -> str:
@@ -145,7 +144,7 @@ class Printer:
             case UnOp.BITNOT:
                 return f"(({self.t(t)})(~{x}))"
             case UnOp.NEG if t.is_signed:
-                return self.wrapped(t, f"(0u - ({self.t(_UNSIGNED[t])}){x})")
+                return self.wrapped(t, f"(0u - ({self.t(UNSIGNED[t])}){x})")
             case UnOp.NEG:
                 return f"(({self.t(t)})(-{x}))"
         raise AssertionError(op)
@@ -160,7 +159,7 @@ class Printer:
         if operand in (ElemType.F32, ElemType.F64) and op in self.ops_for(operand):
             return self.ops_for(operand)[op].format(a=x, b=y)
         if operand.is_signed and op in (BinOp.ADD, BinOp.SUB, BinOp.MUL, BinOp.SHL):
-            u = self.t(_UNSIGNED[operand])
+            u = self.t(UNSIGNED[operand])
             return self.wrapped(t, f"(({u}){x} {_C_OPS[op]} ({u}){y})")
         if operand.is_signed and op in (BinOp.DIV, BinOp.REM) and not (
                 isinstance(b, ir.Const) and int(b.value) not in (0, -1)):

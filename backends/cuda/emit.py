@@ -22,8 +22,6 @@ TYPES = {
     ElemType.F16: "unsigned short", ElemType.BF16: "unsigned short",
     ElemType.F32: "float", ElemType.F64: "double", ElemType.BOOL: "bool",
 }
-UNSIGNED = {ElemType.I8: ElemType.U8, ElemType.I16: ElemType.U16, ElemType.I32: ElemType.U32,
-            ElemType.I64: ElemType.U64}
 
 _LINEAR = "((int)(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)))"
 _CUDA_NAMES = {"thread_idx": "threadIdx", "block_idx": "blockIdx", "block_dim": "blockDim",
@@ -132,7 +130,7 @@ DIALECT = Dialect(
     global_pointer="{const}{t}*",
     shared_decl="__shared__ __align__({align}) {t} {name}[{size}];",
     barrier="__syncthreads();",
-    prelude=_CONVERSIONS + helpers("__device__ inline", TYPES, UNSIGNED) + "\n",
+    prelude=_CONVERSIONS + helpers("__device__ inline", TYPES) + "\n",
     f32_ops=F32_OPS,
     f64_ops=F64_OPS,
     math=MATH,

@@ -24,8 +24,6 @@ TYPES = {
     ElemType.F16: "ushort", ElemType.BF16: "ushort", ElemType.F32: "float",
     ElemType.F64: "double", ElemType.BOOL: "bool",
 }
-UNSIGNED = {ElemType.I8: ElemType.U8, ElemType.I16: ElemType.U16, ElemType.I32: ElemType.U32,
-            ElemType.I64: ElemType.U64}
 _IDS = {"thread_idx": "get_local_id", "block_idx": "get_group_id",
         "block_dim": "get_local_size", "grid_dim": "get_num_groups"}
 _LINEAR = ("((int)(get_local_id(0) + get_local_size(0) * (get_local_id(1) + "
@@ -90,7 +88,7 @@ DIALECT = Dialect(
     global_pointer="__global {const}{t}*",
     shared_decl="__local {t} {name}[{size}] __attribute__((aligned({align})));",
     barrier="barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);",
-    prelude=_CONVERSIONS + helpers("", TYPES, UNSIGNED) + "\n",
+    prelude=_CONVERSIONS + helpers("", TYPES) + "\n",
     math=MATH,
     casts=CASTS,
     stmt_hook=_hook,
