@@ -27,7 +27,7 @@ from arith_cases import (  # noqa: E402
     mismatches,
 )
 
-from backends.opencl.run import _device, run  # noqa: E402
+from backends.opencl.run import find_device, run  # noqa: E402
 from sarek.demo import compare  # noqa: E402
 from sarek.dsl import numpy_dtype  # noqa: E402
 from sarek.ir import ElemType, MathFn  # noqa: E402
@@ -36,7 +36,7 @@ from sim import simulate  # noqa: E402
 
 
 def main(platform: str) -> int:
-    device = _device(platform)
+    device = find_device(platform)
     rows = []
     for path in sorted((ROOT / "examples").glob("gemm_*.py")):
         for size in ((70, 45, 33), (128, 96, 64), (1, 1, 1), (17, 5, 0)):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import EXAMPLES, GEMM_EXAMPLES, example
+from conftest import GEMM_EXAMPLES, example
 from hypothesis import given, settings
 from tile_cases import Case, legal_cases
 
@@ -62,10 +62,6 @@ def test_f32_arithmetic_uses_rounding_intrinsics() -> None:
     assert "__fmul_rn(" in src and "__fadd_rn(" in src
     body = src[src.index("extern"):]
     assert not re.search(r"[^_]fmaf?\(", body)
-
-
-def test_examples_folder_exists() -> None:
-    assert EXAMPLES.is_dir()
 
 
 # ------------------------------------------------------------------------- rewritten kernels

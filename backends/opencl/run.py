@@ -25,13 +25,15 @@ def opencl_available(platform: str = "") -> str | None:
     """None when pyopencl finds a device (on a platform whose name contains ``platform``),
     else the reason it does not."""
     try:
-        _device(platform)
+        find_device(platform)
     except OpenCLError as e:
         return e.reason
     return None
 
 
-def _device(platform: str) -> Any:
+def find_device(platform: str = "") -> Any:
+    """The first device of the first platform whose name contains ``platform``;
+    ``OpenCLError`` naming the platforms there are when none fits."""
     try:
         import pyopencl as cl
     except ImportError as e:
@@ -60,7 +62,7 @@ def run(kernel: ir.Kernel, args: Sequence[Any] | Mapping[str, Any], grid: tuple[
     parameter's contents afterwards (bool arrays as bool)."""
     import pyopencl as cl
 
-    device = _device(platform)
+    device = find_device(platform)
     values = dict(zip([p.name for p in kernel.params], args, strict=True)) if not isinstance(
         args, Mapping) else dict(args)
     ctx = cl.Context([device])
