@@ -142,3 +142,6 @@ DIALECT = Dialect(
 def emit(kernel: ir.Kernel) -> str:
     """The kernel as CUDA C++ (compiles with NVRTC for sm_80 and later, no headers)."""
     return render(kernel, DIALECT)
+
+
+print_kernel = emit

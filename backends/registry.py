@@ -1,0 +1,129 @@
+"""The target registry: every target sarek prints for, listed once.
+
+A ``Target`` names what the rest of the project needs of a backend: ``lower`` (the neutral
+rewrite into the target's own IR, which the simulator executes as printed), ``emit`` (lower,
+then print), ``run`` where a device can exist (``None`` otherwise) with ``device_reason``
+saying why a device is absent, the gate's ``DeviceSupport`` and the subgroups, fragments and
+lowerings the backend prints, the default arithmetic model of its matrix unit in the
+simulator, and the staging policy it hands the rewrite.
+
+``targets()`` lists them; ``target(name)`` finds one (``UnknownTarget`` names the choices);
+``emit(kernel, name)`` validates the kernel, lowers it and prints it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from sarek import ir
+from sarek.coopmat import DeviceSupport
+from sarek.errors import SarekError
+from sarek.matrix_scheme import Lowering
+from sarek.staging import Staging
+
+Runner = Callable[[ir.Kernel, Sequence[Any] | Mapping[str, Any], tuple[int, int, int],
+                   tuple[int, int, int]], dict[str, np.ndarray]]
+
+
+class UnknownTarget(SarekError):
+    """A target name the registry does not have."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """One backend, as the rest of the project sees it."""
+
+    name: str
+    description: str
+    lower: Callable[[ir.Kernel], ir.Kernel]
+    print_lowered: Callable[[ir.Kernel], str]
+    support: Callable[[], DeviceSupport]
+    subgroups: tuple[int, ...]
+    fragments: tuple[int, ...]
+    lowerings: tuple[Lowering, ...]
+    arith: str  # the simulator's default arithmetic model for float fragment products
+    staging: Staging
+    run: Runner | None = None
+    device_reason: Callable[[], str | None] = lambda: "no device runner for this target"
+
+    def emit(self, kernel: ir.Kernel) -> str:
+        """``kernel`` validated, lowered for this target and printed."""
+        ir.ensure_valid(kernel)
+        return self.print_lowered(self.lower(kernel))
+
+    def refuses(self, lowering: Lowering, subgroup: int, frag: int) -> str | None:
+        """Why this target does not print a rewrite under ``lowering`` at ``subgroup`` and
+        ``frag``, or None when it does."""
+        if subgroup not in self.subgroups:
+            return (f"{self.name} runs subgroups of {', '.join(map(str, self.subgroups))} "
+                    f"lanes, not {subgroup}")
+        if frag not in self.fragments:
+            return (f"{self.name} multiplies fragments of "
+                    f"{', '.join(map(str, self.fragments))}, not {frag}")
+        if lowering not in self.lowerings:
+            return f"{self.name} does not print the {lowering} lowering"
+        return None
+
+
+def _cuda() -> Target:
+    from backends.cuda import emit as cuda_emit
+    from backends.cuda import lower as cuda_lower
+    from backends.cuda import run as cuda_run
+    from sarek.coopmat import cuda_support
+
+    return Target(
+        name="cuda",
+        description="CUDA C++ through NVRTC: ldmatrix + mma.sync m16n8k16 on tensor cores",
+        lower=cuda_lower.lower,
+        print_lowered=cuda_emit.print_kernel,
+        support=lambda: cuda_support(9, 0),
+        subgroups=cuda_lower.SUBGROUPS,
+        fragments=cuda_lower.FRAGMENTS,
+        lowerings=tuple(Lowering),
+        arith="h200",
+        staging=cuda_lower.STAGING,
+        run=cuda_run.run,
+        device_reason=cuda_run.unavailable_reason,
+    )
+
+
+_FACTORIES: dict[str, Callable[[], Target]] = {"cuda": _cuda}
+
+
+def names() -> tuple[str, ...]:
+    """The registered target names."""
+    return tuple(_FACTORIES)
+
+
+def target(name: str) -> Target:
+    """The target called ``name``; ``UnknownTarget`` lists the ones there are."""
+    if not isinstance(name, str) or name not in _FACTORIES:
+        raise UnknownTarget(f"unknown target {name!r}; the targets are {', '.join(names())}")
+    return _made(name)
+
+
+@cache
+def _made(name: str) -> Target:
+    return _FACTORIES[name]()  # built on first use: a backend imports only when asked for
+
+
+def targets() -> tuple[Target, ...]:
+    """Every registered target."""
+    return tuple(target(n) for n in names())
+
+
+def emit(kernel: ir.Kernel, name: str) -> str:
+    """``kernel`` (original or rewritten) printed for target ``name``."""
+    return target(name).emit(kernel)
+
+
+def lower(kernel: ir.Kernel, name: str) -> ir.Kernel:
+    """``kernel`` validated and lowered for target ``name`` (what its printer prints and the
+    simulator runs with ``target=name``)."""
+    ir.ensure_valid(kernel)
+    return target(name).lower(kernel)
