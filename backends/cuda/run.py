@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from backends.cuda.emit import emit
-from backends.cuda.nvrtc import compile_cubin
+from backends.cuda.nvrtc import compile_cubin, nvrtc_available
 from sarek import ir
 from sarek.dsl import numpy_dtype
 from sarek.errors import SarekError
@@ -29,6 +29,25 @@ def _check(result: Any, what: str) -> Any:
     if int(err) != 0:
         raise CudaError(f"{what} failed: {err}")
     return rest[0] if len(rest) == 1 else tuple(rest)
+
+
+def unavailable_reason() -> str | None:
+    """None when a CUDA device can run kernels here (``cuda-bindings``, a driver, a device and
+    NVRTC), else one line saying what is missing. Never raises."""
+    try:
+        from cuda.bindings import driver as cu
+    except ImportError as e:
+        return f"cuda-bindings is not installed ({e}); pip install 'sarek[cuda]'"
+    try:
+        err = cu.cuInit(0)[0]
+        if int(err) != 0:
+            return f"the CUDA driver does not initialize ({err})"
+        err, count = cu.cuDeviceGetCount()
+    except Exception as e:  # the bindings load the driver library on first use
+        return f"no CUDA driver ({type(e).__name__}: {e})".splitlines()[0]
+    if int(err) != 0 or int(count) == 0:
+        return "no CUDA device" + (f" ({err})" if int(err) != 0 else "")
+    return nvrtc_available()
 
 
 def device_arch() -> str:
