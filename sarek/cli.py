@@ -49,11 +49,16 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     print("\n   OpenCL: every example printed as OpenCL C and run on the first OpenCL device "
           "(PoCL on a CPU),\n   against the simulator:\n")
     print(demo.render(("example", "OpenCL C", "device vs simulator"), demo.opencl_rows(examples)))
-    results = examples.parent / "bench" / "results"
-    print(f"\n4. Conformance recorded on real devices ({results.relative_to(examples.parent)}, "
-          "rerun on a GPU with bench/conformance_cuda.py,\n   bench/tile_patterns_h200.py and "
-          "bench/tensor_core_h200.py):\n")
-    print(demo.render(("check", "device", "cases", "result"), demo.recorded_conformance(results)))
+    results = demo.recorded_results(examples)
+    if results is None:
+        print("\n4. Conformance recorded on real devices: not part of an installed package "
+              "(bench/results in a\n   source checkout).")
+    else:
+        print(f"\n4. Conformance recorded on real devices ({results.relative_to(examples.parent)}"
+              ", rerun on a GPU with bench/conformance_cuda.py,\n   bench/tile_patterns_h200.py "
+              "and bench/tensor_core_h200.py):\n")
+        print(demo.render(("check", "device", "cases", "result"),
+                          demo.recorded_conformance(results)))
     failed = [r.example for r in rows if not r.ok] + [r.example for r in rewrites if not r.ok]
     print(f"\n{len(rows) - sum(not r.ok for r in rows)} of {len(rows)} examples agree with "
           f"NumPy; {sum(r.ok for r in rewrites)} of {len(rewrites)} rewrites keep their promise "

@@ -152,6 +152,13 @@ def cuda_rows(examples: Path) -> list[tuple[str, ...]]:
     return rows
 
 
+def recorded_results(examples: Path) -> Path | None:
+    """``bench/results`` of the source checkout that holds ``examples``, where the device
+    checks are recorded; None outside a checkout (an installed package carries no results)."""
+    results = examples.parent / "bench" / "results"
+    return results if results.is_dir() else None
+
+
 def recorded_conformance(results: Path) -> list[tuple[str, str, str, str]]:
     """The device checks recorded in ``bench/results`` (never rerun by the demo): which check,
     on which device, how many cases and whether all were bit-exact."""

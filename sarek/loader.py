@@ -49,9 +49,12 @@ def load_kernel(spec: str) -> tuple[ModuleType, KernelFunction]:
 
 
 def examples_dir() -> Path:
-    """The bundled examples (``examples/`` beside the package in a source checkout)."""
-    here = Path(__file__).resolve().parent.parent / "examples"
-    if not here.is_dir():
-        raise SarekError(f"the bundled examples are not at {here}; run from a source checkout "
-                         "(pip install -e .) or pass --examples DIR")
-    return here
+    """The bundled examples: ``sarek/examples`` in an installed package (the wheel carries
+    them there), else ``examples/`` beside the package in a source checkout."""
+    package = Path(__file__).resolve().parent
+    installed, checkout = package / "examples", package.parent / "examples"
+    for here in (installed, checkout):
+        if here.is_dir():
+            return here
+    raise SarekError(f"the bundled examples are in neither {installed} nor {checkout}; "
+                     "pass --examples DIR")
