@@ -172,6 +172,16 @@ class FragUse(StrEnum):
     ACCUMULATOR = "accumulator"
 
 
+class MmaAtom(StrEnum):
+    """The warp-wide ``mma.sync`` instructions lowered kernels use, by shape and types
+    (D.A.B.C); ``sarek.atoms.MMA`` holds each one's lane layouts."""
+
+    M16N8K16_F32_F16 = "m16n8k16.f32.f16.f16.f32"
+    M16N8K16_F32_BF16 = "m16n8k16.f32.bf16.bf16.f32"
+    M16N8K16_S32_U8 = "m16n8k16.s32.u8.u8.s32"
+    M16N8K16_S32_S8 = "m16n8k16.s32.s8.s8.s32"
+
+
 class FragLayout(StrEnum):
     """How a fragment's rows lie in memory: row-major (rows contiguous) or column-major."""
 
@@ -259,6 +269,15 @@ class Cast(_Node):
     type: ElemType
 
 
+class Bitcast(_Node):
+    """The bits of ``x`` read as ``type``, of the same width (f16 and bf16 included): no
+    conversion."""
+
+    kind: Literal["bitcast"] = "bitcast"
+    x: Expr
+    type: ElemType
+
+
 class Load(_Node):
     """``array[index]``; the result has the array's element type."""
 
@@ -288,7 +307,7 @@ class Call(_Node):
 
 
 Expr: TypeAlias = Annotated[
-    Const | Var | BuiltinValue | Unary | Binary | Cast | Load | Select | Call,
+    Const | Var | BuiltinValue | Unary | Binary | Cast | Bitcast | Load | Select | Call,
     Field(discriminator="kind"),
 ]
 
@@ -462,9 +481,44 @@ class TileApply(_Stmt):
     scope: Literal["warp"] = "warp"
 
 
+class Ldmatrix(_Stmt):
+    """Lane-explicit ``ldmatrix.sync.aligned.m8n8.x{count}[.trans].shared.b16`` of a whole
+    warp: lane ``8*m + r`` gives in ``address`` the element index into the shared array
+    ``src`` of row ``r`` of matrix ``m`` (16 bytes, 16-byte aligned); matrix ``m`` arrives in
+    the u32 local array ``dst`` at ``offset + m``, word ``w`` of row ``r`` in lane ``4*r + w``
+    (``sarek.atoms.LDMATRIX``); ``trans`` transposes each 8x8 of 16-bit elements."""
+
+    kind: Literal["ldmatrix"] = "ldmatrix"
+    dst: str
+    offset: int = Field(ge=0)
+    src: str
+    address: Expr
+    count: Literal[1, 2, 4]
+    trans: bool = False
+
+
+class Mma(_Stmt):
+    """Lane-explicit ``mma.sync`` of ``atom`` by a whole warp: ``D = A * B + C`` where each
+    lane holds its registers of A in the u32 local array ``a`` from ``a_offset``, of B in
+    ``b`` from ``b_offset``, its elements of C in the local array ``c`` from ``c_offset`` and
+    receives those of D in ``d`` from ``d_offset``, as the atom's lane layouts say
+    (``sarek.atoms.MMA``)."""
+
+    kind: Literal["mma"] = "mma"
+    atom: MmaAtom
+    d: str
+    a: str
+    b: str
+    c: str
+    d_offset: int = Field(default=0, ge=0)
+    a_offset: int = Field(default=0, ge=0)
+    b_offset: int = Field(default=0, ge=0)
+    c_offset: int = Field(default=0, ge=0)
+
+
 Stmt: TypeAlias = Annotated[
     Let | Assign | Store | For | While | If | Barrier | Return | ArrayDecl | TensorView
-    | FragDecl | FragFill | FragLoad | FragStore | FragMulAdd | TileApply,
+    | FragDecl | FragFill | FragLoad | FragStore | FragMulAdd | TileApply | Ldmatrix | Mma,
     Field(discriminator="kind"),
 ]
 
@@ -488,7 +542,8 @@ class Kernel(_Node):
         raise KeyError(name)
 
 
-for _model in (Unary, Binary, Cast, Load, Select, Call, For, While, If, Kernel):
+for _model in (Unary, Binary, Cast, Bitcast, Load, Select, Call, For, While, If, Ldmatrix,
+               Kernel):
     _model.model_rebuild()
 
 
@@ -500,9 +555,10 @@ def schema() -> dict[str, object]:
 from sarek.ir_check import Problem, check, ensure_valid  # noqa: E402  (re-exported)
 
 __all__ = [
-    "ArrayDecl", "ArrayParam", "Assign", "Barrier", "BinOp", "Binary", "Builtin", "BuiltinValue",
+    "ArrayDecl", "ArrayParam", "Assign", "Barrier", "BinOp", "Binary", "Bitcast", "Builtin",
+    "BuiltinValue",
     "Call", "Cast", "Const", "ElemType", "Expr", "For", "FragDecl", "FragFill", "FragLayout",
-    "FragLoad", "FragMulAdd", "FragStore", "FragUse", "If", "Kernel", "Let", "Load", "MathFn",
-    "MemSpace", "Param", "Problem", "Return", "ScalarParam", "Select", "Stmt", "Store",
+    "FragLoad", "FragMulAdd", "FragStore", "FragUse", "If", "Kernel", "Ldmatrix", "Let", "Load",
+    "MathFn", "MemSpace", "Mma", "MmaAtom", "Param", "Problem", "Return", "ScalarParam", "Select", "Stmt", "Store",
     "TensorView", "TileApply", "UnOp", "Unary", "Var", "While", "check", "ensure_valid", "schema",
 ]

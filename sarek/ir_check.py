@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from sarek import ir, tile
+from sarek import atoms, ir, tile
 from sarek.errors import IRError
 from sarek.ir import BinOp, ElemType, MathFn, MemSpace, UnOp
 
@@ -128,6 +128,11 @@ class _Checker:
                 self._binary(e, scope, path)
             case ir.Cast(x=x):
                 self.expr(x, scope, path)
+            case ir.Bitcast(x=x, type=t):
+                self.expr(x, scope, path)
+                if ElemType.BOOL in (x.type, t) or x.type.bits != t.bits:
+                    self.report(path, f"a bitcast keeps the width: {x.type} "
+                                f"({x.type.bits} bits) cannot be read as {t} ({t.bits} bits)")
             case ir.Select(cond=c, a=a, b=b, type=t):
                 for sub in (c, a, b):
                     self.expr(sub, scope, path)
@@ -319,7 +324,42 @@ class _Checker:
                 self._mul_add(scope, path, d, a, b, c)
             case ir.TileApply():
                 self._tile_apply(s, scope, path)
+            case ir.Ldmatrix(dst=dst, offset=offset, src=src, address=address, count=count):
+                self.expr(address, scope, path)
+                self._index(address, path)
+                self._registers(scope, path, dst, ElemType.U32, offset + count)
+                sym = scope.lookup(src)
+                if not isinstance(sym, _Array) or sym.space is not MemSpace.SHARED:
+                    self.report(path, f"ldmatrix reads rows of a shared array; {src!r} is not "
+                                "one")
+                elif sym.elem.bits > 32 or sym.elem is ElemType.BOOL:
+                    self.report(path, f"ldmatrix reads 16-byte rows of 8-, 16- or 32-bit "
+                                f"elements, not of {src!r} ({sym.elem})")
+                elif isinstance(sym.decl, ir.ArrayDecl) and sym.decl.align % 16:
+                    self.report(path, f"ldmatrix rows are 16-byte aligned; {src!r} is aligned "
+                                f"to {sym.decl.align} bytes")
+            case ir.Mma(atom=atom, d=d, a=a, b=b, c=c):
+                facts = atoms.MMA[atom]
+                for name, elem, start, use in (
+                        (a, ElemType.U32, s.a_offset, "a"), (b, ElemType.U32, s.b_offset, "b"),
+                        (c, facts.accumulator, s.c_offset, "c"),
+                        (d, facts.accumulator, s.d_offset, "c")):
+                    self._registers(scope, path, name, elem, start + facts.registers(use))
         return divergent
+
+    def _registers(self, scope: _Scope, path: str, name: str, elem: ElemType, end: int
+                   ) -> None:
+        """A lane-explicit instruction's register operand: a local array of ``elem`` with at
+        least ``end`` elements."""
+        sym = scope.lookup(name)
+        if not isinstance(sym, _Array) or sym.space is not MemSpace.LOCAL:
+            self.report(path, f"{name!r} must be a local array holding each lane's registers")
+        elif sym.elem is not elem:
+            self.report(path, f"register array {name!r} holds {sym.elem}; the instruction "
+                        f"takes {elem}")
+        elif isinstance(sym.decl, ir.ArrayDecl) and sym.decl.size < end:
+            self.report(path, f"register array {name!r} has {sym.decl.size} elements; the "
+                        f"instruction uses {end}")
 
     def _loop(self, body: tuple[ir.Stmt, ...], scope: _Scope, path: str, divergent: bool,
               cond: ir.Expr | None = None) -> bool:
@@ -404,7 +444,7 @@ class _Checker:
 def _subexprs(e: ir.Expr) -> Iterator[ir.Expr]:
     yield e
     match e:
-        case ir.Unary(x=x) | ir.Cast(x=x):
+        case ir.Unary(x=x) | ir.Cast(x=x) | ir.Bitcast(x=x):
             yield from _subexprs(x)
         case ir.Binary(a=a, b=b):
             yield from _subexprs(a)

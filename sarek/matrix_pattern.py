@@ -269,7 +269,7 @@ def _layout(unit: ir.Expr, other: ir.Expr) -> str:
 
 def _children(e: ir.Expr) -> tuple[ir.Expr, ...]:
     match e:
-        case ir.Unary(x=x) | ir.Cast(x=x):
+        case ir.Unary(x=x) | ir.Cast(x=x) | ir.Bitcast(x=x):
             return (x,)
         case ir.Binary(a=a, b=b):
             return (a, b)

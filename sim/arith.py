@@ -94,6 +94,12 @@ def convert(x: Value, src: ElemType, dst: ElemType) -> Value:
 _WIDENS_TO_F32 = frozenset({ElemType.F16, ElemType.BF16, ElemType.F32})
 
 
+def reinterpret(x: Value, dt: np.dtype[Any]) -> Value:
+    """The bits of ``x`` read as ``dt`` (of the same width)."""
+    out = np.asarray(x).view(dt)
+    return out if isinstance(x, np.ndarray) else out[()]
+
+
 def _widen(x: Value, src: ElemType) -> Value:
     return x.astype(np.float32) if src.is_storage_only else x
 

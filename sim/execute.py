@@ -16,7 +16,7 @@ from typing import NoReturn, TypeAlias
 
 import numpy as np
 
-from sarek import ir, tile
+from sarek import atoms, ir, tile
 from sarek.errors import (
     BarrierDivergence,
     IRError,
@@ -27,7 +27,7 @@ from sarek.errors import (
 )
 from sarek.ir import BinOp, ElemType, MathFn, MemSpace
 from sarek.layout import TileLayout
-from sim import arith, fragments
+from sim import arith, fragments, lanes
 from sim import tile as tile_sim
 from sim.arith import Value
 from sim.launch import Geometry
@@ -195,6 +195,9 @@ class _Compiler:
             case ir.Cast(x=x, type=dst):
                 fx, src = self.expr(x, scope, site), x.type
                 return lambda st, m: arith.convert(fx(st, m), src, dst)
+            case ir.Bitcast(x=x, type=dst):
+                fx, as_type = self.expr(x, scope, site), arith.dtype(dst)
+                return lambda st, m: arith.reinterpret(fx(st, m), as_type)
             case ir.Load(array=name, index=index):
                 return self.load(self._array(scope, name, site), self.expr(index, scope, site),
                                  site)
@@ -440,6 +443,10 @@ class _Compiler:
                 return (lambda st, m: None), False
             case ir.TileApply():
                 return self.tile_apply(s, scope, site), False
+            case ir.Ldmatrix():
+                return self.ldmatrix(s, scope, site), False
+            case ir.Mma():
+                return self.mma(s, scope, site), False
             case ir.FragDecl() | ir.FragFill() | ir.FragLoad() | ir.FragStore() | \
                     ir.FragMulAdd():
                 return self.fragment(s, scope, site), False
@@ -504,6 +511,52 @@ class _Compiler:
             local, smem = st.arrays[registers.slot], st.arrays[shared.slot]
             assert isinstance(local, LocalArray) and isinstance(smem, SharedArray)
             tile_sim.run(op, registers, shared, local, smem, warps, geo, site)
+
+        return run
+
+    # ------------------------------------------------------------------ lane-explicit
+
+    def _warps(self, m: Mask, site: Site) -> np.ndarray:
+        tile_sim.check_geometry(self.geo, site)
+        return tile_sim.full_warps(m, self.n, site)
+
+    def ldmatrix(self, s: ir.Ldmatrix, scope: _Scope, site: Site) -> StmtFn:
+        """A warp's ldmatrix from the rows its lanes address (``sim.lanes``)."""
+        dst, src = self._array(scope, s.dst, site), self._array(scope, s.src, site)
+        f_address = self.expr(s.address, scope, site)
+        n, geo = self.n, self.geo
+
+        def run(st: State, m: Mask) -> None:
+            warps = self._warps(m, site)
+            address = np.broadcast_to(f_address(st, m), (n,))
+            local, smem = st.arrays[dst.slot], st.arrays[src.slot]
+            assert isinstance(local, LocalArray) and isinstance(smem, SharedArray)
+            bad = lanes.ldmatrix(s.count, s.trans, address, smem, local, dst.size, s.offset,
+                                 warps, geo, site)
+            if bad is not None:
+                mask = np.zeros(n, bool)
+                mask[bad] = True
+                self._fail(OutOfBounds, f"an ldmatrix row of {src.name!r} is not 16 aligned "
+                           f"bytes inside its {src.size} elements (element index "
+                           f"{int(address[bad[0]])})", site, mask)
+
+        return run
+
+    def mma(self, s: ir.Mma, scope: _Scope, site: Site) -> StmtFn:
+        """A warp's mma.sync over its lanes' registers (``sim.lanes``)."""
+        facts, model = atoms.MMA[s.atom], self.arith
+        operands = {use: (self._array(scope, name, site), first) for use, name, first in (
+            ("a", s.a, s.a_offset), ("b", s.b, s.b_offset), ("c", s.c, s.c_offset),
+            ("d", s.d, s.d_offset))}
+
+        def run(st: State, m: Mask) -> None:
+            warps = self._warps(m, site)
+            registers = {}
+            for use, (arr, first) in operands.items():
+                local = st.arrays[arr.slot]
+                assert isinstance(local, LocalArray)
+                registers[use] = (local, arr.size, first)
+            lanes.mma(facts, model, registers, warps)
 
         return run
 

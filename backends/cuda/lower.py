@@ -1,14 +1,333 @@
-"""Lowering for CUDA (in progress: kernels without fragments pass through unchanged)."""
+"""Lowering for CUDA: neutral fragments into lane-explicit registers, ldmatrix and mma.sync.
+
+A 16x16 fragment of a warp becomes a local array in every lane holding that lane's part, as
+``sarek.atoms`` lays it out: A as one ``mma.sync.m16n8k16`` A operand (u32 words), B (k x n)
+as two B operands (columns 0-7, then 8-15), the accumulator as two C operands (f32 or s32
+elements). Then
+
+* a load of A or B from 16-byte aligned shared rows becomes one ``Ldmatrix`` whose per-lane
+  address follows the provider rule, when the instruction delivers exactly the words the atom's
+  lane layout wants (checked from the tables, never assumed); every other load and every
+  store moves element by element at the addresses the lane layout gives;
+* ``FragMulAdd`` becomes two ``Mma`` statements, one per half of the columns;
+* a fill writes the value into each of a lane's accumulator elements.
+
+The printer prints the result as it is and the simulator runs it lane by lane: the register
+images and addresses that reach a GPU are the ones the CPU suite executes. Only 16x16x16
+fragments of subgroups of 32 exist here (NVIDIA has no 8x8x8 float shape).
+"""
 
 from __future__ import annotations
 
-from sarek import ir
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from backends.cstyle import EmitError
+from sarek import atoms, ir
+from sarek.ir_check import walk
+from sarek.ir import BinOp, Builtin, ElemType, FragLayout, FragUse, MemSpace
+from sarek.ir_build import add, binary, const, mul, var
 from sarek.staging import Staging
 
 SUBGROUPS = (32,)
 FRAGMENTS = (16,)
 STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True)
+"""Padded 16-bit rows put the 8 rows one ldmatrix reads in distinct banks; 8-bit B staged
+column-major lets ldmatrix deliver B's k-consecutive bytes."""
+
+EDGE = 16
+_LANE, _G, _T = "sk_lane", "sk_lane_g", "sk_lane_t"  # lane, lane / 4, lane % 4
+I32, U32 = ElemType.I32, ElemType.U32
 
 
 def lower(kernel: ir.Kernel) -> ir.Kernel:
-    return kernel
+    """``kernel`` with every fragment statement lowered (kernels without fragments come back
+    unchanged); ``EmitError`` with the reason for a fragment CUDA has no instruction for."""
+    if not any(isinstance(s, _FRAGMENT_STMTS) for s in walk(kernel.body)):
+        return kernel
+    if kernel.subgroup not in (None, *SUBGROUPS):
+        raise EmitError(f"CUDA runs subgroups of 32 lanes; kernel {kernel.name!r} is written "
+                        f"for {kernel.subgroup}")
+    lowering = _Lowering(kernel)
+    lane = ir.BuiltinValue(which=Builtin.SUBGROUP_LANE)
+    prologue = (
+        ir.Let(name=_LANE, type=I32, value=lane),
+        ir.Let(name=_G, type=I32, value=binary(BinOp.SHR, var(_LANE), const(2))),
+        ir.Let(name=_T, type=I32, value=binary(BinOp.AND, var(_LANE), const(3))),
+    )
+    lowered = kernel.model_copy(update={"body": prologue + lowering.block(kernel.body),
+                                        "subgroup": 32})
+    ir.ensure_valid(lowered)
+    return lowered
+
+
+_FRAGMENT_STMTS = (ir.FragDecl, ir.FragFill, ir.FragLoad, ir.FragStore, ir.FragMulAdd)
+_OPERAND = {FragUse.A: "a", FragUse.B: "b", FragUse.ACCUMULATOR: "c"}
+
+
+@dataclass(frozen=True)
+class _Affine:
+    """``g * along_g + t * along_t + base``: a row or column as a function of the lane."""
+
+    along_g: int
+    along_t: int
+    base: int
+
+    def expr(self, extra: int = 0) -> ir.Expr:
+        out: ir.Expr = const(self.base + extra)
+        for name, k in ((_T, self.along_t), (_G, self.along_g)):
+            if k:
+                out = add(mul(var(name), const(k)) if k != 1 else var(name), out)
+        return out
+
+
+def _affine(values: np.ndarray) -> _Affine:
+    """The affine form of ``values[lane]`` over (g, t), checked on every lane."""
+    lanes = np.arange(values.size)
+    g, t = lanes // 4, lanes % 4
+    form = _Affine(int(values[4] - values[0]), int(values[1] - values[0]), int(values[0]))
+    if not np.array_equal(g * form.along_g + t * form.along_t + form.base, values):
+        raise AssertionError("a lane layout is not affine in lane / 4 and lane % 4")
+    return form
+
+
+def _layout(facts: atoms.MmaAtomFacts, use: FragUse) -> atoms.LaneLayout:
+    return {FragUse.A: facts.a, FragUse.B: facts.b, FragUse.ACCUMULATOR: facts.c}[use]
+
+
+def _halves(use: FragUse) -> int:
+    """Atom operands per 16x16 fragment: B and the accumulator span two n8 halves."""
+    return 1 if use is FragUse.A else 2
+
+
+def _elements(facts: atoms.MmaAtomFacts, use: FragUse) -> list[tuple[ir.Expr, ir.Expr]]:
+    """(row, column) in the 16x16 fragment of each element a lane holds, in register order
+    (B's and the accumulator's second half after the first)."""
+    coords = _layout(facts, use).coordinates
+    out = []
+    for h in range(_halves(use)):
+        for e in range(coords.shape[1]):
+            row, col = _affine(coords[:, e, 0]), _affine(coords[:, e, 1])
+            out.append((row.expr(), col.expr(8 * h)))
+    return out
+
+
+def divisor(e: ir.Expr) -> int:
+    """A number ``e``'s value is always a multiple of (1 when nothing is known)."""
+    match e:
+        case ir.Const(value=v) if isinstance(v, int) and not isinstance(v, bool):
+            return abs(v) or 1 << 30
+        case ir.Binary(op=BinOp.ADD | BinOp.SUB, a=a, b=b):
+            return math.gcd(divisor(a), divisor(b))
+        case ir.Binary(op=BinOp.MUL, a=a, b=b):
+            return min(divisor(a) * divisor(b), 1 << 30)
+        case ir.Binary(op=BinOp.SHL, a=a, b=ir.Const(value=int(c))):
+            return min(divisor(a) << c, 1 << 30)
+    return 1
+
+
+def ldmatrix_blocks(facts: atoms.MmaAtomFacts, use: FragUse, layout: FragLayout
+                    ) -> tuple[list[tuple[int, int]], bool] | None:
+    """How one ldmatrix loads a fragment's registers: for each register (B's second half
+    after the first) the (row, column) origin, in memory, of the 8x8 block of 16-bit words it
+    receives, and whether ``.trans`` is needed; None when no ldmatrix delivers exactly the
+    elements the atom's lane layout puts in each register."""
+    lane_layout, move = _layout(facts, use), atoms.LDMATRIX
+    per = 32 // facts.operand.bits  # elements per register
+    regs = facts.registers(_OPERAND[use])
+    owner = move.owner.coordinates[:, 0]  # lane -> (row, word) it receives
+    coords = lane_layout.coordinates
+    blocks: list[tuple[int, int]] = []
+    trans = use is FragUse.B and layout is FragLayout.ROW
+    if trans and per != 2:
+        return None  # .trans transposes 16-bit elements only
+    for h in range(_halves(use)):
+        for j in range(regs):
+            # memory (row, element) of each of lane l's elements of register j
+            want = coords[:, j * per:(j + 1) * per] + np.array([0, 8 * h])
+            if layout is FragLayout.COL:
+                want = want[..., ::-1]
+            origin = want.reshape(-1, 2).min(axis=0)
+            if trans:  # element (k, n) comes from memory row k: the word transposed
+                got = origin + np.stack([
+                    2 * owner[:, 1:2] + np.arange(per)[None, :],
+                    np.broadcast_to(owner[:, 0:1], (move.lanes, per))], axis=-1)
+            else:
+                got = origin + np.stack([
+                    np.broadcast_to(owner[:, 0:1], (move.lanes, per)),
+                    per * owner[:, 1:2] + np.arange(per)[None, :]], axis=-1)
+            if not np.array_equal(got, want):
+                return None
+            blocks.append((int(origin[0]), int(origin[1])))
+    return blocks, trans
+
+
+class _Lowering:
+    def __init__(self, kernel: ir.Kernel) -> None:
+        self.kernel = kernel
+        self.frags: dict[str, ir.FragDecl] = {}
+        self.arrays: dict[str, ir.ArrayDecl | ir.ArrayParam] = {
+            p.name: p for p in kernel.params if isinstance(p, ir.ArrayParam)}
+        self.fresh = 0
+
+    def block(self, stmts: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+        out: list[ir.Stmt] = []
+        for s in stmts:
+            out.extend(self.stmt(s))
+        return tuple(out)
+
+    def stmt(self, s: ir.Stmt) -> list[ir.Stmt]:
+        match s:
+            case ir.For(body=body) | ir.While(body=body):
+                return [s.model_copy(update={"body": self.block(body)})]
+            case ir.If(then=then, orelse=orelse):
+                return [s.model_copy(update={"then": self.block(then),
+                                             "orelse": self.block(orelse)})]
+            case ir.ArrayDecl(name=name):
+                self.arrays[name] = s
+                return [s]
+            case ir.FragDecl():
+                return [self.decl(s)]
+            case ir.FragFill(frag=name, value=value):
+                return self.fill(name, value, s.line)
+            case ir.FragLoad() | ir.FragStore():
+                return self.move(s)
+            case ir.FragMulAdd(d=d, a=a, b=b, c=c):
+                return self.mul_add(d, a, b, c, s.line)
+        return [s]
+
+    def facts(self, d: ir.FragDecl) -> atoms.MmaAtomFacts:
+        for facts in atoms.MMA.values():
+            if d.use is FragUse.ACCUMULATOR and facts.accumulator is d.elem:
+                return facts
+            if d.use is not FragUse.ACCUMULATOR and facts.operand is d.elem:
+                return facts
+        takes = ("f32 and s32 accumulators" if d.use is FragUse.ACCUMULATOR
+                 else "f16, bf16, u8 and s8 operands")
+        raise EmitError(f"fragment {d.name!r} of {d.elem}: mma.sync takes {takes}")
+
+    def decl(self, d: ir.FragDecl) -> ir.ArrayDecl:
+        if (d.rows, d.cols) != (EDGE, EDGE):
+            raise EmitError(f"fragment {d.name!r} is {d.rows}x{d.cols}; CUDA multiplies "
+                            "16x16x16 fragments (m16n8k16) and has no 8x8x8 float shape")
+        facts = self.facts(d)
+        self.frags[d.name] = d
+        if d.use is FragUse.ACCUMULATOR:
+            return ir.ArrayDecl(name=d.name, elem=d.elem, size=_halves(d.use) * facts.c.values,
+                                space=MemSpace.LOCAL, line=d.line)
+        words = _halves(d.use) * facts.registers(_OPERAND[d.use])
+        return ir.ArrayDecl(name=d.name, elem=U32, size=words, space=MemSpace.LOCAL,
+                            line=d.line)
+
+    def frag(self, name: str) -> ir.FragDecl:
+        if name not in self.frags:
+            raise EmitError(f"{name!r} is not a fragment declared before its use")
+        return self.frags[name]
+
+    def loop_var(self) -> str:
+        self.fresh += 1
+        return f"sk_r{self.fresh}"
+
+    def fill(self, name: str, value: ir.Expr, line: int | None) -> list[ir.Stmt]:
+        d = self.frag(name)
+        if d.use is not FragUse.ACCUMULATOR:
+            raise EmitError(f"only accumulators are filled on CUDA, not {name!r}")
+        i = self.loop_var()
+        size = _halves(d.use) * self.facts(d).c.values
+        return [ir.For(var=i, start=const(0), stop=const(size), step=const(1), line=line,
+                       body=(ir.Store(array=name, index=var(i), value=value, line=line),))]
+
+    def move(self, s: ir.FragLoad | ir.FragStore) -> list[ir.Stmt]:
+        d = self.frag(s.frag)
+        facts = self.facts(d)
+        load = isinstance(s, ir.FragLoad)
+        if not load and d.use is not FragUse.ACCUMULATOR:
+            raise EmitError(f"only accumulators are stored on CUDA, not {s.frag!r}")
+        if load and d.use is not FragUse.ACCUMULATOR:
+            served = self.ldmatrix(s, d, facts)
+            if served is not None:
+                return [served]
+
+        def at(row: ir.Expr, col: ir.Expr) -> ir.Expr:
+            major, minor = (row, col) if s.layout is FragLayout.ROW else (col, row)
+            return add(add(s.offset, mul(major, s.stride)), minor)
+
+        elements = _elements(facts, d.use)
+        if d.use is FragUse.ACCUMULATOR:
+            out: list[ir.Stmt] = []
+            for slot, (row, col) in enumerate(elements):
+                if load:
+                    value = ir.Load(array=s.array, index=at(row, col), type=d.elem)
+                    out.append(ir.Store(array=d.name, index=const(slot), value=value,
+                                        line=s.line))
+                else:
+                    value = ir.Load(array=d.name, index=const(slot), type=d.elem)
+                    out.append(ir.Store(array=s.array, index=at(row, col), value=value,
+                                        line=s.line))
+            return out
+        # Operands: each 32-bit register packs 32/bits elements, the first in the low bits.
+        bits = d.elem.bits
+        per = 32 // bits
+        word_of = ElemType.U16 if bits == 16 else ElemType.U8
+        stores: list[ir.Stmt] = []
+        for reg in range(len(elements) // per):
+            packed: ir.Expr | None = None
+            for part in range(per):
+                row, col = elements[reg * per + part]
+                element = ir.Load(array=s.array, index=at(row, col), type=d.elem)
+                raw: ir.Expr = ir.Cast(x=ir.Bitcast(x=element, type=word_of)
+                                       if d.elem is not word_of else element, type=U32)
+                if part:
+                    raw = binary(BinOp.SHL, raw, const(part * bits, U32))
+                packed = raw if packed is None else binary(BinOp.OR, packed, raw)
+            assert packed is not None
+            stores.append(ir.Store(array=d.name, index=const(reg), value=packed, line=s.line))
+        return stores
+
+    def ldmatrix(self, s: ir.FragLoad, d: ir.FragDecl, facts: atoms.MmaAtomFacts
+                 ) -> ir.Ldmatrix | None:
+        """The fragment load as one ldmatrix, when the source is 16-byte aligned shared rows
+        and the instruction delivers the atom's register images."""
+        arr = self.arrays.get(s.array)
+        if not isinstance(arr, ir.ArrayDecl) or arr.space is not MemSpace.SHARED:
+            return None
+        per_row = atoms.LDMATRIX.row_bytes * 8 // d.elem.bits  # elements in one row
+        if arr.align % atoms.LDMATRIX.row_bytes or divisor(s.offset) % per_row or \
+                divisor(s.stride) % per_row:
+            return None
+        plan = ldmatrix_blocks(facts, d.use, s.layout)
+        if plan is None:
+            return None
+        blocks, trans = plan
+        count = len(blocks)
+        if count not in atoms.LDMATRIX.counts:
+            return None
+        # lane = row + 8 * matrix gives that row's address (sarek.atoms.LDMATRIX.provider)
+        rows = atoms.LDMATRIX.rows
+        matrix = binary(BinOp.REM, binary(BinOp.DIV, var(_LANE), const(rows)), const(count))
+        row = binary(BinOp.REM, var(_LANE), const(rows))
+
+        def origin(m: int) -> ir.Expr:
+            r0, c0 = blocks[m]
+            return add(mul(const(r0), s.stride), const(c0))
+
+        start: ir.Expr = origin(count - 1)
+        for m in range(count - 2, -1, -1):
+            start = ir.Select(cond=binary(BinOp.EQ, matrix, const(m)), a=origin(m), b=start,
+                              type=I32)
+        address = add(add(s.offset, start), mul(row, s.stride))
+        return ir.Ldmatrix(dst=d.name, offset=0, src=s.array, address=address, count=count,
+                           trans=trans, line=s.line)
+
+    def mul_add(self, d: str, a: str, b: str, c: str, line: int | None) -> list[ir.Stmt]:
+        fd, fa, fb = self.frag(d), self.frag(a), self.frag(b)
+        facts = atoms.mma_for(fa.elem, fd.elem)
+        if facts is None or fb.elem is not fa.elem:
+            raise EmitError(f"mma.sync has no form multiplying {fa.elem} x {fb.elem} into "
+                            f"{fd.elem}")
+        b_regs, c_values = facts.registers("b"), facts.c.values
+        return [ir.Mma(atom=facts.atom, d=d, a=a, b=b, c=c, d_offset=h * c_values,
+                       b_offset=h * b_regs, c_offset=h * c_values, line=line)
+                for h in range(2)]  # columns 0-7, then 8-15

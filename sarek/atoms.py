@@ -1,0 +1,196 @@
+"""Hardware facts, written once as data: which lane holds which element of a matrix operand.
+
+Each fact is a ``LaneLayout`` in the spirit of CuTe's MMA traits: a lane and a value (a
+register element of that lane) are each split into modes with a stride; the sum of the strides
+is an offset into the operand matrix in column-major order (``row + rows * col``). Everything
+that needs to know where an element lives derives it from these tables: the CUDA lowering (its
+element-wise moves and ldmatrix addresses), the simulator's execution of ``mma.sync`` and
+``ldmatrix``, the tile-pattern contract, the device gate's CUDA table and the device probes.
+
+The facts (PTX ISA, "Matrix fragments for mma.m16n8k16", "ldmatrix"; Metal Shading Language
+specification, "SIMD-group matrix"), with ``g = lane / 4`` and ``t = lane % 4``:
+
+* ``mma.sync.m16n8k16`` with 16-bit A: element ``i`` at row ``g + 8*((i/2) % 2)``, column
+  ``2t + i%2 + 8*(i/4)``; B (k x n) element ``i`` at k ``2t + i%2 + 8*(i/2)``, n ``g``; C and D
+  element ``i`` at row ``g + 8*(i/2)``, column ``2t + i%2``. With 8-bit A: row ``g + 8*(i/4)``,
+  column ``4t + i%4``; 8-bit B: k ``4t + i``, n ``g``. A 32-bit register holds ``32 / bits``
+  consecutive elements, the lowest index in the lowest bits.
+* ``ldmatrix`` / ``stmatrix`` m8n8 ``.b16`` with ``count`` matrices: lane ``8*m + r`` provides
+  the address of row ``r`` of matrix ``m``; word ``w`` of row ``r`` of matrix ``m`` is register
+  ``m`` of lane ``4*r + w``.
+* Metal's 8x8 ``simdgroup_matrix``: lane ``l`` holds row ``((l/2) % 4) + 4*(l/16)``, columns
+  ``c0`` and ``c0 + 1`` with ``c0 = 2*(l % 2) + 4*((l/8) % 2)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from math import prod
+
+import numpy as np
+
+from sarek.ir import ElemType, MmaAtom
+
+
+@dataclass(frozen=True)
+class LaneLayout:
+    """(lane, value) -> (row, column) of a ``rows x cols`` operand. A lane index is split into
+    ``lane_shape`` modes, first mode fastest, as is a value index into ``value_shape``; each
+    mode's coordinate times its stride adds to the column-major offset ``row + rows * col``."""
+
+    rows: int
+    cols: int
+    lane_shape: tuple[int, ...]
+    lane_stride: tuple[int, ...]
+    value_shape: tuple[int, ...]
+    value_stride: tuple[int, ...]
+
+    @property
+    def lanes(self) -> int:
+        return prod(self.lane_shape)
+
+    @property
+    def values(self) -> int:
+        """Elements each lane holds."""
+        return prod(self.value_shape)
+
+    @cached_property
+    def coordinates(self) -> np.ndarray:
+        """``[lane, value, 2]``: the (row, column) each lane's value lies at."""
+        lane = _offsets(self.lane_shape, self.lane_stride)
+        value = _offsets(self.value_shape, self.value_stride)
+        flat = lane[:, None] + value[None, :]
+        out = np.stack([flat % self.rows, flat // self.rows], axis=-1)
+        out.setflags(write=False)
+        return out
+
+    def gather(self, matrices: np.ndarray) -> np.ndarray:
+        """``[..., lane, value]``: each lane's values of ``matrices[..., rows, cols]``."""
+        rc = self.coordinates
+        return np.asarray(matrices[..., rc[..., 0], rc[..., 1]])
+
+    def scatter(self, values: np.ndarray) -> np.ndarray:
+        """``[..., rows, cols]``: the matrices whose lanes hold ``values[..., lane, value]``
+        (the inverse of ``gather``)."""
+        out = np.zeros((*values.shape[:-2], self.rows, self.cols), values.dtype)
+        rc = self.coordinates
+        out[..., rc[..., 0], rc[..., 1]] = values
+        return out
+
+
+def _offsets(shape: tuple[int, ...], stride: tuple[int, ...]) -> np.ndarray:
+    """The offset of every index of ``shape`` (first mode fastest)."""
+    out = np.zeros(1, np.int64)
+    for n, s in zip(shape, stride, strict=True):
+        out = (out[None, :] + s * np.arange(n)[:, None]).ravel()
+    return out
+
+
+# --------------------------------------------------------------------------- mma.sync
+
+
+@dataclass(frozen=True)
+class MmaAtomFacts:
+    """One warp-wide ``mma.sync`` instruction: ``D (m x n) = A (m x k) * B (k x n) + C``, the
+    operand types, each operand's lane layout and the PTX form."""
+
+    atom: MmaAtom
+    m: int
+    n: int
+    k: int
+    operand: ElemType  # A's and B's element type
+    accumulator: ElemType  # C's and D's
+    a: LaneLayout
+    b: LaneLayout
+    c: LaneLayout
+    ptx: str
+
+    def registers(self, use: str) -> int:
+        """32-bit registers per lane for operand ``use`` ("a", "b" or "c")."""
+        layout = {"a": self.a, "b": self.b, "c": self.c}[use]
+        bits = 32 if use == "c" else self.operand.bits
+        return layout.values * bits // 32
+
+
+_LANES = (4, 8)  # (t, g): lane = t + 4 g
+_C_16x8 = LaneLayout(16, 8, _LANES, (32, 1), (2, 2), (16, 8))
+_A16 = LaneLayout(16, 16, _LANES, (32, 1), (2, 2, 2), (16, 8, 128))
+_B16 = LaneLayout(16, 8, _LANES, (2, 16), (2, 2), (1, 8))
+_A8 = LaneLayout(16, 16, _LANES, (64, 1), (4, 2), (16, 8))
+_B8 = LaneLayout(16, 8, _LANES, (4, 16), (4,), (1,))
+
+
+def _mma(atom: MmaAtom, operand: ElemType, accumulator: ElemType, ptx_types: str
+         ) -> MmaAtomFacts:
+    a, b = (_A16, _B16) if operand.bits == 16 else (_A8, _B8)
+    return MmaAtomFacts(atom, 16, 8, 16, operand, accumulator, a, b, _C_16x8,
+                        f"mma.sync.aligned.m16n8k16.row.col.{ptx_types}")
+
+
+MMA: dict[MmaAtom, MmaAtomFacts] = {
+    MmaAtom.M16N8K16_F32_F16: _mma(MmaAtom.M16N8K16_F32_F16, ElemType.F16, ElemType.F32,
+                                   "f32.f16.f16.f32"),
+    MmaAtom.M16N8K16_F32_BF16: _mma(MmaAtom.M16N8K16_F32_BF16, ElemType.BF16, ElemType.F32,
+                                    "f32.bf16.bf16.f32"),
+    MmaAtom.M16N8K16_S32_U8: _mma(MmaAtom.M16N8K16_S32_U8, ElemType.U8, ElemType.I32,
+                                  "s32.u8.u8.s32"),
+    MmaAtom.M16N8K16_S32_S8: _mma(MmaAtom.M16N8K16_S32_S8, ElemType.I8, ElemType.I32,
+                                  "s32.s8.s8.s32"),
+}
+"""Every ``mma.sync`` form the project prints, by the IR's name for it."""
+
+
+def mma_for(operand: ElemType, accumulator: ElemType) -> MmaAtomFacts | None:
+    """The atom multiplying ``operand`` fragments into ``accumulator``, if one exists."""
+    for facts in MMA.values():
+        if (facts.operand, facts.accumulator) == (operand, accumulator):
+            return facts
+    return None
+
+
+# --------------------------------------------------------------------------- ldmatrix
+
+
+@dataclass(frozen=True)
+class MatrixMoveFacts:
+    """``ldmatrix`` / ``stmatrix`` m8n8 ``.b16``: up to four 8x8 matrices of 16-bit elements,
+    each row 16 contiguous, 16-byte aligned bytes of shared memory, moved to or from one
+    32-bit register per matrix in every lane of a warp."""
+
+    lanes: int = 32
+    rows: int = 8
+    row_words: int = 4
+    row_bytes: int = 16
+    counts: tuple[int, ...] = (1, 2, 4)
+    # lane = row + 8 * matrix provides that row's address
+    provider: LaneLayout = LaneLayout(8, 4, (32,), (1,), (1,), (0,))
+    # word w of row r goes to (comes from) lane 4 r + w: (row, word) over a 32-lane layout
+    owner: LaneLayout = LaneLayout(8, 4, (4, 8), (8, 1), (1,), (0,))
+
+    def provided(self, count: int) -> np.ndarray:
+        """``[lane, 2]``: the (matrix, row) whose address each lane gives; lanes past
+        ``8 * count`` give the rows of lanes ``lane % (8 * count)`` (their addresses are
+        ignored by the hardware, so any valid row will do)."""
+        rc = self.provider.coordinates[:, 0]
+        rows, matrix = rc[:, 0], rc[:, 1] % count
+        return np.stack([matrix, rows], axis=-1)
+
+    def owners(self) -> np.ndarray:
+        """``[row, word]``: the lane each word of a matrix belongs to."""
+        lanes = np.zeros((self.rows, self.row_words), np.int64)
+        rc = self.owner.coordinates[:, 0]
+        lanes[rc[:, 0], rc[:, 1]] = np.arange(self.owner.lanes)
+        return lanes
+
+
+LDMATRIX = MatrixMoveFacts()
+"""The ldmatrix / stmatrix facts (sm_75 for ldmatrix, sm_90 for stmatrix)."""
+
+
+# --------------------------------------------------------------------------- Metal
+
+
+SIMDGROUP_8X8 = LaneLayout(8, 8, (2, 4, 2, 2), (16, 1, 32, 4), (2,), (8,))
+"""Metal's 8x8 ``simdgroup_matrix``: which lane of the 32 holds which two elements (as
+``thread_elements()`` exposes them)."""
