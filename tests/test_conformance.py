@@ -1,0 +1,200 @@
+"""`sarek conformance`'s engine (backends.conformance): the simulator-only matrix passes and
+writes its report; a wrong result, a write outside the covered outputs and a missing device are
+each reported, with the exit status the module documents."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import EXAMPLES
+
+import sarek
+from backends import conformance, registry
+from backends.registry import Target
+from sarek import Global, block_dim, block_idx, f32, i32, thread_idx
+
+
+@sarek.kernel
+def matmul_plus_one(a: Global[f32], b: Global[f32], c: Global[f32], m: i32, n: i32, k: i32):
+    row = block_idx.y * block_dim.y + thread_idx.y
+    col = block_idx.x * block_dim.x + thread_idx.x
+    if row < m and col < n:
+        acc = f32(1.0)
+        for p in range(k):
+            acc += a[row * k + p] * b[p * n + col]
+        c[row * n + col] = acc
+
+
+@sarek.kernel
+def matmul_one_past(a: Global[f32], b: Global[f32], c: Global[f32], m: i32, n: i32, k: i32):
+    row = block_idx.y * block_dim.y + thread_idx.y
+    col = block_idx.x * block_dim.x + thread_idx.x
+    if row < m and col < n:
+        acc = f32(0.0)
+        for p in range(k):
+            acc += a[row * k + p] * b[p * n + col]
+        c[row * n + col + 1] = acc
+
+
+def conform(*argv: str) -> int:
+    parser = argparse.ArgumentParser()
+    conformance.add_arguments(parser)
+    return conformance.main(parser.parse_args(argv))
+
+
+def planted(monkeypatch: pytest.MonkeyPatch, **changes: Any) -> Target:
+    """The cuda target with ``changes``, as the registry now gives it."""
+    real = registry.target("cuda")
+    fake = replace(real, **changes)
+    monkeypatch.setattr(registry, "target", lambda name: fake if name == "cuda" else real)
+    return real
+
+
+def lowering_swapping(kernel: sarek.ir.Kernel) -> Callable[[sarek.ir.Kernel], sarek.ir.Kernel]:
+    """A lowering that replaces the f32 example's original kernel by ``kernel``."""
+    return lambda k: kernel if k.name == "matmul" else k
+
+
+def report_of(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def failed(data: dict[str, Any]) -> list[dict[str, Any]]:
+    return [c for c in data["cases"] if not c["ok"]]
+
+
+QUICK_F32 = ("--quick", "--example", "gemm_f32")
+
+
+def test_sim_cuda_quick_passes_and_writes_a_report_of_every_case(tmp_path: Path) -> None:
+    path = tmp_path / "report.json"
+    assert conform("--target", "sim-cuda", "--quick", "--report", str(path)) == 0
+    data = report_of(path)
+    assert data["target"] == "sim-cuda" and data["device"].startswith("simulator")
+    assert data["totals"] == {"cases": 28, "passed": 28, "mismatches": 0,
+                              "canary_violations": 0, "errors": 0}
+    case = data["cases"][0]
+    assert set(case) >= {"example", "kernel", "lowering", "subgroup", "frag", "size", "arrays",
+                         "canary_violations"}
+    assert {c["example"] for c in data["cases"]} >= {"gemm_f32", "gemm_i32", "gemm_batched"}
+    assert {c["lowering"] for c in data["cases"]} == {None, "Bf16x3_operands", "Bf16_operands",
+                                                      "F16_operands", "Int32_byte_planes"}
+    assert all(v == "bit-identical" for c in data["cases"] for v in c["arrays"].values())
+
+
+def test_the_full_matrix_has_the_edge_sizes_and_partial_launches() -> None:
+    cases = conformance.matrix(registry.target("cuda"), EXAMPLES)
+    sizes = {(c.size.m, c.size.n, c.size.k) for c in cases}
+    assert {(70, 45, 33), (128, 96, 64), (17, 5, 0), (33, 20, 1), (1, 1, 1)} <= sizes
+    partial = {c.example.stem for c in cases if c.size.grid is not None}
+    assert partial == {"gemm_f32_1d", "gemm_batched"}
+    # cuda multiplies fragments of 16 in subgroups of 32 only
+    assert {(c.subgroup, c.frag) for c in cases if c.lowering} == {(32, 16)}
+
+
+def test_a_lowering_that_computes_something_else_is_a_mismatch(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    planted(monkeypatch, lower=lowering_swapping(matmul_plus_one.ir))
+    path = tmp_path / "report.json"
+    assert conform("--target", "sim-cuda", *QUICK_F32, "--report", str(path)) == 1
+    data = report_of(path)
+    (bad,) = failed(data)
+    assert bad["lowering"] is None and bad["arrays"]["c"].startswith("3150 of 3214 differ")
+    assert bad["canary_violations"] == [] and data["totals"]["mismatches"] == 1
+
+
+def test_a_kernel_writing_one_element_past_its_output_is_a_canary_violation(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    planted(monkeypatch, lower=lowering_swapping(matmul_one_past.ir))
+    path = tmp_path / "report.json"
+    assert conform("--target", "sim-cuda", *QUICK_F32, "--report", str(path)) == 1
+    (bad,) = failed(report_of(path))
+    # 70x45 outputs: the last one lands on the first guard element
+    assert bad["canary_violations"] == [{"side": "lowered", "array": "c", "count": 1,
+                                         "first": [70 * 45]}]
+
+
+def simulating_device(real: Target, tamper: Callable[[dict[str, np.ndarray]], None]
+                      ) -> Callable[..., dict[str, np.ndarray]]:
+    """A device runner that is the simulator, its result passed through ``tamper``."""
+    def run(kernel: sarek.ir.Kernel, args: Sequence[Any] | Mapping[str, Any],
+            grid: tuple[int, int, int], block: tuple[int, int, int]) -> dict[str, np.ndarray]:
+        out = sarek.simulate(real.lower(kernel), args, grid=grid, block=block, arith=real.arith)
+        tamper(out)
+        return out
+    return run
+
+
+def first_output_flipped(out: dict[str, np.ndarray]) -> None:
+    out["c"][0] = -out["c"][0] if out["c"][0] else 1.0
+
+
+def last_guard_written(out: dict[str, np.ndarray]) -> None:
+    out["c"][-1] = 0.0
+
+
+@pytest.mark.parametrize(("tamper", "status"), [(lambda out: None, 0),
+                                                (first_output_flipped, 1),
+                                                (last_guard_written, 1)],
+                         ids=["honest", "wrong-output", "guard-written"])
+def test_a_device_is_compared_with_the_simulator_bit_for_bit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        tamper: Callable[[dict[str, np.ndarray]], None], status: int) -> None:
+    real = registry.target("cuda")
+    planted(monkeypatch, device_reason=lambda: None, run=simulating_device(real, tamper))
+    monkeypatch.setitem(conformance.DEVICE_NAMES, "cuda", lambda: "the simulator, as a device")
+    path = tmp_path / "report.json"
+    assert conform("--target", "cuda", *QUICK_F32, "--report", str(path)) == status
+    data = report_of(path)
+    assert data["device"] == "the simulator, as a device"
+    assert {c["compared"] for c in data["cases"]} == {"device vs simulator"}
+    if tamper is first_output_flipped:
+        assert data["totals"]["mismatches"] == 4 and data["totals"]["canary_violations"] == 0
+    if tamper is last_guard_written:
+        assert {(v["side"], v["count"]) for c in data["cases"]
+                for v in c["canary_violations"]} == {("device", 1)}
+        assert data["totals"]["mismatches"] == 4  # the guard is part of the array compared
+
+
+def test_a_device_target_without_a_device_says_why_in_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    planted(monkeypatch, device_reason=lambda: "no CUDA device (planted)")
+    path = tmp_path / "report.json"
+    assert conform("--target", "cuda", "--report", str(path)) == conformance.EXIT_NO_DEVICE == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cuda" in err and "no CUDA device (planted)" in err
+    assert not path.exists()
+
+
+def test_without_a_driver_the_cuda_target_reports_the_real_reason(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    reason = registry.target("cuda").device_reason()
+    if reason is None:
+        pytest.skip("a CUDA device is present")
+    assert conform("--target", "cuda", "--report", str(tmp_path / "r.json")) == 3
+    assert capsys.readouterr().err == f"sarek conformance: no device for target cuda: {reason}\n"
+
+
+@pytest.mark.parametrize("argv", [("--target", "sim-vulkan"), ("--target", "nope")])
+def test_an_unknown_target_is_a_one_line_error(
+        argv: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
+    assert conform(*argv) == conformance.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "sim-cuda" in err
+
+
+def test_a_report_directory_that_does_not_exist_is_a_one_line_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nowhere" / "report.json"
+    assert conform("--target", "sim-cuda", "--quick", "--report", str(missing)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(missing.parent) in err
