@@ -1,4 +1,5 @@
-"""The ``sarek`` command line: ``sarek demo | simulate | analyze | rewrite | ir | ir-schema``."""
+"""The ``sarek`` command line: ``sarek demo | simulate | analyze | rewrite | emit | conformance |
+ir | ir-schema``."""
 
 from __future__ import annotations
 
@@ -135,6 +136,54 @@ def _cmd_rewrite(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_emit(args: argparse.Namespace) -> int:
+    from backends import registry
+    from sarek.matrix_pattern import recognize
+    from sarek.matrix_rewrite import rewrite_launch
+    from sarek.matrix_scheme import Lowering, select
+
+    target = registry.target(args.target)
+    if args.original:
+        if any(x is not None for x in (args.lowering, args.subgroup, args.frag)):
+            raise SarekError("--original prints the kernel as written; --lowering, --subgroup "
+                             "and --frag choose a rewrite")
+        kernel = load_kernel(args.kernel)[1].ir
+    else:
+        _, _, launch = _launch_of(args)
+        lowering = (Lowering(args.lowering) if args.lowering
+                    else select(recognize(launch.kernel)))
+        subgroup = 32 if args.subgroup is None else args.subgroup
+        frag = 16 if args.frag is None else args.frag
+        refusal = target.refuses(lowering, subgroup, frag)
+        if refusal:
+            raise SarekError(refusal)
+        kernel = rewrite_launch(launch, lowering=lowering, subgroup=subgroup, frag=frag,
+                                staging=target.staging).launch.kernel
+    text = registry.emit(kernel, target.name)
+    if not args.out:
+        print(text, end="" if text.endswith("\n") else "\n")
+        return 0
+    try:
+        Path(args.out).write_text(text)
+    except OSError as e:
+        raise SarekError(f"cannot write {args.out}: {e.strerror}") from None
+    print(f"wrote {args.out}")
+    return 0
+
+
+CONFORMANCE_HELP = "run a target's conformance checks against the simulator"
+
+
+def _conformance(argv: list[str]) -> int:
+    """``sarek conformance``: the engine in ``backends.conformance`` defines the arguments and
+    runs; imported only for this command (it pulls in rich and the device runners)."""
+    from backends import conformance
+
+    p = argparse.ArgumentParser(prog="sarek conformance", description=CONFORMANCE_HELP)
+    conformance.add_arguments(p)
+    return conformance.main(p.parse_args(argv))
+
+
 def _cmd_ir(args: argparse.Namespace) -> int:
     _, kern = load_kernel(args.kernel)
     print(kern.ir.model_dump_json(indent=2))
@@ -184,6 +233,21 @@ def parser() -> argparse.ArgumentParser:
                    help="simulate original and rewritten and compare them")
     r.add_argument("--json", action="store_true", help="print the rewritten IR as JSON")
     r.set_defaults(run=_cmd_rewrite)
+    from backends import registry
+
+    e = _launch_parser(sub, "emit", "print FILE.py:KERNEL for a target, rewritten onto matrix "
+                       "fragments (or as written, with --original)")
+    e.add_argument("--target", required=True,
+                   help=f"the target to print for: {', '.join(registry.names())}")
+    e.add_argument("--lowering", choices=[x.value for x in _lowerings()],
+                   help="the rewrite's lowering (default: the one selected for the operands)")
+    e.add_argument("--subgroup", type=int, help="lanes per subgroup (default 32)")
+    e.add_argument("--frag", type=int, help="fragment edge (default 16)")
+    e.add_argument("--original", action="store_true", help="print the kernel as written")
+    e.add_argument("-o", "--out", help="write the text to this file instead of stdout")
+    e.set_defaults(run=_cmd_emit)
+    # listed here for --help; main() hands its arguments to the engine (_conformance)
+    sub.add_parser("conformance", help=CONFORMANCE_HELP, add_help=False)
     i = sub.add_parser("ir", help="print FILE.py:KERNEL's IR as JSON")
     i.add_argument("kernel")
     i.set_defaults(run=_cmd_ir)
@@ -196,9 +260,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = None if argv[:1] == ["conformance"] else parser().parse_args(argv)
     try:
-        return int(args.run(args))
+        return _conformance(argv[1:]) if args is None else int(args.run(args))
     except SarekError as e:
         print(f"sarek: error: {e.reason}", file=sys.stderr)
         return 2

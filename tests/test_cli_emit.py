@@ -1,0 +1,74 @@
+"""``sarek emit``: a kernel printed for a target, rewritten or as written, to stdout or a file;
+bad requests are one error line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sarek.cli import main
+
+KERNEL = str(Path(__file__).resolve().parent.parent / "examples" / "gemm_f16.py") + ":matmul_f16"
+
+
+def error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    """The one line the command printed on stderr."""
+    (line,) = capsys.readouterr().err.splitlines()
+    return line
+
+
+def test_emit_prints_the_rewrite_on_tensor_cores(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["emit", KERNEL, "--target", "cuda", "--size", "20,12,9"]) == 0
+    assert "mma.sync" in capsys.readouterr().out
+
+
+def test_emit_original_prints_the_kernel_as_written(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["emit", KERNEL, "--target", "cuda", "--original"]) == 0
+    out = capsys.readouterr().out
+    assert "matmul_f16" in out
+    assert "mma.sync" not in out
+
+
+def test_emit_o_writes_the_text_to_the_file(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["emit", KERNEL, "--target", "cuda", "--size", "20,12,9"]) == 0
+    printed = capsys.readouterr().out
+    out = tmp_path / "matmul_f16.cu"
+    assert main(["emit", KERNEL, "--target", "cuda", "--size", "20,12,9", "-o", str(out)]) == 0
+    assert out.read_text() == printed
+    assert capsys.readouterr().out == f"wrote {out}\n"
+
+
+def test_an_unknown_target_is_one_error_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["emit", KERNEL, "--target", "nowhere"]) == 2
+    assert error_line(capsys).startswith("sarek: error: unknown target 'nowhere'; the targets are")
+
+
+def test_a_configuration_the_target_refuses_is_one_error_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["emit", KERNEL, "--target", "cuda", "--subgroup", "64"]) == 2
+    assert error_line(capsys) == "sarek: error: cuda runs subgroups of 32 lanes, not 64"
+
+
+def test_a_missing_output_directory_is_one_error_line(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "absent" / "matmul_f16.cu"
+    assert main(["emit", KERNEL, "--target", "cuda", "--original", "-o", str(out)]) == 2
+    assert error_line(capsys).startswith(f"sarek: error: cannot write {out}:")
+
+
+def test_original_with_rewrite_options_is_one_error_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["emit", KERNEL, "--target", "cuda", "--original", "--frag", "8"]) == 2
+    assert error_line(capsys).startswith("sarek: error: --original prints the kernel as written")
+
+
+def test_the_installed_script_refuses_without_a_traceback() -> None:
+    sarek = Path(sys.executable).parent / "sarek"
+    done = subprocess.run([str(sarek), "emit", KERNEL, "--target", "cuda", "--subgroup", "64"],
+                          capture_output=True, text=True)
+    assert done.returncode != 0
+    assert done.stderr.splitlines() == ["sarek: error: cuda runs subgroups of 32 lanes, not 64"]
