@@ -17,13 +17,14 @@ INTS = (ElemType.I8, ElemType.U8, ElemType.I16, ElemType.U16, ElemType.I32, Elem
 def helpers(fn: str, types: dict[ElemType, str]) -> str:
     """C text of the helpers, each declared with the prefix ``fn`` (``__device__ inline``)."""
     out = []
+    fn = f"{fn} " if fn else ""
     for t in SIGNED:
         c, u = types[t], types[UNSIGNED[t]]
-        out.append(f"{fn} {c} sk_div_{t.value}({c} a, {c} b) "
+        out.append(f"{fn}{c} sk_div_{t.value}({c} a, {c} b) "
                    f"{{ return b == -1 ? ({c})({u})(0u - ({u})a) : ({c})(a / b); }}")
-        out.append(f"{fn} {c} sk_rem_{t.value}({c} a, {c} b) "
+        out.append(f"{fn}{c} sk_rem_{t.value}({c} a, {c} b) "
                    f"{{ return b == -1 ? ({c})0 : ({c})(a % b); }}")
-        out.append(f"{fn} {c} sk_abs_{t.value}({c} a) "
+        out.append(f"{fn}{c} sk_abs_{t.value}({c} a) "
                    f"{{ return a < 0 ? ({c})({u})(0u - ({u})a) : a; }}")
     for f in (ElemType.F32, ElemType.F64):
         ft = types[f]
@@ -35,7 +36,7 @@ def helpers(fn: str, types: dict[ElemType, str]) -> str:
             lo_lit = f"({c})({types[UNSIGNED.get(t, t)]}){lo}" if lo else f"({c})0"
             suffix = "ULL" if t.bits == 64 else "u"
             out.append(
-                f"{fn} {c} sk_cvt_{t.value}_{f.value}({ft} x) {{ return x != x ? ({c})0 : "
+                f"{fn}{c} sk_cvt_{t.value}_{f.value}({ft} x) {{ return x != x ? ({c})0 : "
                 f"x <= ({ft}){lo}.0 ? {lo_lit} : x >= ({ft}){hi + 1}.0 ? ({c}){hi}{suffix} : "
                 f"({c})x; }}")
     return "\n".join(out)

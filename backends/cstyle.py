@@ -10,6 +10,7 @@ and are never contracted, f16/bf16 are 16-bit storage converted with round to ne
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -43,6 +44,9 @@ class Dialect:
     math: dict[tuple[MathFn, ElemType], str] = field(default_factory=dict)
     # Conversions the dialect names itself: (from, to) -> format with {x}.
     casts: dict[tuple[ElemType, ElemType], str] = field(default_factory=dict)
+    # Reinterpretations of floats held in float registers: (from, to) -> format with {x}.
+    # (f16 and bf16 are held as their 16-bit patterns, so their bitcasts are plain casts.)
+    bitcasts: dict[tuple[ElemType, ElemType], str] = field(default_factory=dict)
     stmt_hook: StmtHook | None = None
     # Types of memory and kernel arguments where they differ from ``types`` (OpenCL keeps bool
     # out of buffers and arguments), and the suffixes of 64-bit literals.
@@ -114,6 +118,8 @@ class Printer:
                 return self.binary(op, a, b, t)
             case ir.Cast(x=x, type=t):
                 return self.cast(self.expr(x), x.type, t)
+            case ir.Bitcast(x=x, type=t):
+                return self.bitcast(self.expr(x), x.type, t)
             case ir.Load(array=name, index=i):
                 return f"{name}[{self.expr(i)}]"
             case ir.Select(cond=c, a=a, b=b):
@@ -189,6 +195,15 @@ class Printer:
         if dst is ElemType.BOOL:
             return f"({x} != 0)"
         return f"(({self.t(dst)}){x})"
+
+    def bitcast(self, x: str, src: ElemType, dst: ElemType) -> str:
+        if src == dst:
+            return x
+        if (src, dst) in self.d.bitcasts:
+            return self.d.bitcasts[(src, dst)].format(x=x)
+        if src in (ElemType.F32, ElemType.F64) or dst in (ElemType.F32, ElemType.F64):
+            raise EmitError(f"{self.d.name} has no bitcast from {src} to {dst}")
+        return f"(({self.t(dst)}){x})"  # integers and 16-bit float patterns: same bits
 
     def call(self, fn: MathFn, args: list[str], t: ElemType) -> str:
         if (fn, t) in self.d.math:
@@ -289,7 +304,43 @@ class Printer:
     def render(self) -> str:
         self.block(self.kernel.body)
         head = f"{self.d.kernel_prefix} {self.kernel.name}({self.params()})"
-        return "\n".join([self.d.prelude.rstrip(), "", head + " {", *self.lines, "}", ""])
+        prelude = needed_helpers(self.d.prelude, "\n".join(self.lines))
+        top = [prelude.strip("\n"), ""] if prelude.strip() else []
+        return "\n".join([*top, head + " {", *self.lines, "}", ""])
+
+
+_HELPER_NAME = re.compile(r"\b(sk_\w+)\s*\(")
+
+
+def needed_helpers(prelude: str, text: str) -> str:
+    """The parts of ``prelude`` that ``text`` uses: each helper function (a definition starts
+    at an unindented line, a comment before it belonging to it) is kept when its name occurs in
+    ``text`` or in a kept helper; lines that define no helper (pragmas, macros) are kept."""
+    chunks: list[list[str]] = []
+    for line in prelude.splitlines():
+        opens = line[:1] not in ("", " ", "\t", "}")
+        after_comment = bool(chunks) and chunks[-1][-1].startswith("/*")
+        if (opens and not after_comment) or not chunks:
+            chunks.append([line])
+        else:
+            chunks[-1].append(line)
+    named = []
+    for chunk in chunks:
+        body = "\n".join(chunk)
+        code = [x for x in chunk if not x.startswith("/*")]
+        found = _HELPER_NAME.search(code[0]) if code else None
+        named.append((found.group(1) if found else None, body))
+    keep: set[str | None] = {name for name, _ in named if name is None}
+    used = text
+    changed = True
+    while changed:
+        changed = False
+        for name, body in named:
+            if name is not None and name not in keep and re.search(rf"\b{name}\b", used):
+                keep.add(name)
+                used += "\n" + body
+                changed = True
+    return "\n".join(body for name, body in named if name in keep)
 
 
 def render(kernel: ir.Kernel, dialect: Dialect) -> str:

@@ -71,24 +71,24 @@ class Target:
 
 
 def _cuda() -> Target:
-    from backends.cuda import emit as cuda_emit
     from backends.cuda import lower as cuda_lower
-    from backends.cuda import run as cuda_run
+    from backends.cuda.emit import print_kernel
+    from backends.cuda.run import run, unavailable_reason
     from sarek.coopmat import cuda_support
 
     return Target(
         name="cuda",
         description="CUDA C++ through NVRTC: ldmatrix + mma.sync m16n8k16 on tensor cores",
         lower=cuda_lower.lower,
-        print_lowered=cuda_emit.print_kernel,
+        print_lowered=print_kernel,
         support=lambda: cuda_support(9, 0),
         subgroups=cuda_lower.SUBGROUPS,
         fragments=cuda_lower.FRAGMENTS,
         lowerings=tuple(Lowering),
         arith="h200",
         staging=cuda_lower.STAGING,
-        run=cuda_run.run,
-        device_reason=cuda_run.unavailable_reason,
+        run=run,
+        device_reason=unavailable_reason,
     )
 
 

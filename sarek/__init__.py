@@ -6,7 +6,7 @@ Everything a user needs is here: the DSL (``kernel``, the element types, ``Globa
 ``rewrite_launch``), tile layouts and patterns (``layout``, ``tile``) and the errors.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -78,11 +78,15 @@ from sarek.layout import S, TileLayout, laneid, warpid
 from sarek.matrix_pattern import NotAGemm
 from sarek.matrix_rewrite import RewriteError, rewrite_launch
 
+if TYPE_CHECKING:
+    from sim.fragments import Model
+
 __all__ = [
     "ArrayType", "BarrierDivergence", "DslError", "Global", "IRError", "KernelFunction",
     "Launch", "LaunchError", "NotAGemm", "OutOfBounds", "ReadOnly", "RewriteError", "S",
     "SarekError", "ScalarType", "SharedRace", "SimError", "SubgroupDivergence", "TileLayout",
-    "barrier", "bf16", "block_dim", "block_idx", "boolean", "ceil", "coopmat", "cos", "exp",
+    "barrier", "bf16", "block_dim", "block_idx", "boolean", "ceil", "coopmat", "cos", "emit",
+    "exp",
     "f16", "f32", "f64", "floor", "fma", "grid_dim", "i8", "i16", "i32", "i64", "ir", "kernel",
     "laneid", "layout", "local", "log", "matrix_mapping", "matrix_pattern", "matrix_rewrite",
     "matrix_scheme", "numpy_dtype", "rewrite_launch", "shared", "simulate", "sin", "sqrt",
@@ -92,8 +96,28 @@ __all__ = [
 
 
 def simulate(kernel: ir.Kernel, args: Any, grid: Any = (1, 1, 1), block: Any = (1, 1, 1),
+             *, target: str | None = None, arith: str | None = None,
              **options: Any) -> dict[str, np.ndarray]:
-    """Runs a kernel in the warp simulator; ``sim.simulate`` documents the arguments."""
+    """Runs a kernel in the warp simulator; ``sim.simulate`` documents the arguments. With
+    ``target`` (a name of ``backends.registry``) the kernel is first lowered for that target
+    and the lowered kernel, which is what the target's printer prints, runs lane by lane under
+    the target's arithmetic model unless ``arith`` names another; ``target=None`` runs the
+    kernel as given (neutral fragments whole, ``sequential`` arithmetic by default)."""
     from sim import simulate as run
 
-    return run(kernel, args, grid, block, **options)
+    if target is not None:
+        from backends import registry
+
+        chosen = registry.target(target)
+        kernel = registry.lower(kernel, target)
+        arith = arith or chosen.arith
+    model = cast("Model", arith or "sequential")  # sim.simulate refuses unknown models
+    return run(kernel, args, grid, block, arith=model, **options)
+
+
+def emit(kernel: ir.Kernel, target: str) -> str:
+    """``kernel`` (original or rewritten) validated, lowered for ``target`` and printed as
+    that target's source text; ``backends.registry.names()`` lists the targets."""
+    from backends import registry
+
+    return registry.emit(kernel, target)

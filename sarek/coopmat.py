@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import Any, TypeAlias
 
 from sarek.errors import SarekError
+from sarek.ir import ElemType
 
 
 class Component(StrEnum):
@@ -210,26 +211,38 @@ def cuda_support(major: int, minor: int = 0) -> DeviceSupport:
     """An NVIDIA GPU of compute capability ``major.minor`` through the CUDA backend.
 
     The backend builds a 16x16x16 fragment from two ``mma.sync.aligned.m16n8k16`` instructions
-    (PTX ISA 7.0 and later, sm_80 and later), whose operand forms are f16 x f16 + f32/f16 and
-    bf16 x bf16 + f32, and u8/s8 x u8/s8 + s32 (integer m16n8k16; m16n8k32 also exists). Older
-    GPUs have m16n8k8 (f16, sm_75), m8n8k16 (integers, sm_75) and m8n8k4 (sm_70), which the
-    backend does not use; no 8x8x8 float shape exists.
+    (PTX ISA 7.0 and later, sm_80 and later); the configurations are exactly the instruction
+    forms the backend prints (``sarek.atoms.MMA``): f16 x f16 + f32, bf16 x bf16 + f32, u8 x u8
+    + s32 and s8 x s8 + s32. The hardware has more (f16 accumulators, mixed u8/s8 operands,
+    m16n8k32) that the backend does not print, so they are not offered. Older GPUs have m16n8k8
+    (f16, sm_75), m8n8k16 (integers, sm_75) and m8n8k4 (sm_70), which the backend does not use;
+    no 8x8x8 float shape exists.
     """
+    from sarek import atoms
+
     device = f"CUDA sm_{major}{minor}"
     if (major, minor) < (8, 0):
         return DeviceSupport(device, frozenset(), note="compute capability",
                              unsupported_reason=f"the CUDA backend multiplies with "
                              f"mma.sync m16n8k16, which needs sm_80; this GPU is "
                              f"sm_{major}{minor}")
-    configs = {
-        _cfg(16, 16, 16, _C.F16, _C.F16, _C.F32, _C.F32),
-        _cfg(16, 16, 16, _C.F16, _C.F16, _C.F16, _C.F16),
-        _cfg(16, 16, 16, _C.BF16, _C.BF16, _C.F32, _C.F32),
-    }
-    for a in (_C.U8, _C.S8):
-        for b in (_C.U8, _C.S8):
-            configs.add(_cfg(16, 16, 16, a, b, _C.S32, _C.S32))
+    configs = set()
+    for facts in atoms.MMA.values():
+        operand, acc = (component_of(t) for t in (facts.operand, facts.accumulator))
+        # two m16n8 instructions side by side make one 16x16 fragment
+        configs.add(_cfg(facts.m, 2 * facts.n, facts.k, operand, operand, acc, acc))
     return DeviceSupport(device, frozenset(configs), note="compute capability (PTX ISA)")
+
+
+def component_of(elem: ElemType) -> Component:
+    """The component type of fragments of IR element type ``elem``; ``GateError`` for a type
+    no matrix unit takes."""
+    names = {ElemType.F16: Component.F16, ElemType.BF16: Component.BF16,
+             ElemType.F32: Component.F32, ElemType.U8: Component.U8, ElemType.I8: Component.S8,
+             ElemType.U32: Component.U32, ElemType.I32: Component.S32}
+    if elem not in names:
+        raise GateError(f"no matrix unit has {elem} components")
+    return names[elem]
 
 
 def metal_support(family: int, msl: tuple[int, int] = (3, 1)) -> DeviceSupport:

@@ -559,6 +559,6 @@ __all__ = [
     "BuiltinValue",
     "Call", "Cast", "Const", "ElemType", "Expr", "For", "FragDecl", "FragFill", "FragLayout",
     "FragLoad", "FragMulAdd", "FragStore", "FragUse", "If", "Kernel", "Ldmatrix", "Let", "Load",
-    "MathFn", "MemSpace", "Mma", "MmaAtom", "Param", "Problem", "Return", "ScalarParam", "Select", "Stmt", "Store",
-    "TensorView", "TileApply", "UnOp", "Unary", "Var", "While", "check", "ensure_valid", "schema",
+    "MathFn", "MemSpace", "Mma", "MmaAtom", "Param", "Problem", "Return", "ScalarParam",
+    "Select", "Stmt", "Store", "TensorView", "TileApply", "UnOp", "Unary", "Var", "While", "check", "ensure_valid", "schema",
 ]

@@ -37,7 +37,8 @@ class Launch:
         return [self.args[p.name] for p in self.kernel.params]
 
     def simulate(self, **options: Any) -> dict[str, np.ndarray]:
-        """Runs the launch in the simulator (``sim.simulate``) and returns every array."""
-        from sim import simulate
+        """Runs the launch in the simulator (``sarek.simulate``, which takes ``target=`` and
+        ``arith=``) and returns every array."""
+        from sarek import simulate
 
         return simulate(self.kernel, dict(self.args), grid=self.grid, block=self.block, **options)

@@ -36,6 +36,7 @@ from sarek.matrix_scheme import (
     LoweringError,
     config_of,
 )
+from sarek.staging import DENSE, Staging
 
 EXTRA_NAMES = ("me", "ne", "ze", "d", "t")
 TILE = 64  # output rows and columns per block
@@ -149,10 +150,11 @@ def _check_subgroup(subgroup: int) -> None:
 
 
 def kernel(original: ir.Kernel, gemm: Gemm, lowering: Lowering, subgroup: int = 32,
-           frag: int = 16) -> ir.Kernel:
+           frag: int = 16, staging: Staging = DENSE) -> ir.Kernel:
     """The rewritten kernel (see the module docstring); ``RewriteError`` with the reason when a
     subgroup or fragment has no template, the lowering does not take the operands, or an
-    address, bound, initial value or epilogue cannot be expressed in the rewritten launch."""
+    address, bound, initial value or epilogue cannot be expressed in the rewritten launch.
+    ``staging`` is the target's layout policy for the staged tiles (``sarek.staging``)."""
     _check_subgroup(subgroup)
     if frag not in SUPPORTED_FRAGMENT:
         raise RewriteError(f"fragment {frag} has no template; supported: "
@@ -178,7 +180,7 @@ def kernel(original: ir.Kernel, gemm: Gemm, lowering: Lowering, subgroup: int = 
             raise RewriteError(f"operand {name}'s address depends on the output "
                                f"{'column' if name == 'A' else 'row'}, which a staged "
                                f"{'row' if name == 'A' else 'column'} tile cannot express")
-    body = _Builder(gemm, scheme, subgroup, frag).build()
+    body = _Builder(gemm, scheme, subgroup, frag, staging).build()
     params = (*original.params, *(ir.ScalarParam(name=n, elem=I32) for n in EXTRA_NAMES))
     rewritten = ir.Kernel(name=f"{original.name}_{lowering.value.lower()}", params=params,
                           body=body, subgroup=subgroup, block=(WAVES * subgroup, 1, 1))
@@ -199,18 +201,17 @@ def _expressible(what: str, e: ir.Expr) -> None:
 class _Builder:
     """Builds the rewritten body for one gemm, lowering, subgroup and fragment."""
 
-    def __init__(self, gemm: Gemm, scheme: _Scheme, subgroup: int, frag: int) -> None:
+    def __init__(self, gemm: Gemm, scheme: _Scheme, subgroup: int, frag: int,
+                 staging: Staging) -> None:
         self.g, self.s, self.sg, self.f = gemm, scheme, subgroup, frag
         self.threads = WAVES * subgroup
         self.per_wave = WAVE_TILE // frag  # fragments along each side of a wave's quarter
-        # Row strides of the staged tiles. 16-bit rows are padded by 16 bytes so that the 8
-        # rows one ldmatrix reads fall in distinct shared-memory banks; 8-bit rows need none.
-        pad = 8 if scheme.operand.bits == 16 else 0
+        # Row strides and B's layout of the staged tiles: the target's policy (padded 16-bit
+        # rows, column-major 8-bit B), which moves elements but never changes a result.
+        pad = staging.row_pad_bytes * 8 // 16 if scheme.operand.bits == 16 else 0
         self.a_stride, self.b_stride = STEP + pad, TILE + pad
-        # 8-bit B is staged column-major (64 rows of 16 k): each lane holds 4 consecutive k of
-        # one column of B, a 4-byte word of such a row (for 16-bit terms ldmatrix.trans
-        # transposes a row-major B instead).
-        self.b_layout = FragLayout.COL if scheme.operand.bits == 8 else FragLayout.ROW
+        col_b = scheme.operand.bits == 8 and staging.narrow_b_col_major
+        self.b_layout = FragLayout.COL if col_b else FragLayout.ROW
         if self.b_layout is FragLayout.COL:
             self.b_stride = STEP
 
@@ -475,11 +476,12 @@ class Rewritten:
 
 def rewrite_launch(original: Launch, *, lowering: Lowering | None = None,
                    precision: Literal["accurate", "fast"] = "accurate", subgroup: int = 32,
-                   frag: int = 16) -> Rewritten:
+                   frag: int = 16, staging: Staging = DENSE) -> Rewritten:
     """Recognizes the GEMM nest of ``original.kernel``, computes the region its launch
-    covers, selects a lowering (unless one is given), rewrites the kernel and returns the
-    launch of the rewritten kernel. Raises ``NotAGemm``, ``RegionError``, ``LoweringError`` or
-    ``RewriteError`` with the reason."""
+    covers, selects a lowering (unless one is given), rewrites the kernel (staged as
+    ``staging`` says: a target's ``Target.staging``) and returns the launch of the rewritten
+    kernel. Raises ``NotAGemm``, ``RegionError``, ``LoweringError`` or ``RewriteError`` with
+    the reason."""
     from sarek.matrix_mapping import region
     from sarek.matrix_pattern import recognize
     from sarek.matrix_scheme import select
@@ -487,7 +489,7 @@ def rewrite_launch(original: Launch, *, lowering: Lowering | None = None,
     gemm = recognize(original.kernel)
     reg = region(gemm, original.grid, original.block, dict(original.args))
     chosen = lowering if lowering is not None else select(gemm, precision)
-    rewritten = kernel(original.kernel, gemm, chosen, subgroup, frag)
+    rewritten = kernel(original.kernel, gemm, chosen, subgroup, frag, staging)
     block, grid = launch_dims(subgroup, me=reg.me, ne=reg.ne, ze=reg.ze)
     args = {**original.args, **dict(zip(EXTRA_NAMES, reg.args, strict=True))}
     notes = {**original.notes, "lowering": chosen.value, "subgroup": subgroup, "frag": frag}

@@ -29,6 +29,7 @@ from sarek.matrix_mapping import region
 from sarek.matrix_pattern import Gemm, NotAGemm, recognize
 from sarek.matrix_rewrite import EXTRA_NAMES, RewriteError, kernel, launch_dims, rewrite_launch
 from sarek.matrix_scheme import Lowering
+from sarek.staging import DENSE, Staging
 
 sim = pytest.importorskip("sim")
 
@@ -233,14 +234,21 @@ def test_rewritten_parameters_are_the_originals_then_the_five_region_values() ->
 
 # Bytes of shared memory: the staged A (64x16) and B (16x64) tiles per term or byte plane,
 # plus the 64x64 accumulator exchange array of 4-byte f32 or i32.
-# 16-bit rows are padded by 8 elements (A 64 x 24, B 16 x 72), 8-bit ones are not.
-PADDED_16 = 64 * 24 + 16 * 72
-SHARED_BYTES = {
-    Lowering.F16_OPERANDS: 2 * PADDED_16 + 4 * 4096,
-    Lowering.BF16_OPERANDS: 2 * PADDED_16 + 4 * 4096,
-    Lowering.BF16X3_OPERANDS: 3 * 2 * PADDED_16 + 4 * 4096,
-    Lowering.INT32_BYTE_PLANES: 4 * 1 * 2048 + 4 * 4096,
-}
+# Per term: the A (64 x 16) and B (16 x 64) tiles, dense in the neutral staging; with 16
+# bytes of row padding 16-bit rows grow by 8 elements (A 64 x 24, B 16 x 72), 8-bit ones do
+# not. Plus the 64x64 exchange array of 4-byte f32 or i32.
+DENSE_16, PADDED_16 = 2 * (64 * 16 + 16 * 64), 2 * (64 * 24 + 16 * 72)
+TERMS = {Lowering.F16_OPERANDS: 1, Lowering.BF16_OPERANDS: 1, Lowering.BF16X3_OPERANDS: 3}
+EXCHANGE = 4 * 4096
+BYTE_PLANES = 4 * (64 * 16 + 16 * 64) + EXCHANGE
+
+
+def shared_bytes(lowering: Lowering, padded: bool) -> int:
+    if lowering is Lowering.INT32_BYTE_PLANES:
+        return BYTE_PLANES
+    return TERMS[lowering] * (PADDED_16 if padded else DENSE_16) + EXCHANGE
+
+
 ITEMSIZE = {ElemType.F16: 2, ElemType.BF16: 2, ElemType.U8: 1, ElemType.F32: 4,
             ElemType.I32: 4}
 
@@ -249,12 +257,16 @@ ITEMSIZE = {ElemType.F16: 2, ElemType.BF16: 2, ElemType.U8: 1, ElemType.F32: 4,
     ("gemm_f32", Lowering.F16_OPERANDS), ("gemm_f32", Lowering.BF16_OPERANDS),
     ("gemm_f32", Lowering.BF16X3_OPERANDS), ("gemm_i32", Lowering.INT32_BYTE_PLANES)])
 @pytest.mark.parametrize("subgroup", [32, 64])
-def test_shared_memory_budget_per_lowering(name: str, lowering: Lowering, subgroup: int) -> None:
+@pytest.mark.parametrize("staging", [DENSE, Staging(row_pad_bytes=16, narrow_b_col_major=True)],
+                         ids=["dense", "padded"])
+def test_shared_memory_budget_per_lowering(name: str, lowering: Lowering, subgroup: int,
+                                           staging: Staging) -> None:
     launch = example(name).make(8, 8, 8)
-    rw = kernel(launch.kernel, recognize(launch.kernel), lowering, subgroup)
+    rw = kernel(launch.kernel, recognize(launch.kernel), lowering, subgroup, staging=staging)
     shared = [s for s in walk(rw.body)
               if isinstance(s, ir.ArrayDecl) and s.space is ir.MemSpace.SHARED]
-    assert sum(s.size * ITEMSIZE[s.elem] for s in shared) == SHARED_BYTES[lowering]
+    want = shared_bytes(lowering, padded=staging.row_pad_bytes > 0)
+    assert sum(s.size * ITEMSIZE[s.elem] for s in shared) == want
 
 
 def test_rewrite_launch_is_the_rewrite_with_the_region_appended() -> None:

@@ -1,17 +1,20 @@
 """The CUDA C++ printer.
 
-The text needs no header (NVRTC compiles it as it is): f16 and bf16 are held as their 16-bit
-patterns and converted with PTX ``cvt`` instructions, f32/f64 arithmetic goes through the
-``__f*_rn`` / ``__d*_rn`` intrinsics so that nothing is contracted into an FMA, and tile
-patterns become one inline-PTX ``ldmatrix``/``stmatrix`` per repeat of the instruction.
+``emit`` lowers a kernel for CUDA (``backends.cuda.lower``) and prints it; ``print_kernel``
+prints a kernel that is already lowered, and only prints. The text needs no header (NVRTC
+compiles it as it is): f16 and bf16 are held as their 16-bit patterns and converted with PTX
+``cvt`` instructions, f32/f64 arithmetic goes through the ``__f*_rn`` / ``__d*_rn`` intrinsics
+so that nothing is contracted into an FMA, tile patterns become one inline-PTX
+``ldmatrix``/``stmatrix`` per repeat of the instruction, and the lowered ``Ldmatrix`` and
+``Mma`` statements one inline-PTX instruction each, with the opcode ``sarek.atoms`` gives.
 """
 
 from __future__ import annotations
 
 from backends.c_helpers import helpers
-from backends.cstyle import Dialect, Printer, render
-from backends.cuda.fragments import FragmentPrinter
-from sarek import ir, tile
+from backends.cstyle import Dialect, EmitError, Printer, render
+from backends.cuda.lower import lower
+from sarek import atoms, ir, tile
 from sarek.ir import BinOp, Builtin, ElemType, MathFn
 from sarek.layout import Axis, TileLayout
 
@@ -75,12 +78,50 @@ CASTS = {
 
 
 def _hook(p: Printer, s: ir.Stmt) -> list[str] | None:
-    """The statements CUDA prints its own way: tile patterns and fragments."""
-    if isinstance(s, ir.TileApply):
-        return _tile_apply(p, s)
-    if isinstance(s, ir.FragDecl | ir.FragFill | ir.FragLoad | ir.FragStore | ir.FragMulAdd):
-        return FragmentPrinter(p).stmt(s)
+    """The statements CUDA prints its own way: tile patterns and the lane-explicit
+    instructions; neutral fragments must have been lowered."""
+    match s:
+        case ir.TileApply():
+            return _tile_apply(p, s)
+        case ir.Ldmatrix():
+            return [_ldmatrix(p, s)]
+        case ir.Mma():
+            return [_mma(s)]
+        case ir.FragDecl() | ir.FragFill() | ir.FragLoad() | ir.FragStore() | ir.FragMulAdd():
+            raise EmitError(f"{s.kind} is a neutral fragment statement: lower the kernel for "
+                            "CUDA first (backends.cuda.lower, or emit, which does)")
     return None
+
+
+def _ldmatrix(p: Printer, s: ir.Ldmatrix) -> str:
+    """One ldmatrix; this lane gives the shared address of its row."""
+    trans = ".trans" if s.trans else ""
+    op = f"ldmatrix.sync.aligned.m8n8.x{s.count}{trans}.shared.b16"
+    regs = ", ".join(f"%{j}" for j in range(s.count))
+    outs = ", ".join(f'"=r"({s.dst}[{s.offset + j}])' for j in range(s.count))
+    addr = f"(unsigned)__cvta_generic_to_shared(&{s.src}[{p.expr(s.address)}])"
+    return f'asm volatile("{op} {{{regs}}}, [%{s.count}];" : {outs} : "r"({addr}) : "memory");'
+
+
+def _mma(s: ir.Mma) -> str:
+    """One mma.sync, not volatile: a pure function of its registers, which the compiler may
+    schedule."""
+    facts = atoms.MMA[s.atom]
+    acc = "f" if facts.accumulator is ElemType.F32 else "r"
+    c_values = facts.c.values
+    operands = ((s.d, s.d_offset, c_values, f'"={acc}"'), (s.a, s.a_offset,
+                facts.registers("a"), '"r"'), (s.b, s.b_offset, facts.registers("b"), '"r"'),
+                (s.c, s.c_offset, c_values, f'"{acc}"'))
+    groups: list[str] = []
+    outs: list[str] = []
+    ins: list[str] = []
+    n = 0
+    for k, (name, first, count, constraint) in enumerate(operands):
+        groups.append("{" + ", ".join(f"%{n + i}" for i in range(count)) + "}")
+        n += count
+        refs = [f"{constraint}({name}[{first + i}])" for i in range(count)]
+        (outs if k == 0 else ins).extend(refs)
+    return f'asm("{facts.ptx} {", ".join(groups)};" : {", ".join(outs)} : {", ".join(ins)});'
 
 
 def _tile_apply(p: Printer, s: ir.TileApply) -> list[str]:
@@ -135,13 +176,23 @@ DIALECT = Dialect(
     f64_ops=F64_OPS,
     math=MATH,
     casts=CASTS,
+    bitcasts={(ElemType.F32, ElemType.U32): "__float_as_uint({x})",
+              (ElemType.F32, ElemType.I32): "__float_as_int({x})",
+              (ElemType.U32, ElemType.F32): "__uint_as_float({x})",
+              (ElemType.I32, ElemType.F32): "__int_as_float({x})",
+              (ElemType.F64, ElemType.I64): "__double_as_longlong({x})",
+              (ElemType.I64, ElemType.F64): "__longlong_as_double({x})"},
     stmt_hook=_hook,
 )
 
 
-def emit(kernel: ir.Kernel) -> str:
-    """The kernel as CUDA C++ (compiles with NVRTC for sm_80 and later, no headers)."""
+def print_kernel(kernel: ir.Kernel) -> str:
+    """A kernel without neutral fragments (original, or lowered for CUDA) as CUDA C++."""
     return render(kernel, DIALECT)
 
 
-print_kernel = emit
+def emit(kernel: ir.Kernel) -> str:
+    """The kernel, original or rewritten, lowered for CUDA and printed as CUDA C++ (compiles
+    with NVRTC for sm_80 and later, no headers)."""
+    ir.ensure_valid(kernel)
+    return print_kernel(lower(kernel))

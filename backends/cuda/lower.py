@@ -26,9 +26,9 @@ import numpy as np
 
 from backends.cstyle import EmitError
 from sarek import atoms, ir
-from sarek.ir_check import walk
 from sarek.ir import BinOp, Builtin, ElemType, FragLayout, FragUse, MemSpace
 from sarek.ir_build import add, binary, const, mul, var
+from sarek.ir_check import walk
 from sarek.staging import Staging
 
 SUBGROUPS = (32,)
@@ -245,7 +245,7 @@ class _Lowering:
         load = isinstance(s, ir.FragLoad)
         if not load and d.use is not FragUse.ACCUMULATOR:
             raise EmitError(f"only accumulators are stored on CUDA, not {s.frag!r}")
-        if load and d.use is not FragUse.ACCUMULATOR:
+        if isinstance(s, ir.FragLoad) and d.use is not FragUse.ACCUMULATOR:
             served = self.ldmatrix(s, d, facts)
             if served is not None:
                 return [served]

@@ -1,0 +1,135 @@
+"""The hardware facts of ``sarek.atoms`` against the formulas of the PTX ISA and the Metal
+specification (as DESIGN.md records them, written out here independently), and the ldmatrix
+plans the CUDA lowering derives from them: loading those blocks with ldmatrix's semantics must
+give each lane exactly the elements the atom's lane layout says it holds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from backends.cuda.lower import divisor, ldmatrix_blocks
+from sarek import atoms, ir, tile
+from sarek.ir import BinOp, Builtin, ElemType, FragLayout, FragUse, MmaAtom
+
+F16 = atoms.MMA[MmaAtom.M16N8K16_F32_F16]
+U8 = atoms.MMA[MmaAtom.M16N8K16_S32_U8]
+LANE = np.arange(32)[:, None]
+G, T = LANE >> 2, LANE & 3
+
+
+def test_mma_16_bit_a_is_the_ptx_layout() -> None:
+    i = np.arange(8)[None, :]
+    rc = F16.a.coordinates
+    assert np.array_equal(rc[..., 0], np.broadcast_to(G + 8 * ((i >> 1) & 1), (32, 8)))
+    assert np.array_equal(rc[..., 1], 2 * T + (i & 1) + 8 * (i >> 2))
+
+
+def test_mma_16_bit_b_is_the_ptx_layout() -> None:
+    i = np.arange(4)[None, :]
+    rc = F16.b.coordinates
+    assert np.array_equal(rc[..., 0], 2 * T + (i & 1) + 8 * (i >> 1))
+    assert np.array_equal(rc[..., 1], np.broadcast_to(G, (32, 4)))
+
+
+def test_mma_accumulator_is_the_ptx_layout() -> None:
+    i = np.arange(4)[None, :]
+    for facts in atoms.MMA.values():
+        rc = facts.c.coordinates
+        assert np.array_equal(rc[..., 0], G + 8 * (i >> 1))
+        assert np.array_equal(rc[..., 1], np.broadcast_to(2 * T + (i & 1), (32, 4)))
+
+
+def test_mma_8_bit_operands_are_the_ptx_layout() -> None:
+    i = np.arange(8)[None, :]
+    assert np.array_equal(U8.a.coordinates[..., 0], np.broadcast_to(G + 8 * (i >> 2), (32, 8)))
+    assert np.array_equal(U8.a.coordinates[..., 1], np.broadcast_to(4 * T + (i & 3), (32, 8)))
+    i = np.arange(4)[None, :]
+    assert np.array_equal(U8.b.coordinates[..., 0], 4 * T + i)
+    assert np.array_equal(U8.b.coordinates[..., 1], np.broadcast_to(G, (32, 4)))
+
+
+def test_metal_simdgroup_lane_map_is_the_specification() -> None:
+    rc = atoms.SIMDGROUP_8X8.coordinates
+    c0 = ((LANE & 1) << 1) | (((LANE >> 3) & 1) << 2)
+    assert np.array_equal(rc[..., 0], np.broadcast_to(((LANE >> 1) & 3) | ((LANE >> 4) << 2),
+                                                      (32, 2)))
+    assert np.array_equal(rc[..., 1], c0 + np.arange(2)[None, :])
+
+
+def test_ldmatrix_provider_and_owner_are_the_ptx_rule() -> None:
+    assert [tuple(x) for x in atoms.LDMATRIX.provided(4)] == [
+        (lane // 8, lane % 8) for lane in range(32)]
+    assert [tuple(x) for x in atoms.LDMATRIX.provided(1)[8:16]] == [(0, r) for r in range(8)]
+    owners = atoms.LDMATRIX.owners()
+    assert all(owners[r, w] == 4 * r + w for r in range(8) for w in range(4))
+
+
+@pytest.mark.parametrize("layout", [*(f.a for f in atoms.MMA.values()),
+                                    *(f.b for f in atoms.MMA.values()), F16.c,
+                                    atoms.SIMDGROUP_8X8], ids=str)
+def test_every_element_is_held_by_exactly_one_lane(layout: atoms.LaneLayout) -> None:
+    rc = layout.coordinates.reshape(-1, 2)
+    cells = rc[:, 0] * layout.cols + rc[:, 1]
+    assert sorted(cells.tolist()) == list(range(layout.rows * layout.cols))
+
+
+def test_gather_and_scatter_are_inverse() -> None:
+    m = np.arange(256).reshape(16, 16)
+    assert np.array_equal(F16.a.scatter(F16.a.gather(m)), m)
+
+
+def packed(values: np.ndarray, bits: int) -> np.ndarray:
+    """[lane, element] values of ``bits`` bits packed into [lane, register] words."""
+    per = 32 // bits
+    v = values.astype(np.uint64).reshape(values.shape[0], -1, per)
+    return (v << (np.arange(per, dtype=np.uint64) * bits)).sum(axis=2).astype(np.uint32)
+
+
+def ldmatrix_image(memory: np.ndarray, blocks: list[tuple[int, int]], bits: int,
+                   trans: bool) -> np.ndarray:
+    """[lane, register] after one ldmatrix of the 8 x 16-byte blocks at ``blocks``."""
+    per_row = 128 // bits  # elements in a 16-byte row
+    words = np.stack([packed(memory[r0:r0 + 8, c0:c0 + per_row], bits) for r0, c0 in blocks])
+    op = tile.TileOp("ldmatrix", "ldmatrix", len(blocks), trans)
+    return tile.gather_rows(op, words)
+
+
+def operand_image(facts: atoms.MmaAtomFacts, use: FragUse, fragment: np.ndarray) -> np.ndarray:
+    """[lane, register] the atom wants for a 16x16 fragment (B: both n halves)."""
+    bits = facts.operand.bits
+    if use is FragUse.A:
+        return packed(facts.a.gather(fragment), bits)
+    return np.concatenate([packed(facts.b.gather(fragment[:, :8]), bits),
+                           packed(facts.b.gather(fragment[:, 8:]), bits)], axis=1)
+
+
+@pytest.mark.parametrize(("facts", "use", "layout"), [
+    (F16, FragUse.A, FragLayout.ROW), (U8, FragUse.A, FragLayout.ROW),
+    (F16, FragUse.B, FragLayout.ROW), (F16, FragUse.B, FragLayout.COL),
+    (U8, FragUse.B, FragLayout.COL)])
+def test_ldmatrix_plan_delivers_the_atoms_registers(facts: atoms.MmaAtomFacts, use: FragUse,
+                                                     layout: FragLayout) -> None:
+    bits = facts.operand.bits
+    fragment = np.random.default_rng(bits).integers(0, 2**bits, (16, 16))
+    plan = ldmatrix_blocks(facts, use, layout)
+    assert plan is not None
+    blocks, trans = plan
+    memory = fragment if layout is FragLayout.ROW else fragment.T
+    got = ldmatrix_image(memory, blocks, bits, trans)
+    assert np.array_equal(got, operand_image(facts, use, fragment))
+
+
+def test_no_ldmatrix_serves_a_row_major_8_bit_b() -> None:
+    assert ldmatrix_blocks(U8, FragUse.B, FragLayout.ROW) is None
+
+
+def test_divisor_of_the_rewrite_offsets() -> None:
+    w = ir.BuiltinValue(which=Builtin.SUBGROUP_ID)
+    c = lambda v: ir.Const(value=v, type=ElemType.I32)  # noqa: E731
+    row = ir.Binary(op=BinOp.MUL, a=ir.Binary(op=BinOp.DIV, a=w, b=c(2), type=ElemType.I32),
+                    b=c(32), type=ElemType.I32)
+    offset = ir.Binary(op=BinOp.ADD, a=ir.Binary(op=BinOp.MUL, a=row, b=c(16),
+                                                 type=ElemType.I32), b=c(8), type=ElemType.I32)
+    assert divisor(offset) == 8
+    assert divisor(ir.Binary(op=BinOp.ADD, a=offset, b=w, type=ElemType.I32)) == 1

@@ -1,0 +1,192 @@
+"""The CUDA lowering, executed as printed: for every example and lowering, the lane-explicit
+kernel (registers, ldmatrix addresses, mma.sync halves) simulated lane by lane gives the bits
+the neutral kernel's whole-matrix fragments give under the same arithmetic model. Planted
+errors in the lowering (a swapped register, a wrong ldmatrix row, a swapped element, swapped
+B halves) make that comparison fail, so the CPU suite catches them without a GPU."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import sarek
+from backends.cuda import lower as cuda_lower
+from backends.cuda.emit import emit, print_kernel
+from backends.cstyle import EmitError
+from backends.registry import target
+from sarek import ir
+from sarek.coopmat import Available, verdict
+from sarek.demo import lowerings_for
+from sarek.ir_check import walk
+from sarek.launch import Launch
+from sarek.loader import load_module
+from sarek.matrix_pattern import recognize
+from sarek.matrix_rewrite import rewrite_launch
+from sarek.matrix_scheme import Lowering, config_of
+
+EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("gemm_*.py"))
+CUDA = target("cuda")
+
+
+def rewrites(size: tuple[int, int, int] = (70, 45, 33)) -> Iterator[tuple[str, Launch]]:
+    for path in EXAMPLES:
+        launch = load_module(path).make(*size)
+        for lowering in lowerings_for(recognize(launch.kernel).operand_elt):
+            rw = rewrite_launch(launch, lowering=lowering, staging=CUDA.staging).launch
+            yield f"{path.stem}-{lowering}", rw
+
+
+CASES = list(rewrites())
+
+
+def same_bits(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
+    return a.keys() == b.keys() and all(
+        np.array_equal(a[k].view(np.uint8), b[k].view(np.uint8)) for k in a)
+
+
+def lowered_matches_neutral(rw: Launch) -> bool:
+    neutral = rw.simulate(arith=CUDA.arith)
+    lowered = rw.simulate(target="cuda")
+    return same_bits(neutral, lowered)
+
+
+@pytest.mark.parametrize("rw", [rw for _, rw in CASES], ids=[name for name, _ in CASES])
+def test_lowered_kernel_simulated_lane_by_lane_equals_the_neutral_kernel(rw: Launch) -> None:
+    assert lowered_matches_neutral(rw)
+
+
+def test_the_lowered_kernel_has_no_neutral_fragments_and_round_trips() -> None:
+    for _, rw in CASES:
+        lowered = cuda_lower.lower(rw.kernel)
+        kinds = {s.kind for s in walk(lowered.body)}
+        assert "mma" in kinds and not kinds & {"frag_decl", "frag_load", "frag_mul_add"}
+        assert ir.Kernel.model_validate_json(lowered.model_dump_json()) == lowered
+
+
+def test_aligned_staged_operands_load_with_ldmatrix() -> None:
+    for name, rw in CASES:
+        counts = {"ldmatrix": 0, "mma": 0}
+        for s in walk(cuda_lower.lower(rw.kernel).body):
+            counts[s.kind] = counts.get(s.kind, 0) + 1
+        assert counts["ldmatrix"] > 0, name
+
+
+def test_the_printer_prints_exactly_the_lowered_instructions() -> None:
+    _, rw = CASES[0]
+    lowered = cuda_lower.lower(rw.kernel)
+    text = print_kernel(lowered)
+    stmts = list(walk(lowered.body))
+    assert text.count("mma.sync.aligned.m16n8k16") == sum(s.kind == "mma" for s in stmts)
+    assert text.count("ldmatrix.sync.aligned") == sum(s.kind == "ldmatrix" for s in stmts)
+    assert emit(rw.kernel) == text
+
+
+def test_printing_neutral_fragments_without_lowering_is_refused() -> None:
+    _, rw = CASES[0]
+    with pytest.raises(EmitError, match="lower the kernel for CUDA first"):
+        print_kernel(rw.kernel)
+
+
+def test_fragment_8_is_refused_with_the_reason() -> None:
+    launch = load_module(EXAMPLES[0]).make(16, 16, 16)
+    rw = rewrite_launch(launch, lowering=Lowering.F16_OPERANDS, frag=8).launch
+    with pytest.raises(EmitError, match="no 8x8x8 float shape"):
+        sarek.emit(rw.kernel, "cuda")
+
+
+def test_the_emitted_text_carries_only_the_helpers_it_uses() -> None:
+    f32 = load_module(next(p for p in EXAMPLES if p.stem == "gemm_f32")).make(8, 8, 8)
+    text = sarek.emit(f32.kernel, "cuda")
+    assert "sk_div_i32" not in text and "sk_cvt_" not in text
+    one_d = load_module(next(p for p in EXAMPLES if p.stem == "gemm_f32_1d")).make(8, 8, 8)
+    assert "sk_div_i32(" in sarek.emit(one_d.kernel, "cuda")  # row = tid / n
+
+
+def test_emit_validates_its_input() -> None:
+    bad = ir.Kernel(name="bad", params=(), body=(
+        ir.Store(array="nowhere", index=ir.Const(value=0, type=ir.ElemType.I32),
+                 value=ir.Const(value=0, type=ir.ElemType.I32)),))
+    with pytest.raises(sarek.IRError, match="nowhere"):
+        sarek.emit(bad, "cuda")
+
+
+def test_the_gate_offers_exactly_what_the_printer_prints() -> None:
+    support = CUDA.support()
+    assert support.configs is not None
+    printable = set()
+    for lowering in Lowering:
+        for elt in (ir.ElemType.F16, ir.ElemType.BF16, ir.ElemType.F32, ir.ElemType.I32):
+            try:
+                config = config_of(lowering, elt, 16)
+            except sarek.SarekError:
+                continue
+            assert verdict(config, support) == Available(), config
+            printable.add(config)
+    for config in support.configs:
+        assert config in printable or config.a.value == "s8", config
+
+
+# ----------------------------------------------------------------- planted lowering errors
+
+
+def mutation_caught() -> bool:
+    """Whether the comparison above fails for some example with the lowering as patched."""
+    return not all(lowered_matches_neutral(rw) for _, rw in CASES[:6])
+
+
+def test_a_swapped_ldmatrix_register_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = cuda_lower.ldmatrix_blocks
+
+    def swapped(*args: object) -> object:
+        plan = real(*args)  # type: ignore[arg-type]
+        if plan is None:
+            return None
+        blocks, trans = plan
+        return [blocks[1], blocks[0], *blocks[2:]], trans
+
+    monkeypatch.setattr(cuda_lower, "ldmatrix_blocks", swapped)
+    assert mutation_caught()
+
+
+def test_a_wrong_ldmatrix_row_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = cuda_lower.ldmatrix_blocks
+
+    def shifted(*args: object) -> object:
+        plan = real(*args)  # type: ignore[arg-type]
+        if plan is None:
+            return None
+        blocks, trans = plan
+        (r0, c0), *rest = blocks
+        return [(r0 + 1, c0), *rest], trans
+
+    monkeypatch.setattr(cuda_lower, "ldmatrix_blocks", shifted)
+    assert mutation_caught()
+
+
+def test_a_swapped_element_of_an_element_wise_move_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    real = cuda_lower._elements
+
+    def swapped(*args: object) -> list[tuple[ir.Expr, ir.Expr]]:
+        out = real(*args)  # type: ignore[arg-type]
+        return [out[1], out[0], *out[2:]]
+
+    monkeypatch.setattr(cuda_lower, "_elements", swapped)
+    assert mutation_caught()
+
+
+def test_swapped_b_halves_of_the_two_mma_sync_are_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    real = cuda_lower._Lowering.mul_add
+
+    def swapped(self: cuda_lower._Lowering, *args: object) -> list[ir.Stmt]:
+        first, second = real(self, *args)  # type: ignore[arg-type]
+        assert isinstance(first, ir.Mma) and isinstance(second, ir.Mma)
+        return [first.model_copy(update={"b_offset": second.b_offset}),
+                second.model_copy(update={"b_offset": first.b_offset})]
+
+    monkeypatch.setattr(cuda_lower._Lowering, "mul_add", swapped)
+    assert mutation_caught()
