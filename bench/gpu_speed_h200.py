@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 from backends.cuda.emit import emit  # noqa: E402
 from backends.cuda.nvrtc import compile_cubin  # noqa: E402
 from backends.cuda.run import device_arch, device_name, time_cubin  # noqa: E402
+from backends.registry import target  # noqa: E402
 from sarek.dsl import numpy_dtype  # noqa: E402
 from sarek.launch import Launch  # noqa: E402
 from sarek.loader import load_module  # noqa: E402
@@ -107,7 +108,8 @@ def main() -> int:
                 ("rewritten Bf16_operands (gemm_f32)", f32, Lowering.BF16_OPERANDS),
                 ("rewritten Bf16x3_operands (gemm_f32)", f32, Lowering.BF16X3_OPERANDS),
                 ("rewritten Int32_byte_planes (gemm_i32)", i32, Lowering.INT32_BYTE_PLANES)):
-            times[label] = kernel_seconds(rewrite_launch(launch, lowering=lowering).launch, arch)
+            rw = rewrite_launch(launch, lowering=lowering, staging=target("cuda").staging)
+            times[label] = kernel_seconds(rw.launch, arch)
         for label, s in times.items():
             rows.append({"n": n, "kernel": label, "median_s": s, "tflops": flops / s / 1e12})
             print(f"{n:>5} {label:42} {s * 1e3:9.3f} ms {flops / s / 1e12:8.2f} TFLOP/s")
