@@ -3,16 +3,12 @@
 ``ldmatrix.sync.aligned.m8n8.{x1,x2,x4}[.trans].shared.b16`` moves ``count`` 8x8 matrices of
 16-bit elements from shared memory into registers of a whole warp; ``stmatrix`` (sm_90) moves
 them back. Both operands are tensors of 32-bit containers ending in the modes
-``(matrix, row, word) = (count, 8, 4)``; leading modes repeat the instruction. The hardware
-facts, written once here and read by the DSL, the IR checker, the simulator and the CUDA
-printer:
-
-* lane ``8*matrix + row`` provides the shared address of that row (lanes past ``8*count``
-  repeat valid addresses);
-* register word ``(matrix, row, word)`` belongs to lane ``4*row + word``, in the instruction's
-  destination register ``matrix``;
-* ``.trans`` transposes each 8x8 matrix of 16-bit elements: register element
-  ``(row, 2*word + half)`` comes from shared element ``(2*word + half, row)``.
+``(matrix, row, word) = (count, 8, 4)``; leading modes repeat the instruction. Which lane
+provides which row's address and which lane's register receives which word are hardware facts
+whose one home is ``sarek.atoms.LDMATRIX`` (its ``provided`` and ``owners`` tables); this module
+derives from them the contract, checked for the DSL and the IR checker, and the data movement
+the simulator and the CUDA printer share. ``.trans`` transposes each 8x8 matrix of 16-bit
+elements: register element ``(row, column)`` comes from shared element ``(column, row)``.
 
 ``specs/tile-patterns.md`` is the normative text; ``check`` names the broken rule of a
 contract violation in a ``ContractError``.
@@ -28,11 +24,13 @@ from typing import Literal
 import numpy as np
 
 from sarek import ir
+from sarek.atoms import LDMATRIX
 from sarek.errors import SarekError
 from sarek.layout import Axis, TileLayout
 
-WARP = 32
-ROW_BYTES = 16
+WARP = LDMATRIX.lanes
+ROW_BYTES = LDMATRIX.row_bytes
+_WORD_BYTES = ROW_BYTES // LDMATRIX.row_words
 
 
 class ContractError(SarekError):
@@ -61,7 +59,7 @@ class TileOp:
     @property
     def atom(self) -> tuple[int, int, int]:
         """The trailing ``(matrix, row, word)`` modes both operands end in."""
-        return (self.count, 8, 4)
+        return (self.count, LDMATRIX.rows, LDMATRIX.row_words)
 
 
 def parse_op(opcode: str) -> TileOp:
@@ -155,12 +153,14 @@ def _check_shared(op: TileOp, shared: Operand) -> None:
         raise ContractError(f"{shared.describe()}: its storage is aligned to {shared.align} "
                             f"bytes, rows need {ROW_BYTES}")
     starts = layout.offsets()[..., 0] + shared.offset
-    misaligned = np.argwhere((starts * 4) % ROW_BYTES != 0)
+    misaligned = np.argwhere((starts * _WORD_BYTES) % ROW_BYTES != 0)
     if misaligned.size:
         at = tuple(int(x) for x in misaligned[0])
         raise ContractError(f"{shared.describe()}: the row at {at} (matrix, row) starts at "
-                            f"byte {int(starts[at]) * 4}, which is not 16-byte aligned")
-    if shared.words is not None and (starts.min() < 0 or starts.max() + 4 > shared.words):
+                            f"byte {int(starts[at]) * _WORD_BYTES}, which is not "
+                            f"{ROW_BYTES}-byte aligned")
+    if shared.words is not None and (
+            starts.min() < 0 or starts.max() + LDMATRIX.row_words > shared.words):
         raise ContractError(f"{shared.describe()} reaches outside its {shared.words}-word "
                             "storage")
     if op.kind == "stmatrix":
@@ -176,14 +176,15 @@ def _check_registers(op: TileOp, registers: Operand) -> None:
         raise ContractError(f"{registers.describe()} steps along warpid; a warp-scope tile "
                             "pattern is owned by one warp")
     lanes, slots = layout.offsets(Axis.LANEID), layout.offsets(Axis.MEM) + registers.offset
+    owners = LDMATRIX.owners()
     for coord in _coords(layout.shape):
         *_, row, word = coord
-        if lanes[coord] != 4 * row + word:
+        if lanes[coord] != owners[row, word]:
             raise ContractError(
                 f"{registers.describe()}: register word {coord[-3:]} (matrix, row, word) of "
                 f"repeat {coord[:-3]} belongs to lane {int(lanes[coord])}, but the "
-                f"instruction gives it to lane 4*row+word = {4 * row + word}")
-    per_register = slots.reshape(*layout.shape[:-2], 32)
+                f"instruction gives it to lane {int(owners[row, word])}")
+    per_register = slots.reshape(*layout.shape[:-2], LDMATRIX.rows * LDMATRIX.row_words)
     if not (per_register == per_register[..., :1]).all():
         raise ContractError(f"{registers.describe()}: the register slot must not vary with "
                             "row or word (one 32-bit register of each lane per matrix)")
@@ -206,12 +207,12 @@ def instructions(registers: TileLayout) -> list[tuple[int, ...]]:
 
 
 def provider_rows(op: TileOp, shared: TileLayout, repeat: tuple[int, ...]) -> np.ndarray:
-    """The word offset each of the 32 lanes provides for one instruction: lane ``8*m + r``
-    gives row ``r`` of matrix ``m``; lanes past ``8*count`` repeat valid rows."""
-    lanes = np.arange(WARP)
-    m, r = (lanes // 8) % op.count, lanes % 8
+    """The word offset each lane of the warp provides for one instruction: the start of the
+    (matrix, row) that ``sarek.atoms.LDMATRIX.provided`` assigns it (lanes past the
+    instruction's rows repeat valid ones)."""
+    matrix, row = LDMATRIX.provided(op.count).T
     starts: np.ndarray = shared.offsets()[repeat][..., 0]
-    return np.asarray(starts[m, r])
+    return np.asarray(starts[matrix, row])
 
 
 def register_slots(registers: TileLayout, repeat: tuple[int, ...]) -> np.ndarray:
@@ -220,19 +221,37 @@ def register_slots(registers: TileLayout, repeat: tuple[int, ...]) -> np.ndarray
 
 
 def gather_rows(op: TileOp, rows: np.ndarray) -> np.ndarray:
-    """ldmatrix on data: ``rows[..., m, r, w]`` are the four words at the address lane
-    ``8*m + r`` provided; returns ``regs[..., lane, m]``, each lane's ``count`` registers."""
+    """ldmatrix on data: ``rows[..., m, r, w]`` are the four words at the address the
+    provider of row ``r`` of matrix ``m`` gave; returns ``regs[..., lane, m]``, each lane's
+    ``count`` registers (word ``(m, r, w)`` in register ``m`` of lane ``owners()[r, w]``)."""
     data = _transpose16(rows) if op.trans else rows
-    # lane 4*r + w receives word (m, r, w)
-    out: np.ndarray = np.moveaxis(data, -3, -1).reshape(*data.shape[:-3], WARP, op.count)
+    out = np.empty((*data.shape[:-3], WARP, op.count), data.dtype)
+    out[..., LDMATRIX.owners(), :] = np.moveaxis(data, -3, -1)
     return out
 
 
 def scatter_rows(op: TileOp, regs: np.ndarray) -> np.ndarray:
     """stmatrix on data, the inverse of ``gather_rows``: from ``regs[..., lane, m]`` the words
-    ``rows[..., m, r, w]`` written at the address lane ``8*m + r`` provided."""
-    data = np.moveaxis(regs.reshape(*regs.shape[:-2], 8, 4, op.count), -1, -3)
+    ``rows[..., m, r, w]`` written at the address the provider of row ``r`` of matrix ``m``
+    gave."""
+    data = np.moveaxis(regs[..., LDMATRIX.owners(), :], -1, -3)
     out: np.ndarray = _transpose16(data) if op.trans else data
+    return out
+
+
+def low_half_holders(op: TileOp) -> np.ndarray:
+    """``[row, word]``: for each 32-bit word of a shared 8x8 matrix, the lane whose register
+    takes (ldmatrix) or gives (stmatrix) its low 16-bit half — the word's owner, or with
+    ``.trans`` the owner of the register word that element lands in."""
+    owners = LDMATRIX.owners()
+    if not op.trans:
+        return owners
+    # Follow every element through the transpose: tag each with its row-major index.
+    tags = np.arange(2 * owners.size, dtype="<u2").view("<u4").reshape(owners.shape)
+    landed = _transpose16(tags).view("<u2")  # [row, 2 * word]: the tag each half holds
+    holder = np.empty(2 * owners.size, np.int64)
+    holder[landed.ravel()] = np.repeat(owners.ravel(), 2)
+    out: np.ndarray = holder[::2].reshape(owners.shape)
     return out
 
 
@@ -240,7 +259,7 @@ def _transpose16(words: np.ndarray) -> np.ndarray:
     """Transposes each 8x8 matrix of 16-bit elements held as ``[..., 8 rows, 4 words]`` of
     little-endian pairs (element ``2*w`` in the low half)."""
     halves = np.ascontiguousarray(words, dtype="<u4").view("<u2")
-    halves = halves.reshape(*words.shape[:-1], 8)
+    halves = halves.reshape(*words.shape[:-1], 2 * LDMATRIX.row_words)
     return np.ascontiguousarray(np.swapaxes(halves, -1, -2)).view("<u4")
 
 

@@ -1,9 +1,10 @@
 """Warp-level tile patterns (ldmatrix / stmatrix) in the simulator.
 
-The lane maps and the data movement are ``sarek.tile``'s, the same facts the CUDA printer
-reads; this module applies them to the launch's shared and local arrays, every warp of the
-launch at once, and records the shared accesses with the race detector (each word as read or
-written by the lane whose register takes or gives its low half).
+The lane maps are ``sarek.atoms.LDMATRIX``'s and the data movement ``sarek.tile``'s, the same
+facts the CUDA printer reads; this module applies them to the launch's shared and local
+arrays, every warp of the launch at once, and records the shared accesses with the race
+detector (each word as read or written by the lane whose register takes or gives its low
+half, ``sarek.tile.low_half_holders``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sarek import tile
+from sarek import atoms, tile
 from sarek.layout import TileLayout
 from sarek.tile import ContractError
 from sim.launch import Geometry
@@ -51,9 +52,9 @@ def full_warps(mask: np.ndarray | None, n: int, site: Site) -> np.ndarray:
     active = np.count_nonzero(mask.reshape(-1, tile.WARP), axis=1)
     partial = np.flatnonzero((active > 0) & (active < tile.WARP))
     if partial.size:
-        raise ContractError(f"{int(active[partial[0]])} of the 32 lanes of warp "
+        raise ContractError(f"{int(active[partial[0]])} of the {tile.WARP} lanes of warp "
                             f"{int(partial[0])} of the launch reach the tile pattern at "
-                            f"{site.path}; all 32 must participate")
+                            f"{site.path}; all {tile.WARP} must participate")
     return np.flatnonzero(active == tile.WARP)
 
 
@@ -66,17 +67,18 @@ def run(op: tile.TileOp, registers: Operand, shared: Operand, local: LocalArray,
     reg_words = local.data.view("<u4").reshape(geo.invocations, registers.words)
     shared_words = smem.data.view("<u4")
     per_word = 32 // shared.bits  # storage elements per 32-bit word (1 or 2)
+    facts = atoms.LDMATRIX
+    matrix, row = facts.provided(op.count)[: facts.rows * op.count].T
+    owner = tile.low_half_holders(op)  # [row, word] -> lane
     for rep in tile.instructions(registers.layout):
-        starts = tile.provider_rows(op, shared.layout, rep)[: 8 * op.count] + shared.offset
-        # words[w, m, r, k]: word k of the row lane 8m+r of warp w provided
+        # starts[m, r]: the word offset the provider of row r of matrix m gave
+        starts = np.empty((op.count, facts.rows), np.int64)
+        starts[matrix, row] = tile.provider_rows(op, shared.layout, rep)[: facts.rows * op.count]
+        # words[w, m, r, k]: word k of row r of matrix m in warp w's block
         words = ((blocks * shared.words)[:, None, None, None]
-                 + starts.reshape(op.count, 8)[None, :, :, None] + np.arange(4))
+                 + (starts + shared.offset)[None, :, :, None] + np.arange(facts.row_words))
         slots = tile.register_slots(registers.layout, rep) + registers.offset
-        # Each word counts as accessed by the lane whose register takes (or gives) its low
-        # half: lane 4r+k, or with .trans, where element (r, 2k) goes, lane 8k + r/2.
-        owner = (8 * np.arange(4)[None, :] + np.arange(8)[:, None] // 2) if op.trans else \
-            np.arange(32).reshape(8, 4)
-        holder = np.broadcast_to(threads.reshape(-1, 32)[:, None, owner], words.shape)
+        holder = np.broadcast_to(threads.reshape(-1, tile.WARP)[:, None, owner], words.shape)
         elements = (words[..., None] * per_word + np.arange(per_word)).ravel()
         by_thread = np.repeat(holder.ravel(), per_word)
         if op.kind == "ldmatrix":
