@@ -24,7 +24,6 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from inspect import signature
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -100,7 +99,7 @@ class Case:
     def variant(self) -> str:
         if self.lowering is None:
             return "original"
-        return f"{self.lowering.value} sg{self.subgroup} f{self.frag}"
+        return f"{self.lowering.value} subgroup {self.subgroup} frag {self.frag}"
 
 
 @dataclass(frozen=True)
@@ -196,11 +195,8 @@ def _prepare(case: Case, target: Target) -> Prepared:
 
     launch = original
     if case.lowering is not None:
-        options: dict[str, Any] = {}
-        if "staging" in signature(rewrite_launch).parameters:  # the target's staging policy
-            options["staging"] = target.staging
         launch = rewrite_launch(original, lowering=case.lowering, subgroup=case.subgroup or 32,
-                                frag=case.frag or 16, **options).launch
+                                frag=case.frag or 16, staging=target.staging).launch
     launch = replace(launch, args={**launch.args, gemm.c.array: guarded})
     masks = {p.name: (writable if p.name == gemm.c.array
                       else np.zeros(np.asarray(launch.args[p.name]).size, bool))
@@ -208,14 +204,11 @@ def _prepare(case: Case, target: Target) -> Prepared:
     return Prepared(launch, masks, original, module)
 
 
-def simulated(launch: Launch, target: Target | None, arith: str) -> dict[str, np.ndarray]:
-    """``launch`` in the simulator, its kernel lowered for ``target`` (the neutral kernel for
-    None), under the arithmetic model ``arith``: what ``sarek.simulate(..., target=T)`` runs."""
-    kernel = launch.kernel
-    if target is not None:
-        ir.ensure_valid(kernel)
-        kernel = target.lower(kernel)
-    return simulate(kernel, dict(launch.args), launch.grid, launch.block, arith=arith)
+def simulated(launch: Launch, target: str | None, arith: str) -> dict[str, np.ndarray]:
+    """``launch`` in the simulator under the arithmetic model ``arith``: its kernel lowered for
+    the target called ``target`` (what that target prints), or as given for None."""
+    return simulate(launch.kernel, dict(launch.args), launch.grid, launch.block, target=target,
+                    arith=arith)
 
 
 def _expected(prep: Prepared) -> dict[str, np.ndarray]:
@@ -257,7 +250,7 @@ class Side:
 
 
 def _sides(case: Case, prep: Prepared, target: Target, device: bool) -> tuple[Side, Side]:
-    lowered = Side("lowered", simulated(prep.launch, target, target.arith))
+    lowered = Side("lowered", simulated(prep.launch, target.name, target.arith))
     if device:
         assert target.run is not None  # main() checked
         run = prep.launch
