@@ -60,7 +60,7 @@ class Size:
     n: int
     k: int
     grid: Dim3 | None = None
-    why: str = ""
+    purpose: str = ""  # what the size exercises, recorded in the report
 
     @property
     def label(self) -> str:
@@ -68,20 +68,20 @@ class Size:
         return mnk if self.grid is None else f"{mnk} grid {'x'.join(map(str, self.grid))}"
 
 
-RAGGED = Size(70, 45, 33, why="ragged: no extent a multiple of a tile")
+RAGGED = Size(70, 45, 33, purpose="ragged: no extent a multiple of a tile")
 SIZES = (
     RAGGED,
-    Size(128, 96, 64, why="whole 64x64 block tiles and reduction steps"),
-    Size(33, 20, 1, why="K = 1: one product per output"),
-    Size(17, 5, 0, why="K = 0: the epilogue of the initial value"),
-    Size(1, 1, 1, why="one output"),
-    Size(0, 20, 10, why="no rows: an empty launch"),
+    Size(128, 96, 64, purpose="whole 64x64 block tiles and reduction steps"),
+    Size(33, 20, 1, purpose="K = 1: one product per output"),
+    Size(17, 5, 0, purpose="K = 0: the epilogue of the initial value"),
+    Size(1, 1, 1, purpose="one output"),
+    Size(0, 20, 10, purpose="no rows: an empty launch"),
 )
 EXTRA_SIZES: dict[str, tuple[Size, ...]] = {
     # 11 blocks of 128 where 19 are needed: 1408 of 2310 outputs, the last row in part
-    "gemm_f32_1d": (Size(70, 33, 17, grid=(11, 1, 1), why="1-D launch covering a prefix"),),
+    "gemm_f32_1d": (Size(70, 33, 17, grid=(11, 1, 1), purpose="1-D launch covering a prefix"),),
     # two layers of the three batches
-    "gemm_batched": (Size(70, 33, 17, grid=(3, 5, 2), why="batched launch of fewer layers"),),
+    "gemm_batched": (Size(70, 33, 17, grid=(3, 5, 2), purpose="batched launch of fewer layers"),),
 }
 
 
@@ -314,6 +314,7 @@ def report(name: str, device: str, arith: str, quick: bool, outcomes: list[Outco
               "subgroup": o.case.subgroup, "frag": o.case.frag,
               "size": [o.case.size.m, o.case.size.n, o.case.size.k],
               "grid": list(o.case.size.grid) if o.case.size.grid else None,
+              "purpose": o.case.size.purpose,
               "compared": o.compared, "arrays": dict(o.arrays),
               "canary_violations": [{"side": v.side, "array": v.array, "count": v.count,
                                      "first": list(v.first)} for v in o.violations],
