@@ -56,8 +56,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
               "(bench/results in a\n   source checkout).")
     else:
         print(f"\n4. Conformance recorded on real devices ({results.relative_to(examples.parent)}"
-              ", rerun on a GPU with bench/conformance_cuda.py,\n   bench/tile_patterns_h200.py "
-              "and bench/tensor_core_h200.py):\n")
+              ", rerun on a GPU with sarek conformance --target cuda,\n   "
+              "bench/tile_patterns_h200.py and bench/tensor_core_h200.py):\n")
         print(demo.render(("check", "device", "cases", "result"),
                           demo.recorded_conformance(results)))
     failed = [r.example for r in rows if not r.ok] + [r.example for r in rewrites if not r.ok]

@@ -165,7 +165,7 @@ def recorded_conformance(results: Path) -> list[tuple[str, str, str, str]]:
     import json
 
     rows = []
-    for name, what in (("conformance_cuda_h200.json", "examples and rewrites, CUDA vs simulator"),
+    for name, what in (("conformance_cuda.json", "examples and rewrites, CUDA vs simulator"),
                        ("tile_patterns_h200.json", "ldmatrix/stmatrix vs simulator"),
                        ("tensor_core_h200.json", "mma.sync outputs vs the h200 model"),
                        ("arith_h200.json", "operations and conversions (exact ones)"),
