@@ -57,14 +57,12 @@ def ldmatrix(count: int, trans: bool, address: np.ndarray, src: SharedArray,
 def _record_reads(src: SharedArray, byte: np.ndarray, trans: bool, lanes: np.ndarray,
                   geo: Geometry, site: Site) -> None:
     """Tells the race detector who read what: each word counts as read by the lane whose
-    register receives its low half (with ``.trans``, element (r, 2w) lands in row 2w of the
-    transposed matrix, in word r/2)."""
+    register receives its low half (``sarek.tile.low_half_holders``)."""
     facts = atoms.LDMATRIX
-    owners = facts.owners()  # [row, word] -> lane
-    r, w = np.meshgrid(np.arange(facts.rows), np.arange(facts.row_words), indexing="ij")
-    holder = owners[2 * w, r // 2] if trans else owners[r, w]  # [row, word]
+    holder = tile.low_half_holders(tile.TileOp("ldmatrix", "ldmatrix", 1, trans))
     count = byte.shape[1] // facts.rows
-    per_byte = np.repeat(np.tile(holder, (count, 1)), 4, axis=-1)  # [8*count, 16]
+    word_bytes = facts.row_bytes // facts.row_words
+    per_byte = np.repeat(np.tile(holder, (count, 1)), word_bytes, axis=-1)  # [8*count, 16]
     threads = geo.lane_thread[lanes[:, per_byte]].astype(np.int32)
     element_bytes = src.data.itemsize
     first = byte[..., ::element_bytes] // element_bytes

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import sarek
+from backends.cstyle import EmitError
 from backends.cuda import lower as cuda_lower
 from backends.cuda.emit import emit, print_kernel
-from backends.cstyle import EmitError
 from backends.registry import target
 from sarek import ir
 from sarek.coopmat import Available, verdict

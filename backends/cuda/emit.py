@@ -130,10 +130,13 @@ def _tile_apply(p: Printer, s: ir.TileApply) -> list[str]:
     op = tile.parse_op(s.op)
     dst, src = (_operand(p, name) for name in (s.dst, s.src))
     regs, rows = (dst, src) if op.kind == "ldmatrix" else (src, dst)
+    rows_per_matrix = atoms.LDMATRIX.rows
     lines = [f"{{ /* {s.op}: {s.dst} <- {s.src}, "
              f"{len(tile.instructions(regs[1]))} instruction(s) per warp */",
              f"    const int sk_lane = {BUILTINS[Builtin.SUBGROUP_LANE]};",
-             f"    const int sk_m = (sk_lane >> 3) % {op.count}, sk_r = sk_lane & 7;"]
+             # the provider rule of sarek.atoms.LDMATRIX: lane = row + rows * matrix
+             f"    const int sk_m = (sk_lane / {rows_per_matrix}) % {op.count}, "
+             f"sk_r = sk_lane % {rows_per_matrix};"]
     row_strides = rows[1].strides(Axis.MEM)
     for rep in tile.instructions(regs[1]):
         base = rows[2] + sum(c * st for c, st in zip(rep, row_strides, strict=False))
