@@ -44,6 +44,7 @@ from sarek.matrix_mapping import covered, region
 from sarek.matrix_pattern import recognize
 from sarek.matrix_rewrite import rewrite_launch
 from sarek.matrix_scheme import SUPPORTED_FRAGMENT, SUPPORTED_SUBGROUP, Lowering
+from sarek.schedule import Schedule
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_DEVICE = 0, 1, 2, 3
 SIM_PREFIX = "sim-"
@@ -69,6 +70,8 @@ class Size:
 
 
 RAGGED = Size(70, 45, 33, purpose="ragged: no extent a multiple of a tile")
+LARGE_TILES = Size(150, 133, 70,
+                   purpose="more than one large tile each way, a partial last step")
 SIZES = (
     RAGGED,
     Size(128, 96, 64, purpose="whole 64x64 block tiles and reduction steps"),
@@ -94,12 +97,14 @@ class Case:
     lowering: Lowering | None = None
     subgroup: int | None = None
     frag: int | None = None
+    schedule: Schedule | None = None  # None: the one rewrite_launch picks for the region
 
     @property
     def variant(self) -> str:
         if self.lowering is None:
             return "original"
-        return f"{self.lowering.value} subgroup {self.subgroup} frag {self.frag}"
+        sched = f" {self.schedule.name}" if self.schedule is not None else ""
+        return f"{self.lowering.value} subgroup {self.subgroup} frag {self.frag}{sched}"
 
 
 @dataclass(frozen=True)
@@ -160,6 +165,12 @@ def matrix(target: Target, examples: Path, *, quick: bool = False,
                      for sg, frag in configurations(target, low)]
         sizes = (RAGGED,) if quick else SIZES + EXTRA_SIZES.get(path.stem, ())
         cases += [Case(path, size, *v) for size in sizes for v in variants]
+        # The target's large schedules, which rewrite_launch takes only for large regions,
+        # at sizes the simulator can afford: more than one large tile each way.
+        large = dict(target.staging.large)
+        cases += [Case(path, size, low, sg, frag, large[low.value])
+                  for size in ((LARGE_TILES,) if quick else (LARGE_TILES, RAGGED))
+                  for low, sg, frag in variants[1:] if low is not None and low.value in large]
     return cases
 
 
@@ -196,7 +207,8 @@ def _prepare(case: Case, target: Target) -> Prepared:
     launch = original
     if case.lowering is not None:
         launch = rewrite_launch(original, lowering=case.lowering, subgroup=case.subgroup or 32,
-                                frag=case.frag or 16, staging=target.staging).launch
+                                frag=case.frag or 16, staging=target.staging,
+                                schedule=case.schedule).launch
     launch = replace(launch, args={**launch.args, gemm.c.array: guarded})
     masks = {p.name: (writable if p.name == gemm.c.array
                       else np.zeros(np.asarray(launch.args[p.name]).size, bool))
@@ -312,6 +324,7 @@ def report(name: str, device: str, arith: str, quick: bool, outcomes: list[Outco
     cases = [{"example": o.case.example.stem, "kernel": o.kernel,
               "lowering": o.case.lowering.value if o.case.lowering else None,
               "subgroup": o.case.subgroup, "frag": o.case.frag,
+              "schedule": o.case.schedule.name if o.case.schedule else None,
               "size": [o.case.size.m, o.case.size.n, o.case.size.k],
               "grid": list(o.case.size.grid) if o.case.size.grid else None,
               "purpose": o.case.size.purpose,
@@ -328,14 +341,14 @@ def report(name: str, device: str, arith: str, quick: bool, outcomes: list[Outco
 def _summary(outcomes: list[Outcome]) -> Table:
     """One row per example and kernel (original, or lowering, subgroup and fragment), its
     sizes added up."""
-    groups: dict[tuple[str, str, str, str], list[Outcome]] = {}
+    groups: dict[tuple[str, str, str, str, str], list[Outcome]] = {}
     for o in outcomes:
         c = o.case
         key = (c.example.stem, c.lowering.value if c.lowering else "original",
-               str(c.subgroup or ""), str(c.frag or ""))
+               str(c.subgroup or ""), str(c.frag or ""), c.schedule.name if c.schedule else "")
         groups.setdefault(key, []).append(o)
     table = Table()
-    for column in ("example", "kernel", "sg", "frag"):
+    for column in ("example", "kernel", "sg", "frag", "schedule"):
         table.add_column(column)
     for column in ("cases", "passed", "mismatches", "canaries", "errors"):
         table.add_column(column, justify="right")

@@ -26,12 +26,18 @@ from backends.cuda.nvrtc import compile_cubin  # noqa: E402
 from backends.cuda.run import device_arch, device_name, time_cubin  # noqa: E402
 from backends.registry import target  # noqa: E402
 from sarek.dsl import numpy_dtype  # noqa: E402
+from sarek.errors import SarekError  # noqa: E402
 from sarek.launch import Launch  # noqa: E402
 from sarek.loader import load_module  # noqa: E402
 from sarek.matrix_rewrite import rewrite_launch  # noqa: E402
 from sarek.matrix_scheme import Lowering  # noqa: E402
+from sarek.schedule import SEED, Schedule  # noqa: E402
 
 REPEATS = 10
+SWEEP_N = 4096
+CANDIDATES = (SEED, Schedule(tile=64, step=32), Schedule(tile=64, step=64),
+              Schedule(tile=128, step=16), Schedule(tile=128, step=32),
+              Schedule(tile=128, step=64))
 
 
 def kernel_seconds(launch: Launch, arch: str) -> float:
@@ -95,7 +101,8 @@ def baselines(n: int) -> dict[str, float]:
 
 def main() -> int:
     arch = device_arch()
-    rows = []
+    staging = target("cuda").staging
+    rows: list[dict[str, Any]] = []
     for n in (2048, 4096):
         flops = 2.0 * n**3
         times = baselines(n)
@@ -103,13 +110,32 @@ def main() -> int:
                          for s in ("gemm_f32", "gemm_f16", "gemm_i32"))
         times["naive f32 (original gemm_f32)"] = kernel_seconds(f32, arch)
         times["naive int32 (original gemm_i32)"] = kernel_seconds(i32, arch)
+        sweeps: list[dict[str, Any]] = []
         for label, launch, lowering in (
                 ("rewritten F16_operands (gemm_f16)", f16, Lowering.F16_OPERANDS),
                 ("rewritten Bf16_operands (gemm_f32)", f32, Lowering.BF16_OPERANDS),
                 ("rewritten Bf16x3_operands (gemm_f32)", f32, Lowering.BF16X3_OPERANDS),
                 ("rewritten Int32_byte_planes (gemm_i32)", i32, Lowering.INT32_BYTE_PLANES)):
-            rw = rewrite_launch(launch, lowering=lowering, staging=target("cuda").staging)
-            times[label] = kernel_seconds(rw.launch, arch)
+            chosen = rewrite_launch(launch, lowering=lowering, staging=staging)
+            times[label] = kernel_seconds(chosen.launch, arch)
+            times[f"{label}, seed schedule"] = kernel_seconds(
+                rewrite_launch(launch, lowering=lowering, staging=staging,
+                               schedule=SEED).launch, arch)
+            if n == SWEEP_N:
+                for schedule in CANDIDATES:
+                    try:
+                        rw = rewrite_launch(launch, lowering=lowering, staging=staging,
+                                            schedule=schedule)
+                        s = kernel_seconds(rw.launch, arch)
+                        sweeps.append({"kernel": label, "schedule": schedule.name,
+                                       "median_s": s, "tflops": flops / s / 1e12})
+                    except SarekError as e:  # too much shared memory, a schedule refused
+                        sweeps.append({"kernel": label, "schedule": schedule.name,
+                                       "error": e.reason.splitlines()[0][:200]})
+                    print(f"{n:>5} {label:42} {schedule.name:8} "
+                          + (f"{sweeps[-1]['tflops']:8.2f} TFLOP/s" if "tflops" in sweeps[-1]
+                             else sweeps[-1]["error"]))
+            print(f"{n:>5} {label:42} takes {chosen.schedule.name}")
         for label, s in times.items():
             rows.append({"n": n, "kernel": label, "median_s": s, "tflops": flops / s / 1e12})
             print(f"{n:>5} {label:42} {s * 1e3:9.3f} ms {flops / s / 1e12:8.2f} TFLOP/s")
@@ -126,7 +152,11 @@ def main() -> int:
                 t["CuPy int32 matmul"] / t["rewritten Int32_byte_planes (gemm_i32)"])
         for what, r in ratios.items():
             print(f"{n:>5} {what:42} {r:9.3f}x")
+        ratios["F16 seed schedule / cuBLAS f16"] = (
+            t["cuBLAS f16"] / t["rewritten F16_operands (gemm_f16), seed schedule"])
         rows.append({"n": n, "ratios": ratios})
+        if sweeps:
+            rows.append({"n": n, "schedules": sweeps})
     result = {"device": device_name(), "arch": arch, "repeats": REPEATS, "rows": rows,
               "targets (DESIGN.md, 4096^3)": {"F16 / cuBLAS f16": ">= 0.40",
                                               "F16 / naive f32": ">= 40",

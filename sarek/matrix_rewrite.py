@@ -36,13 +36,10 @@ from sarek.matrix_scheme import (
     LoweringError,
     config_of,
 )
+from sarek.schedule import SEED, WAVES, Schedule, ScheduleError
 from sarek.staging import DENSE, Staging
 
 EXTRA_NAMES = ("me", "ne", "ze", "d", "t")
-TILE = 64  # output rows and columns per block
-WAVE_TILE = 32  # per wave
-STEP = 16  # reduction depth staged per step
-WAVES = 4
 
 I32, U32, U8, F32 = ElemType.I32, ElemType.U32, ElemType.U8, ElemType.F32
 
@@ -51,13 +48,14 @@ class RewriteError(SarekError):
     """The nest cannot be rewritten as asked; ``reason`` names what and why."""
 
 
-def launch_dims(subgroup: int = 32, *, me: int, ne: int, ze: int
+def launch_dims(subgroup: int = 32, *, me: int, ne: int, ze: int, schedule: Schedule = SEED
                 ) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
     """``(block, grid)`` of the rewritten kernel for a region: blocks of four waves, one per
-    64x64 tile of output, one grid layer per batch (a zero extent gives a zero grid
-    dimension: nothing to launch)."""
+    ``schedule.tile`` square of output (64x64 by default), one grid layer per batch (a zero
+    extent gives a zero grid dimension: nothing to launch)."""
     _check_subgroup(subgroup)
-    return (WAVES * subgroup, 1, 1), (-(-ne // TILE), -(-me // TILE), ze)
+    tile = schedule.tile
+    return (WAVES * subgroup, 1, 1), (-(-ne // tile), -(-me // tile), ze)
 
 
 # --------------------------------------------------------------------------- lowerings
@@ -150,11 +148,12 @@ def _check_subgroup(subgroup: int) -> None:
 
 
 def kernel(original: ir.Kernel, gemm: Gemm, lowering: Lowering, subgroup: int = 32,
-           frag: int = 16, staging: Staging = DENSE) -> ir.Kernel:
+           frag: int = 16, staging: Staging = DENSE, schedule: Schedule = SEED) -> ir.Kernel:
     """The rewritten kernel (see the module docstring); ``RewriteError`` with the reason when a
     subgroup or fragment has no template, the lowering does not take the operands, or an
     address, bound, initial value or epilogue cannot be expressed in the rewritten launch.
-    ``staging`` is the target's layout policy for the staged tiles (``sarek.staging``)."""
+    ``staging`` is the target's layout policy for the staged tiles (``sarek.staging``),
+    ``schedule`` the block tile and reduction step (``sarek.schedule``)."""
     _check_subgroup(subgroup)
     if frag not in SUPPORTED_FRAGMENT:
         raise RewriteError(f"fragment {frag} has no template; supported: "
@@ -180,9 +179,14 @@ def kernel(original: ir.Kernel, gemm: Gemm, lowering: Lowering, subgroup: int = 
             raise RewriteError(f"operand {name}'s address depends on the output "
                                f"{'column' if name == 'A' else 'row'}, which a staged "
                                f"{'row' if name == 'A' else 'column'} tile cannot express")
-    body = _Builder(gemm, scheme, subgroup, frag, staging).build()
+    try:
+        schedule.check(frag, WAVES * subgroup)
+    except ScheduleError as e:
+        raise RewriteError(e.reason) from None
+    body = _Builder(gemm, scheme, subgroup, frag, staging, schedule).build()
     params = (*original.params, *(ir.ScalarParam(name=n, elem=I32) for n in EXTRA_NAMES))
-    rewritten = ir.Kernel(name=f"{original.name}_{lowering.value.lower()}", params=params,
+    suffix = "" if schedule == SEED else f"_{schedule.name}"
+    rewritten = ir.Kernel(name=f"{original.name}_{lowering.value.lower()}{suffix}", params=params,
                           body=body, subgroup=subgroup, block=(WAVES * subgroup, 1, 1))
     ir.ensure_valid(rewritten)
     return rewritten
@@ -202,18 +206,19 @@ class _Builder:
     """Builds the rewritten body for one gemm, lowering, subgroup and fragment."""
 
     def __init__(self, gemm: Gemm, scheme: _Scheme, subgroup: int, frag: int,
-                 staging: Staging) -> None:
+                 staging: Staging, schedule: Schedule) -> None:
         self.g, self.s, self.sg, self.f = gemm, scheme, subgroup, frag
+        self.tile, self.wave_tile, self.step = schedule.tile, schedule.wave_tile, schedule.step
         self.threads = WAVES * subgroup
-        self.per_wave = WAVE_TILE // frag  # fragments along each side of a wave's quarter
+        self.per_wave = self.wave_tile // frag  # fragments along each side of a wave's tile
         # Row strides and B's layout of the staged tiles: the target's policy (padded 16-bit
         # rows, column-major 8-bit B), which moves elements but never changes a result.
         pad = staging.row_pad_bytes * 8 // 16 if scheme.operand.bits == 16 else 0
-        self.a_stride, self.b_stride = STEP + pad, TILE + pad
+        self.a_stride, self.b_stride = self.step + pad, self.tile + pad
         col_b = scheme.operand.bits == 8 and staging.narrow_b_col_major
         self.b_layout = FragLayout.COL if col_b else FragLayout.ROW
         if self.b_layout is FragLayout.COL:
-            self.b_stride = STEP
+            self.b_stride = self.step
 
     # ---------------------------------------------------------------- coordinates
 
@@ -243,12 +248,15 @@ class _Builder:
         body: list[ir.Stmt] = [
             ir.Let(name="sk_tid", type=I32, value=tid),
             ir.Let(name="sk_wave", type=I32, value=_builtin(Builtin.SUBGROUP_ID)),
-            ir.Let(name="sk_row0", type=I32, value=_mul(_builtin(Builtin.BLOCK_IDX_Y), _c(TILE))),
-            ir.Let(name="sk_col0", type=I32, value=_mul(_builtin(Builtin.BLOCK_IDX_X), _c(TILE))),
+            ir.Let(name="sk_wave_lane", type=I32, value=_builtin(Builtin.SUBGROUP_LANE)),
+            ir.Let(name="sk_row0", type=I32,
+                   value=_mul(_builtin(Builtin.BLOCK_IDX_Y), _c(self.tile))),
+            ir.Let(name="sk_col0", type=I32,
+                   value=_mul(_builtin(Builtin.BLOCK_IDX_X), _c(self.tile))),
             ir.Let(name="sk_z", type=I32, value=_builtin(Builtin.BLOCK_IDX_Z)),
             *self.declarations(),
             *self.start_accumulators(),
-            ir.For(var="sk_k0", start=_c(0), stop=_v("d"), step=_c(STEP),
+            ir.For(var="sk_k0", start=_c(0), stop=_v("d"), step=_c(self.step),
                    body=(*self.stage(), ir.Barrier(), *self.multiply(), ir.Barrier())),
             *self.finish(),
         ]
@@ -266,11 +274,12 @@ class _Builder:
         out: list[ir.Stmt] = []
         for term in self.s.terms:
             out.append(ir.ArrayDecl(name=self.staged("a", term), elem=self.s.operand,
-                                    size=TILE * self.a_stride, space=MemSpace.SHARED))
-            b_rows = STEP if self.b_layout is FragLayout.ROW else TILE
+                                    size=self.tile * self.a_stride, space=MemSpace.SHARED))
+            b_rows = self.step if self.b_layout is FragLayout.ROW else self.tile
             out.append(ir.ArrayDecl(name=self.staged("b", term), elem=self.s.operand,
                                     size=b_rows * self.b_stride, space=MemSpace.SHARED))
-        out.append(ir.ArrayDecl(name="sk_cs", elem=self.s.acc, size=TILE * TILE,
+        # One fragment per wave at a time leaves through here (and an initial value enters).
+        out.append(ir.ArrayDecl(name="sk_cs", elem=self.s.acc, size=WAVES * self.f * self.f,
                                 space=MemSpace.SHARED))
         f = self.f
         for i, j in self.frag_names():
@@ -289,8 +298,8 @@ class _Builder:
     def wave_origin(self, i: int, j: int) -> tuple[ir.Expr, ir.Expr]:
         """Row and column, within the block's tile, of fragment (i, j) of this wave."""
         w = _v("sk_wave")
-        row = _add(_mul(_b(BinOp.DIV, w, _c(2)), _c(WAVE_TILE)), _c(i * self.f))
-        col = _add(_mul(_b(BinOp.REM, w, _c(2)), _c(WAVE_TILE)), _c(j * self.f))
+        row = _add(_mul(_b(BinOp.DIV, w, _c(2)), _c(self.wave_tile)), _c(i * self.f))
+        col = _add(_mul(_b(BinOp.REM, w, _c(2)), _c(self.wave_tile)), _c(j * self.f))
         return row, col
 
     def per_thread(self, elements: int, body: list[ir.Stmt]) -> ir.For:
@@ -300,14 +309,34 @@ class _Builder:
         return ir.For(var="sk_q", start=_c(0), stop=_c(elements // self.threads), step=_c(1),
                       body=(ir.Let(name="sk_e", type=I32, value=e), *body))
 
-    def output_coordinates(self) -> list[ir.Stmt]:
-        """``sk_row``, ``sk_col`` of element ``sk_e`` of the 64x64 tile (row-major)."""
+    def per_lane(self, body: list[ir.Stmt]) -> ir.For:
+        """``for sk_q in range(frag * frag / subgroup): sk_e = sk_q * subgroup + sk_wave_lane;
+        body``: a uniform loop in which a wave's lanes cover one fragment's elements."""
+        e = _add(_mul(_v("sk_q"), _c(self.sg)), _v("sk_wave_lane"))
+        return ir.For(var="sk_q", start=_c(0), stop=_c(self.f * self.f // self.sg),
+                      step=_c(1), body=(ir.Let(name="sk_e", type=I32, value=e), *body))
+
+    def exchange_offset(self) -> ir.Expr:
+        """Where this wave's fragment lies in the exchange array ``sk_cs``."""
+        return _mul(_v("sk_wave"), _c(self.f * self.f))
+
+    def exchanged(self) -> ir.Expr:
+        """Element ``sk_e`` of this wave's fragment in ``sk_cs`` (row-major, stride frag)."""
+        return _add(self.exchange_offset(), _v("sk_e"))
+
+    def fragment_coordinates(self, i: int, j: int) -> list[ir.Stmt]:
+        """``sk_row``, ``sk_col``: the output of element ``sk_e`` of fragment (i, j)."""
+        row, col = self.wave_origin(i, j)
         return [
-            ir.Let(name="sk_row", type=I32,
-                   value=_add(_v("sk_row0"), _b(BinOp.DIV, _v("sk_e"), _c(TILE)))),
-            ir.Let(name="sk_col", type=I32,
-                   value=_add(_v("sk_col0"), _b(BinOp.REM, _v("sk_e"), _c(TILE)))),
+            ir.Let(name="sk_row", type=I32, value=_add(_add(_v("sk_row0"), row),
+                                                      _b(BinOp.DIV, _v("sk_e"), _c(self.f)))),
+            ir.Let(name="sk_col", type=I32, value=_add(_add(_v("sk_col0"), col),
+                                                      _b(BinOp.REM, _v("sk_e"), _c(self.f)))),
         ]
+
+    def through_exchange(self, frag: str) -> ir.FragStore:
+        return ir.FragStore(frag=frag, array="sk_cs", offset=self.exchange_offset(),
+                            stride=_c(self.f))
 
     def start_accumulators(self) -> list[ir.Stmt]:
         init = self.g.init
@@ -316,20 +345,22 @@ class _Builder:
             value = init if constant and not self.s.acc.is_int else _zero(self.s.acc)
             return [ir.FragFill(frag=f"sk_acc{a}_{i}_{j}", value=_cast(value, self.s.acc))
                     for i, j in self.frag_names() for a in range(self.s.accumulators)]
-        # The initial value varies by output: stage it through shared memory.
+        # The initial value varies by output: each wave stages it through its part of the
+        # exchange array, one fragment at a time.
         here = self.covered(_v("sk_row"), _v("sk_col"))
-        stage = self.per_thread(TILE * TILE, [
-            *self.output_coordinates(),
-            ir.Store(array="sk_cs", index=_v("sk_e"), value=ir.Select(
-                cond=here, a=_cast(self.init(), self.s.acc), b=_zero(self.s.acc),
-                type=self.s.acc)),
-        ])
-        loads: list[ir.Stmt] = []
+        out: list[ir.Stmt] = []
         for i, j in self.frag_names():
-            row, col = self.wave_origin(i, j)
-            loads.append(ir.FragLoad(frag=f"sk_acc0_{i}_{j}", array="sk_cs",
-                                     offset=_add(_mul(row, _c(TILE)), col), stride=_c(TILE)))
-        return [stage, ir.Barrier(), *loads, ir.Barrier()]
+            out += [
+                self.per_lane([*self.fragment_coordinates(i, j), ir.Store(
+                    array="sk_cs", index=self.exchanged(), value=ir.Select(
+                        cond=here, a=_cast(self.init(), self.s.acc), b=_zero(self.s.acc),
+                        type=self.s.acc))]),
+                ir.Barrier(),
+                ir.FragLoad(frag=f"sk_acc0_{i}_{j}", array="sk_cs",
+                            offset=self.exchange_offset(), stride=_c(self.f)),
+                ir.Barrier(),
+            ]
+        return out
 
     def convert(self, x: ir.Expr) -> list[tuple[str, ir.Expr]]:
         """The staged terms of one operand value ``x``: (term, value) pairs."""
@@ -355,7 +386,8 @@ class _Builder:
         g = self.g
         k = _v("sk_k")  # the reduction index relative to k_start
         out: list[ir.Stmt] = []
-        for name, access, rows, cols in (("a", g.a, TILE, STEP), ("b", g.b, STEP, TILE)):
+        tile, step = self.tile, self.step
+        for name, access, rows, cols in (("a", g.a, tile, step), ("b", g.b, step, tile)):
             if name == "a":
                 row = _add(_v("sk_row0"), _b(BinOp.DIV, _v("sk_e"), _c(cols)))
                 kk = _b(BinOp.REM, _v("sk_e"), _c(cols))
@@ -394,7 +426,7 @@ class _Builder:
         """Each wave: per sub-step of ``frag`` along k, load fragments, multiply-accumulate."""
         out: list[ir.Stmt] = []
         f = self.f
-        for kk0 in range(0, STEP, f):
+        for kk0 in range(0, self.step, f):
             for t, term in enumerate(self.s.terms):
                 for i in range(self.per_wave):
                     row, _ = self.wave_origin(i, 0)
@@ -419,42 +451,40 @@ class _Builder:
         return out
 
     def finish(self) -> list[ir.Stmt]:
-        """Accumulators out through shared memory; each covered output gets the epilogue."""
+        """Accumulators out through the exchange array, one fragment per wave at a time; each
+        covered output gets the epilogue."""
         g, acc_t = self.g, self.s.acc
         here = self.covered(_v("sk_row"), _v("sk_col"))
-        count = TILE * TILE // self.threads
+
+        def store(total: ir.Expr) -> ir.Stmt:
+            address = self.address(g.c, _v("sk_row"), _v("sk_col"), _c(0))
+            value = _cast(self.epilogue(total), g.c.elem)
+            return ir.If(cond=here, then=(ir.Store(array=g.c.array, index=address,
+                                                   value=value),))
+
+        exchanged = ir.Load(array="sk_cs", index=self.exchanged(), type=acc_t)
         out: list[ir.Stmt] = []
-        if self.s.accumulators == 1:
-            total: ir.Expr = ir.Load(array="sk_cs", index=_v("sk_e"), type=acc_t)
-        else:
+        if self.s.accumulators > 1:
+            out.append(ir.ArrayDecl(name="sk_out", elem=I32, size=self.f * self.f // self.sg,
+                                    space=MemSpace.LOCAL))
+        for i, j in self.frag_names():
+            if self.s.accumulators == 1:
+                out += [self.through_exchange(f"sk_acc0_{i}_{j}"), ir.Barrier(),
+                        self.per_lane([*self.fragment_coordinates(i, j), store(exchanged)]),
+                        ir.Barrier()]
+                continue
             # Byte planes: sk_out[q] = init + sum_s (acc_s << 8s), wrapping.
-            out.append(ir.ArrayDecl(name="sk_out", elem=I32, size=count, space=MemSpace.LOCAL))
-            out.append(self.per_thread(TILE * TILE, [
-                *self.output_coordinates(),
-                ir.Store(array="sk_out", index=_v("sk_q"), value=ir.Select(
-                    cond=here, a=_cast(self.init(), I32), b=_c(0), type=I32)),
-            ]))
             total = ir.Load(array="sk_out", index=_v("sk_q"), type=I32)
-        for a in range(self.s.accumulators):
-            for i, j in self.frag_names():
-                row, col = self.wave_origin(i, j)
-                out.append(ir.FragStore(frag=f"sk_acc{a}_{i}_{j}", array="sk_cs",
-                                        offset=_add(_mul(row, _c(TILE)), col), stride=_c(TILE)))
-            out.append(ir.Barrier())
-            if self.s.accumulators > 1:
-                part = ir.Load(array="sk_cs", index=_v("sk_e"), type=I32)
-                shifted = _b(BinOp.SHL, part, _c(8 * a)) if a else part
-                out.append(self.per_thread(TILE * TILE, [ir.Store(
-                    array="sk_out", index=_v("sk_q"),
-                    value=_add(ir.Load(array="sk_out", index=_v("sk_q"), type=I32), shifted))]))
-                out.append(ir.Barrier())
-        store = ir.Store(array=g.c.array, index=self.address(g.c, _v("sk_row"), _v("sk_col"),
-                                                             _c(0)),
-                         value=_cast(self.epilogue(total), g.c.elem))
-        out.append(self.per_thread(TILE * TILE, [
-            *self.output_coordinates(),
-            ir.If(cond=here, then=(store,)),
-        ]))
+            out.append(self.per_lane([*self.fragment_coordinates(i, j), ir.Store(
+                array="sk_out", index=_v("sk_q"), value=ir.Select(
+                    cond=here, a=_cast(self.init(), I32), b=_c(0), type=I32))]))
+            for a in range(self.s.accumulators):
+                shifted = _b(BinOp.SHL, exchanged, _c(8 * a)) if a else exchanged
+                out += [self.through_exchange(f"sk_acc{a}_{i}_{j}"), ir.Barrier(),
+                        self.per_lane([ir.Store(array="sk_out", index=_v("sk_q"),
+                                                value=_add(total, shifted))]),
+                        ir.Barrier()]
+            out.append(self.per_lane([*self.fragment_coordinates(i, j), store(total)]))
         return out
 
 
@@ -472,16 +502,19 @@ class Rewritten:
     lowering: Lowering
     subgroup: int
     frag: int
+    schedule: Schedule = SEED
 
 
 def rewrite_launch(original: Launch, *, lowering: Lowering | None = None,
                    precision: Literal["accurate", "fast"] = "accurate", subgroup: int = 32,
-                   frag: int = 16, staging: Staging = DENSE) -> Rewritten:
+                   frag: int = 16, staging: Staging = DENSE,
+                   schedule: Schedule | None = None) -> Rewritten:
     """Recognizes the GEMM nest of ``original.kernel``, computes the region its launch
     covers, selects a lowering (unless one is given), rewrites the kernel (staged as
-    ``staging`` says: a target's ``Target.staging``) and returns the launch of the rewritten
-    kernel. Raises ``NotAGemm``, ``RegionError``, ``LoweringError`` or ``RewriteError`` with
-    the reason."""
+    ``staging`` says: a target's ``Target.staging``) under ``schedule`` (by default the one
+    ``staging.schedule_for`` picks for the region: the seed's unless the region is large and
+    the target names a larger one) and returns the launch of the rewritten kernel. Raises
+    ``NotAGemm``, ``RegionError``, ``LoweringError`` or ``RewriteError`` with the reason."""
     from sarek.matrix_mapping import region
     from sarek.matrix_pattern import recognize
     from sarek.matrix_scheme import select
@@ -489,9 +522,12 @@ def rewrite_launch(original: Launch, *, lowering: Lowering | None = None,
     gemm = recognize(original.kernel)
     reg = region(gemm, original.grid, original.block, dict(original.args))
     chosen = lowering if lowering is not None else select(gemm, precision)
-    rewritten = kernel(original.kernel, gemm, chosen, subgroup, frag, staging)
-    block, grid = launch_dims(subgroup, me=reg.me, ne=reg.ne, ze=reg.ze)
+    if schedule is None:
+        schedule = staging.schedule_for(chosen.value, reg.me, reg.ne)
+    rewritten = kernel(original.kernel, gemm, chosen, subgroup, frag, staging, schedule)
+    block, grid = launch_dims(subgroup, me=reg.me, ne=reg.ne, ze=reg.ze, schedule=schedule)
     args = {**original.args, **dict(zip(EXTRA_NAMES, reg.args, strict=True))}
-    notes = {**original.notes, "lowering": chosen.value, "subgroup": subgroup, "frag": frag}
+    notes = {**original.notes, "lowering": chosen.value, "subgroup": subgroup, "frag": frag,
+             "schedule": schedule.name}
     return Rewritten(Launch(rewritten, args, grid, block, notes), gemm, reg, chosen, subgroup,
-                     frag)
+                     frag, schedule)

@@ -1,11 +1,11 @@
-"""How the rewrite lays the staged A and B tiles out in shared memory: a policy the target
-supplies.
+"""How the rewrite stages its tiles: a policy the target supplies.
 
 The neutral rewrite stages tiles densely, B row-major. A target may ask for padded rows (so
 that the rows one warp instruction reads fall in distinct shared-memory banks) or for 8-bit B
 staged column-major (so that each lane's consecutive k of one column form one 32-bit word, as
-NVIDIA's integer ``mma.sync`` B operand wants them). The policy changes where staged elements
-lie, never what the kernel computes.
+NVIDIA's integer ``mma.sync`` B operand wants them). The policy also names the larger
+schedules (``sarek.schedule``) the target runs large regions with. It changes where staged
+elements lie and how work is cut, never what the kernel computes.
 """
 
 from __future__ import annotations
@@ -13,6 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sarek.errors import SarekError
+from sarek.schedule import SEED, Schedule
+
+LARGE_REGION = 1024
+"""Regions with at least this many rows and columns take a target's large schedule."""
 
 
 class StagingError(SarekError):
@@ -23,10 +27,21 @@ class StagingError(SarekError):
 class Staging:
     """``row_pad_bytes``: bytes appended to every staged row of 16-bit terms (a multiple of 16,
     so that staged rows stay 16-byte aligned); ``narrow_b_col_major``: stage 8-bit B
-    column-major."""
+    column-major; ``large``: (lowering name, schedule) pairs for large regions."""
 
     row_pad_bytes: int = 0
     narrow_b_col_major: bool = False
+    large: tuple[tuple[str, Schedule], ...] = ()
+
+    def schedule_for(self, lowering: str, me: int, ne: int) -> Schedule:
+        """The schedule for a region of ``me`` x ``ne`` outputs under the lowering named
+        ``lowering``: the target's large one when both extents reach ``LARGE_REGION``, else
+        the seed's."""
+        if me >= LARGE_REGION and ne >= LARGE_REGION:
+            for name, schedule in self.large:
+                if name == lowering:
+                    return schedule
+        return SEED
 
     def __post_init__(self) -> None:
         if self.row_pad_bytes < 0 or self.row_pad_bytes % 16 or self.row_pad_bytes > 256:

@@ -26,6 +26,7 @@ from sarek.loader import load_module
 from sarek.matrix_pattern import recognize
 from sarek.matrix_rewrite import rewrite_launch
 from sarek.matrix_scheme import Lowering, config_of
+from sarek.schedule import LARGE, Schedule
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("gemm_*.py"))
 CUDA = target("cuda")
@@ -190,3 +191,13 @@ def test_swapped_b_halves_of_the_two_mma_sync_are_caught(
 
     monkeypatch.setattr(cuda_lower._Lowering, "mul_add", swapped)
     assert mutation_caught()
+
+
+@pytest.mark.parametrize("schedule", [LARGE, Schedule(tile=128, step=16),
+                                      Schedule(tile=64, step=32)], ids=lambda s: s.name)
+@pytest.mark.parametrize("name", ["gemm_f16", "gemm_i32", "gemm_epilogue"])
+def test_larger_schedules_lowered_for_cuda_equal_the_neutral_kernel(schedule: Schedule,
+                                                                     name: str) -> None:
+    launch = load_module(next(p for p in EXAMPLES if p.stem == name)).make(150, 133, 40)
+    rw = rewrite_launch(launch, staging=CUDA.staging, schedule=schedule).launch
+    assert lowered_matches_neutral(rw)

@@ -29,6 +29,7 @@ from sarek.matrix_mapping import region
 from sarek.matrix_pattern import Gemm, NotAGemm, recognize
 from sarek.matrix_rewrite import EXTRA_NAMES, RewriteError, kernel, launch_dims, rewrite_launch
 from sarek.matrix_scheme import Lowering
+from sarek.schedule import SEED, Schedule
 from sarek.staging import DENSE, Staging
 
 sim = pytest.importorskip("sim")
@@ -76,13 +77,14 @@ def original(launch: Launch) -> np.ndarray:
 
 
 def rewritten(launch: Launch, lowering: Lowering, subgroup: int = 32, frag: int = 16,
-              arith: str = "sequential", gemm: Gemm | None = None) -> np.ndarray:
+              arith: str = "sequential", gemm: Gemm | None = None,
+              schedule: Schedule = SEED) -> np.ndarray:
     """C after the rewritten kernel, simulated with ``launch_dims`` and the region's
     arguments appended to the original's."""
     gemm = gemm or recognize(launch.kernel)
     reg = region(gemm, launch.grid, launch.block, dict(launch.args))
-    rw = kernel(launch.kernel, gemm, lowering, subgroup, frag)
-    block, grid = launch_dims(subgroup, me=reg.me, ne=reg.ne, ze=reg.ze)
+    rw = kernel(launch.kernel, gemm, lowering, subgroup, frag, schedule=schedule)
+    block, grid = launch_dims(subgroup, me=reg.me, ne=reg.ne, ze=reg.ze, schedule=schedule)
     args = [*launch.arg_list(), *reg.args]
     out = sim.simulate(rw, args, grid=grid, block=block, subgroup=subgroup, arith=arith)
     c: np.ndarray = out[gemm.c.array]
@@ -236,10 +238,10 @@ def test_rewritten_parameters_are_the_originals_then_the_five_region_values() ->
 # plus the 64x64 accumulator exchange array of 4-byte f32 or i32.
 # Per term: the A (64 x 16) and B (16 x 64) tiles, dense in the neutral staging; with 16
 # bytes of row padding 16-bit rows grow by 8 elements (A 64 x 24, B 16 x 72), 8-bit ones do
-# not. Plus the 64x64 exchange array of 4-byte f32 or i32.
+# not. Plus the exchange array: one 16x16 fragment of 4-byte f32 or i32 per wave.
 DENSE_16, PADDED_16 = 2 * (64 * 16 + 16 * 64), 2 * (64 * 24 + 16 * 72)
 TERMS = {Lowering.F16_OPERANDS: 1, Lowering.BF16_OPERANDS: 1, Lowering.BF16X3_OPERANDS: 3}
-EXCHANGE = 4 * 4096
+EXCHANGE = 4 * 4 * 16 * 16
 BYTE_PLANES = 4 * (64 * 16 + 16 * 64) + EXCHANGE
 
 

@@ -29,13 +29,25 @@ from sarek import atoms, ir
 from sarek.ir import BinOp, Builtin, ElemType, FragLayout, FragUse, MemSpace
 from sarek.ir_build import add, binary, const, mul, var
 from sarek.ir_check import walk
+from sarek.schedule import Schedule
 from sarek.staging import Staging
 
 SUBGROUPS = (32,)
 FRAGMENTS = (16,)
-STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True)
+STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True, large=(
+    ("F16_operands", Schedule(tile=128, step=16)),
+    ("Bf16_operands", Schedule(tile=128, step=16)),
+))
 """Padded 16-bit rows put the 8 rows one ldmatrix reads in distinct banks; 8-bit B staged
-column-major lets ldmatrix deliver B's k-consecutive bytes."""
+column-major lets ldmatrix deliver B's k-consecutive bytes. Large regions take the schedule
+that measured fastest on the H200 at 4096^3 (``bench/gpu_speed_h200.py``'s sweep, one run):
+128x128 tiles with 16-deep steps for F16 and Bf16 (1.13x and 1.20x the seed's); deeper steps
+were slower for every lowering, and Bf16x3 and the byte planes ran fastest under the seed's
+schedule (their larger tiles exceed 48 KB of static shared memory or spill registers)."""Padded 16-bit rows put the 8 rows one ldmatrix reads in distinct banks; 8-bit B staged
+column-major lets ldmatrix deliver B's k-consecutive bytes. The large schedules are the
+fastest measured on the H200 within 48 KB of static shared memory and the register file
+(``bench/gpu_speed_h200.py``): Bf16x3's three terms leave room for 16-deep steps only, and the
+byte planes' four accumulators per fragment for 64x64 tiles only."""
 
 EDGE = 16
 _LANE, _G, _T = "sk_lane", "sk_lane_g", "sk_lane_t"  # lane, lane / 4, lane % 4

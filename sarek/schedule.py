@@ -1,0 +1,60 @@
+"""Schedules of the rewrite: how large a block's output tile is, how it is split between the
+block's four waves, and how deep each staged reduction step is.
+
+The seed's schedule (``SEED``: 64x64 per block, 32x32 per wave, steps of 16) is the default and
+always works. Larger schedules trade shared memory and registers for fewer barriers and less
+staging per product; a target names the ones it runs well (``sarek.staging.Staging.large``)
+and ``rewrite_launch`` takes it for large regions. Every schedule keeps the same promise: every
+covered output is written with the original's initial value and epilogue, nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sarek.errors import SarekError
+
+WAVES = 4  # a block is four waves, 2 x 2 over its tile
+STAGE_QUANTUM = 16  # reduction steps are whole multiples of 16
+
+
+class ScheduleError(SarekError):
+    """A schedule the rewrite cannot build."""
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """``tile`` x ``tile`` outputs per block, ``tile / 2`` square per wave, ``step`` deep
+    reduction steps staged through shared memory."""
+
+    tile: int = 64
+    step: int = 16
+
+    @property
+    def wave_tile(self) -> int:
+        return self.tile // 2
+
+    @property
+    def name(self) -> str:
+        return f"t{self.tile}k{self.step}"
+
+    def check(self, frag: int, threads: int) -> None:
+        """``ScheduleError`` when the schedule does not divide into ``frag`` fragments and the
+        block's ``threads`` invocations."""
+        if self.tile not in (64, 128):
+            raise ScheduleError(f"block tiles of 64 or 128 outputs are built, not {self.tile}")
+        if self.step % STAGE_QUANTUM or not STAGE_QUANTUM <= self.step <= 64:
+            raise ScheduleError(f"the reduction step must be 16, 32, 48 or 64, not {self.step}")
+        if self.wave_tile % frag or self.step % frag:
+            raise ScheduleError(f"a {self.wave_tile}x{self.wave_tile} wave tile with "
+                                f"{self.step}-deep steps does not divide into {frag}x{frag} "
+                                "fragments")
+        if (self.tile * self.step) % threads or (frag * frag) % (threads // WAVES):
+            raise ScheduleError(f"a block of {threads} invocations does not share a "
+                                f"{self.tile}x{self.step} staging tile evenly")
+
+
+SEED = Schedule()
+"""The seed's tiling: 64x64 per block of four waves, 32x32 per wave, steps of 16."""
+LARGE = Schedule(tile=128, step=32)
+"""128x128 per block, 64x64 per wave, steps of 32."""

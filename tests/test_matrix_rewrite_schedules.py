@@ -1,0 +1,71 @@
+"""The larger schedules keep the seed's promise: every covered output written with the
+original's value (bit for bit for integers and exactly representable float products), nothing
+else; the schedule a launch gets; refusals of schedules that do not divide."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import example
+from test_matrix_rewrite import (
+    FLOAT_CASES,
+    bits,
+    original,
+    rewritten,
+    small_integers,
+    with_operands,
+)
+
+from sarek.matrix_pattern import recognize
+from sarek.matrix_rewrite import RewriteError, kernel, launch_dims, rewrite_launch
+from sarek.matrix_scheme import Lowering
+from sarek.schedule import LARGE, SEED, Schedule
+from sarek.staging import Staging
+
+SCHEDULES = [LARGE, Schedule(tile=128, step=16), Schedule(tile=64, step=32),
+             Schedule(tile=64, step=64)]
+SIZE = (150, 133, 70)  # more than one large tile each way, ragged, a partial last step
+CONFIGS = [(32, 16), (64, 8)]
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: s.name)
+@pytest.mark.parametrize(("subgroup", "frag"), CONFIGS)
+def test_byte_planes_are_bit_identical_under_every_schedule(schedule: Schedule, subgroup: int,
+                                                            frag: int) -> None:
+    launch = example("gemm_i32").make(*SIZE, seed=1)
+    got = rewritten(launch, Lowering.INT32_BYTE_PLANES, subgroup, frag, schedule=schedule)
+    assert np.array_equal(got, original(launch))
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: s.name)
+@pytest.mark.parametrize(("name", "lowering"), FLOAT_CASES,
+                         ids=[f"{n}-{low.value}" for n, low in FLOAT_CASES])
+def test_float_lowerings_are_bit_identical_on_small_integers_under_every_schedule(
+        schedule: Schedule, name: str, lowering: Lowering) -> None:
+    launch = with_operands(example(name).make(*SIZE, seed=3), small_integers(4))
+    got = rewritten(launch, lowering, 32, 16, schedule=schedule)
+    assert np.array_equal(bits(got), bits(original(launch)))
+
+
+def test_launch_dims_follow_the_schedule() -> None:
+    assert launch_dims(32, me=300, ne=129, ze=2, schedule=LARGE) == ((128, 1, 1), (2, 3, 2))
+
+
+def test_a_schedule_that_does_not_divide_is_refused_with_the_reason() -> None:
+    launch = example("gemm_f32").make(8, 8, 8)
+    with pytest.raises(RewriteError, match="reduction step"):
+        kernel(launch.kernel, recognize(launch.kernel), Lowering.F16_OPERANDS,
+               schedule=Schedule(tile=64, step=24))
+    with pytest.raises(RewriteError, match="block tiles of 64 or 128"):
+        kernel(launch.kernel, recognize(launch.kernel), Lowering.F16_OPERANDS,
+               schedule=Schedule(tile=96))
+
+
+def test_rewrite_launch_takes_the_targets_large_schedule_for_large_regions_only() -> None:
+    policy = Staging(large=(("F16_operands", LARGE),))
+    big = example("gemm_f16").make(1024, 1024, 16)
+    small = example("gemm_f16").make(1023, 2048, 16)
+    assert rewrite_launch(big, staging=policy).schedule == LARGE
+    assert rewrite_launch(small, staging=policy).schedule == SEED
+    assert rewrite_launch(big).schedule == SEED  # the neutral policy names none
+    assert rewrite_launch(big, staging=policy, schedule=SEED).schedule == SEED
