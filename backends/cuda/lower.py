@@ -43,11 +43,7 @@ column-major lets ldmatrix deliver B's k-consecutive bytes. Large regions take t
 that measured fastest on the H200 at 4096^3 (``bench/gpu_speed_h200.py``'s sweep, one run):
 128x128 tiles with 16-deep steps for F16 and Bf16 (1.13x and 1.20x the seed's); deeper steps
 were slower for every lowering, and Bf16x3 and the byte planes ran fastest under the seed's
-schedule (their larger tiles exceed 48 KB of static shared memory or spill registers)."""Padded 16-bit rows put the 8 rows one ldmatrix reads in distinct banks; 8-bit B staged
-column-major lets ldmatrix deliver B's k-consecutive bytes. The large schedules are the
-fastest measured on the H200 within 48 KB of static shared memory and the register file
-(``bench/gpu_speed_h200.py``): Bf16x3's three terms leave room for 16-deep steps only, and the
-byte planes' four accumulators per fragment for 64x64 tiles only."""
+schedule (their larger tiles exceed 48 KB of static shared memory or spill registers)."""
 
 EDGE = 16
 _LANE, _G, _T = "sk_lane", "sk_lane_g", "sk_lane_t"  # lane, lane / 4, lane % 4
