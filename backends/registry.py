@@ -92,7 +92,27 @@ def _cuda() -> Target:
     )
 
 
-_FACTORIES: dict[str, Callable[[], Target]] = {"cuda": _cuda}
+def _metal() -> Target:
+    from backends.metal import lower as metal_lower
+    from backends.metal.emit import print_kernel
+
+    return metal_lower.MetalTarget(
+        name="metal",
+        description="Metal Shading Language: simdgroup_matrix 8x8 (text, checked by clang "
+                    "against a stand-in header; no Metal device or compiler off macOS)",
+        lower=metal_lower.lower,
+        print_lowered=print_kernel,
+        support=metal_lower.support,
+        subgroups=metal_lower.SUBGROUPS,
+        fragments=metal_lower.FRAGMENTS,
+        lowerings=metal_lower.LOWERINGS,
+        arith="sequential",
+        staging=metal_lower.STAGING,
+        device_reason=lambda: "Metal runs only on Apple GPUs under macOS; sarek prints it",
+    )
+
+
+_FACTORIES: dict[str, Callable[[], Target]] = {"cuda": _cuda, "metal": _metal}
 
 
 def names() -> tuple[str, ...]:
