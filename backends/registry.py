@@ -112,7 +112,20 @@ def _metal() -> Target:
     )
 
 
-_FACTORIES: dict[str, Callable[[], Target]] = {"cuda": _cuda, "metal": _metal}
+def _spirv() -> Target:
+    from backends.spirv.target import spirv_target
+
+    return spirv_target()
+
+
+def _vulkan() -> Target:
+    from backends.spirv.target import vulkan_target
+
+    return vulkan_target()
+
+
+_FACTORIES: dict[str, Callable[[], Target]] = {"cuda": _cuda, "metal": _metal,
+                                               "spirv": _spirv, "vulkan": _vulkan}
 
 
 def names() -> tuple[str, ...]:

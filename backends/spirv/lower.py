@@ -1,0 +1,155 @@
+"""Lowering for SPIR-V: fragments stay whole matrices, checked against what cooperative
+matrices allow.
+
+``SPV_KHR_cooperative_matrix`` has the neutral fragment operations' own abstraction (a matrix
+owned by a subgroup, with an opaque lane layout), so the lowered kernel keeps ``FragDecl``,
+``FragFill``, ``FragLoad``, ``FragStore`` and ``FragMulAdd`` as they are and the simulator
+runs them at matrix level under the target's arithmetic model. ``lower`` checks each of them
+against the extension and Vulkan's rules and raises ``EmitError`` with the reason where one
+cannot be printed: component types a cooperative matrix cannot hold, shapes that do not
+chain or do not spread over the subgroup, loads and stores from memory a cooperative matrix
+cannot address (only storage buffers and Workgroup memory) or at offsets and strides not
+provably aligned as VUID-RuntimeSpirv-OpCooperativeMatrixLoadKHR-08986 asks, lane-explicit
+statements (SPIR-V has no ``ldmatrix``/``mma.sync``). Which configurations a device runs is
+the gate's decision (``sarek.coopmat``), not the printer's.
+"""
+
+from __future__ import annotations
+
+from backends.cstyle import EmitError
+from backends.cuda.lower import divisor
+from sarek import ir
+from sarek.ir import ElemType, FragLayout, FragUse, MemSpace
+from sarek.ir_check import walk
+from sarek.staging import Staging
+
+SUBGROUPS = (32, 64)
+FRAGMENTS = (16, 8)
+STAGING = Staging(row_pad_bytes=16)
+"""Padded 16-bit rows spread the rows of one cooperative-matrix load over the shared-memory
+banks; 16 bytes keep every row 16-byte aligned (VUID ...-08986)."""
+
+COMPONENTS = {
+    FragUse.A: (ElemType.F16, ElemType.BF16, ElemType.U8, ElemType.I8),
+    FragUse.B: (ElemType.F16, ElemType.BF16, ElemType.U8, ElemType.I8),
+    FragUse.ACCUMULATOR: (ElemType.F16, ElemType.F32, ElemType.I32, ElemType.U32),
+}
+"""The component types sarek prints per use (the Vulkan component types of
+``VkCooperativeMatrixPropertiesKHR`` that its lowerings need)."""
+
+PRODUCTS = {
+    (ElemType.F16, ElemType.F16): (ElemType.F16, ElemType.F32),
+    (ElemType.BF16, ElemType.BF16): (ElemType.F32,),
+    (ElemType.U8, ElemType.U8): (ElemType.I32, ElemType.U32),
+    (ElemType.I8, ElemType.I8): (ElemType.I32,),
+}
+"""The accumulator types each pair of operand types multiplies into."""
+
+_LANE_EXPLICIT = (ir.Ldmatrix, ir.Mma, ir.TileApply, ir.TensorView)
+
+
+def lower(kernel: ir.Kernel) -> ir.Kernel:
+    """``kernel`` checked for SPIR-V and returned with its fragment statements unchanged
+    (subgroup fixed to 32 when a fragment kernel names none); ``EmitError`` with the reason
+    for anything a cooperative matrix cannot express."""
+    stmts = list(walk(kernel.body))
+    for s in stmts:
+        if isinstance(s, _LANE_EXPLICIT):
+            raise EmitError(f"SPIR-V has no {type(s).__name__} statement (ldmatrix, mma.sync "
+                            "and tile patterns are NVIDIA warp instructions; cooperative "
+                            "matrices take neutral fragments)")
+    if not any(isinstance(s, _FRAGMENT) for s in stmts):
+        return kernel
+    subgroup = kernel.subgroup or 32
+    if subgroup not in SUBGROUPS:
+        raise EmitError(f"SPIR-V prints subgroups of {' and '.join(map(str, SUBGROUPS))} "
+                        f"lanes; kernel {kernel.name!r} is written for {subgroup}")
+    _Checker(kernel, subgroup).block(kernel.body)
+    return kernel if kernel.subgroup else kernel.model_copy(update={"subgroup": subgroup})
+
+
+_FRAGMENT = (ir.FragDecl, ir.FragFill, ir.FragLoad, ir.FragStore, ir.FragMulAdd)
+
+
+class _Checker:
+    def __init__(self, kernel: ir.Kernel, subgroup: int) -> None:
+        self.subgroup = subgroup
+        self.frags: dict[str, ir.FragDecl] = {}
+        self.arrays: dict[str, ir.ArrayDecl | ir.ArrayParam] = {
+            p.name: p for p in kernel.params if isinstance(p, ir.ArrayParam)}
+
+    def block(self, stmts: tuple[ir.Stmt, ...]) -> None:
+        for s in stmts:
+            match s:
+                case ir.For(body=body) | ir.While(body=body):
+                    self.block(body)
+                case ir.If(then=then, orelse=orelse):
+                    self.block(then)
+                    self.block(orelse)
+                case ir.ArrayDecl(name=name):
+                    self.arrays[name] = s
+                case ir.FragDecl():
+                    self.decl(s)
+                case ir.FragFill(frag=name):
+                    self.frag(name)
+                case ir.FragLoad() | ir.FragStore():
+                    self.move(s)
+                case ir.FragMulAdd():
+                    self.mul_add(s)
+
+    def decl(self, d: ir.FragDecl) -> None:
+        allowed = COMPONENTS[d.use]
+        if d.elem not in allowed:
+            raise EmitError(f"fragment {d.name!r} of {d.elem}: SPIR-V cooperative matrices of "
+                            f"use {d.use.value} take {', '.join(map(str, allowed))} components")
+        if (d.rows * d.cols) % self.subgroup:
+            raise EmitError(f"fragment {d.name!r}: a {d.rows}x{d.cols} matrix "
+                            f"({d.rows * d.cols} components) cannot be spread evenly over "
+                            f"{self.subgroup} lanes")
+        self.frags[d.name] = d
+
+    def frag(self, name: str) -> ir.FragDecl:
+        if name not in self.frags:
+            raise EmitError(f"{name!r} is not a fragment declared before its use")
+        return self.frags[name]
+
+    def move(self, s: ir.FragLoad | ir.FragStore) -> None:
+        d = self.frag(s.frag)
+        what = "loaded from" if isinstance(s, ir.FragLoad) else "stored to"
+        arr = self.arrays.get(s.array)
+        if arr is None:
+            raise EmitError(f"{s.array!r} is not an array")
+        if arr.space is MemSpace.LOCAL:
+            raise EmitError(f"fragment {s.frag!r} {what} local array {s.array!r}: cooperative "
+                            "matrices move to and from storage buffers and Workgroup memory "
+                            "only")
+        size = d.elem.bits // 8
+        along = d.cols if s.layout is FragLayout.ROW else d.rows
+        need = min(16, along * size)
+        base = arr.align if isinstance(arr, ir.ArrayDecl) else 16
+        for name, e in (("offset", s.offset), ("stride", s.stride)):
+            if (divisor(e) * size) % need:
+                raise EmitError(f"fragment {s.frag!r} {what} {s.array!r}: the {name} is not "
+                                f"provably a multiple of {need} bytes, as Vulkan requires of "
+                                "cooperative-matrix loads and stores")
+        if base % need:
+            raise EmitError(f"array {s.array!r} is aligned to {base} bytes; cooperative-matrix "
+                            f"access needs {need}")
+
+    def mul_add(self, s: ir.FragMulAdd) -> None:
+        fd, fa, fb, fc = (self.frag(x) for x in (s.d, s.a, s.b, s.c))
+        uses = (fa.use, fb.use, fc.use, fd.use)
+        if uses != (FragUse.A, FragUse.B, FragUse.ACCUMULATOR, FragUse.ACCUMULATOR):
+            raise EmitError(f"multiply-add {s.d} = {s.a} * {s.b} + {s.c}: the operands must be "
+                            "an A, a B and two accumulators")
+        m, k, n = fa.rows, fa.cols, fb.cols
+        if (fb.rows, fc.rows, fc.cols, fd.rows, fd.cols) != (k, m, n, m, n):
+            raise EmitError(f"multiply-add {s.d} = {s.a} * {s.b} + {s.c}: shapes {m}x{k}, "
+                            f"{fb.rows}x{fb.cols}, {fc.rows}x{fc.cols} -> {fd.rows}x{fd.cols} "
+                            "do not chain")
+        accs = PRODUCTS.get((fa.elem, fb.elem), ())
+        if fd.elem not in accs or fc.elem is not fd.elem:
+            raise EmitError(f"multiply-add of {fa.elem} x {fb.elem} into {fc.elem} -> "
+                            f"{fd.elem}: SPIR-V prints "
+                            + "; ".join(f"{a} x {b} into {', '.join(map(str, r))}"
+                                        for (a, b), r in PRODUCTS.items()))
