@@ -4,11 +4,16 @@ ir | ir-schema``."""
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
+import os
+import re
 import sys
+import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
@@ -17,17 +22,107 @@ from sarek.dsl import KernelFunction
 from sarek.errors import SarekError
 from sarek.ir_check import walk
 from sarek.launch import Launch, dim3
-from sarek.loader import examples_dir, load_kernel
+from sarek.loader import examples_dir, load_kernel, user_error
+from sim.launch import MAX_DIM, Limits, size_text
 
 if TYPE_CHECKING:
     from sarek.matrix_scheme import Lowering
 
+TRIPLE_OPTIONS = ("--size", "--grid", "--block")
+"""Options whose value is X[,Y[,Z]]; ``main`` keeps a negative value (``--size -1,2,3``) as
+the value, which argparse would otherwise read as an option, so that it is refused as such."""
+
+_MAKE_BYTES_PER_ELEMENT = 8
+"""What the ``--size`` check counts per element of the arrays ``make(m, n, k)`` builds."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line on stderr (exit status 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
 
 def _triple(text: str) -> tuple[int, int, int]:
     try:
-        return dim3([int(x) for x in text.split(",")])
+        values = [int(x) for x in text.split(",")]
+        triple = dim3(values)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected X[,Y[,Z]] integers, got {text!r}") from None
+    if min(triple) < 0 or max(triple) > MAX_DIM:
+        raise argparse.ArgumentTypeError(f"expected integers from 0 to {MAX_DIM}, got {text!r}")
+    return triple
+
+
+def _count(text: str) -> int:
+    """A positive integer, with an optional binary suffix K, M, G or T (``16G``)."""
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(text[-1:].upper(), 1)
+    try:
+        value = int(text[:-1] if scale > 1 else text) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer such as 1000 or 16G, got "
+                                         f"{text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _limits(args: argparse.Namespace) -> Limits:
+    """The simulator's limits, as the command line raises them."""
+    default = Limits()
+    return Limits(invocations=getattr(args, "max_invocations", None) or default.invocations,
+                  memory=getattr(args, "max_memory", None) or default.memory,
+                  loop_trips=getattr(args, "max_loop_trips", None),
+                  trips=getattr(args, "max_trips", None) or default.trips)
+
+
+def _user(call: Callable[..., Any], what: str, *args: Any, **kwargs: Any) -> Any:
+    """Calls the user's function ``call`` (a module's ``make`` or ``reference``): arguments it
+    does not take, or an exception it raises, become one error line naming it."""
+    try:
+        inspect.signature(call).bind(*args, **kwargs)
+    except TypeError as e:
+        raise SarekError(f"{what} cannot be called with {_show_args(args)}: {e}") from None
+    except ValueError:
+        pass  # no signature to check (a builtin): the call itself says
+    try:
+        return call(*args, **kwargs)
+    except SarekError:
+        raise
+    except Exception as e:
+        raise SarekError(f"{what} raised {user_error(e)}") from None
+
+
+def _takes(call: Callable[..., Any], args: tuple[Any, ...]) -> bool:
+    try:
+        inspect.signature(call).bind(*args)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to check
+        return True
+    return True
+
+
+def _show_args(args: tuple[Any, ...]) -> str:
+    return f"({', '.join(map(repr, args))})" if args else "no arguments"
+
+
+def _check_size(args: argparse.Namespace) -> None:
+    """Refuses a ``--size`` whose arrays could not be held, before ``make(m, n, k)`` builds
+    them: the bundled examples allocate about m*k + k*n + m*n elements per batch."""
+    size = getattr(args, "size", None)
+    if not isinstance(size, tuple) or getattr(args, "inputs", None):
+        return
+    m, n, k = size
+    need = (m * k + k * n + m * n) * _MAKE_BYTES_PER_ELEMENT
+    limit = getattr(args, "max_memory", None) or Limits().memory
+    if need > limit:
+        hint = ("raise it with --max-memory" if hasattr(args, "max_memory") else
+                "sarek simulate and sarek rewrite can raise it with --max-memory")
+        raise SarekError(f"--size {m},{n},{k} asks make() for arrays of about "
+                         f"{m * k + k * n + m * n} elements ({size_text(need)} at "
+                         f"{_MAKE_BYTES_PER_ELEMENT} bytes each), more than the memory limit of "
+                         f"{size_text(limit)}; {hint}")
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -75,12 +170,17 @@ def _launch_of(args: argparse.Namespace) -> tuple[ModuleType, KernelFunction, La
     if args.inputs:
         if not (args.grid and args.block):
             raise SarekError("--inputs needs --grid and --block")
-        with np.load(args.inputs) as data:
-            values = {k: data[k] for k in data.files}
-        values = {k: (v.item() if v.ndim == 0 else v) for k, v in values.items()}
+        values = _inputs(args.inputs, args.max_memory or Limits().memory)
         launch = Launch(kern.ir, values, args.grid, args.block)
     elif hasattr(module, "make"):
-        launch = module.make(*args.size)
+        make, what = module.make, f"{args.kernel.partition(':')[0]}: make"
+        # make(m, n, k) builds a launch at --size; a make() of no arguments (the ldmatrix
+        # example's) has one launch only
+        size = () if _takes(make, ()) and not _takes(make, args.size) else args.size
+        launch = _user(make, what, *size)
+        if not isinstance(launch, Launch):
+            raise SarekError(f"{args.kernel}: the module's make() returned a "
+                             f"{type(launch).__name__}, not a sarek.launch.Launch")
         if launch.kernel != kern.ir:
             raise SarekError(f"{args.kernel}: the module's make() launches another kernel; "
                              "pass --inputs, --grid and --block")
@@ -92,16 +192,47 @@ def _launch_of(args: argparse.Namespace) -> tuple[ModuleType, KernelFunction, La
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
     module, kern, launch = _launch_of(args)
-    out = launch.simulate()
+    out = launch.simulate(limits=_limits(args))
     print(f"{kern.name}: grid {launch.grid} block {launch.block}")
-    expected = module.reference(launch) if hasattr(module, "reference") and not args.inputs else {}
+    expected = (_user(module.reference, "reference", launch)
+                if hasattr(module, "reference") and not args.inputs else {})
+    if not isinstance(expected, dict):
+        raise SarekError(f"the module's reference() returned a {type(expected).__name__}, not a "
+                         "dict of arrays by name")
     for name, arr in out.items():
+def _inputs(path: str, memory: int) -> dict[str, Any]:
+    """The arguments an ``--inputs`` .npz holds by name (0-d arrays as scalars); refuses a file
+    that is missing, not an .npz of plain arrays, or larger unpacked than ``memory``."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            unpacked = sum(i.file_size for i in z.infolist())
+    except (OSError, zipfile.BadZipFile, ValueError) as e:
+        raise SarekError(f"--inputs {path}: not a readable .npz file ({_why(e)})") from None
+    if unpacked > memory:
+        raise SarekError(f"--inputs {path} unpacks to {size_text(unpacked)}, more than the "
+                         f"memory limit of {size_text(memory)}; raise it with --max-memory")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            values = {k: data[k] for k in data.files}
+    except Exception as e:  # NumPy's many ways to say that a member is not a plain array
+        raise SarekError(f"--inputs {path}: not an .npz of NumPy arrays ({_why(e)})") from None
+    return {k: (v.item() if v.ndim == 0 else v) for k, v in values.items()}
+
+
+def _why(e: BaseException) -> str:
+    text = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+    return " ".join(text.split())[:160] or type(e).__name__
+
+
         line = f"  {name}: {arr.size} x {arr.dtype}"
         if name in expected:
-            line += f", vs reference: {demo.compare(arr, expected[name])[1]}"
+            line += f", vs reference: {demo.compare(arr, np.asarray(expected[name]))[1]}"
         print(line)
     if args.out:
-        np.savez(args.out, **out)  # type: ignore[arg-type]  # numpy's stub types allow_pickle
+        try:
+            np.savez(args.out, **out)  # type: ignore[arg-type]  # numpy's stubs: allow_pickle
+        except OSError as e:
+            raise SarekError(f"cannot write {args.out}: {_why(e)}") from None
         print(f"wrote {args.out}")
     return 0
 
@@ -129,9 +260,9 @@ def _cmd_rewrite(args: argparse.Namespace) -> int:
           f"{launch.grid} block {launch.block})")
     print("  body      " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
     if args.check:
-        c = rw.gemm.c.array
-        _, how = demo.compare(rw.launch.simulate(subgroup=rw.subgroup)[c],
-                                 launch.simulate()[c])
+        c, limits = rw.gemm.c.array, _limits(args)
+        _, how = demo.compare(rw.launch.simulate(subgroup=rw.subgroup, limits=limits)[c],
+                              launch.simulate(limits=limits)[c])
         print(f"  check     rewritten vs original, simulated: {how}")
     return 0
 
@@ -179,7 +310,7 @@ def _conformance(argv: list[str]) -> int:
     runs; imported only for this command (it pulls in rich and the device runners)."""
     from backends import conformance
 
-    p = argparse.ArgumentParser(prog="sarek conformance", description=CONFORMANCE_HELP)
+    p = _Parser(prog="sarek conformance", description=CONFORMANCE_HELP)
     conformance.add_arguments(p)
     return conformance.main(p.parse_args(argv))
 
@@ -215,8 +346,18 @@ def _launch_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], nam
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="sarek", description=__doc__)
+    p = _Parser(prog="sarek", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
+    limits = Limits()
+    p.add_argument("--max-memory", type=_count, metavar="BYTES",
+                   help=f"memory the simulator and make() may use (default "
+                   f"{size_text(limits.memory)}; 16G is 16 GiB)")
+    p.add_argument("--max-invocations", type=_count, metavar="N",
+                   help=f"invocations a simulated launch may have (default {limits.invocations})")
+    p.add_argument("--max-loop-trips", type=_count, metavar="N",
+                   help="trips one execution of a loop may run in the simulator (default 2^20)")
+    p.add_argument("--max-trips", type=_count, metavar="N",
+                   help=f"trips all loops of a simulated launch may run (default {limits.trips})")
     d = sub.add_parser("demo", help="simulate the bundled GEMM examples and check them")
     d.add_argument("--size", type=_triple, default=(70, 45, 33), help="M,N,K (default 70,45,33)")
     d.add_argument("--examples", help="folder of gemm_*.py examples (default: the bundled ones)")
@@ -260,14 +401,69 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    args = None if argv[:1] == ["conformance"] else parser().parse_args(argv)
+    """Runs one command; returns the exit status (0 success, 1 a check that failed or a kernel
+    refused, 2 bad input: one line on stderr, never a traceback). An exception sarek did not
+    expect is reported in one line too, as an internal error, with status 3; set
+    ``SAREK_TRACEBACK=1`` to see its traceback instead."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        return _conformance(argv[1:]) if args is None else int(args.run(args))
+        if argv[:1] == ["conformance"]:
+            return _conformance(argv[1:])
+        args = parser().parse_args(_keep_negative(argv))
+        _check_size(args)
+        return int(args.run(args))
     except SarekError as e:
-        print(f"sarek: error: {e.reason}", file=sys.stderr)
+def _keep_negative(argv: list[str]) -> list[str]:
+    """``--size -1,2,3`` as ``--size=-1,2,3``: argparse would read the value as an option."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        nxt = argv[i + 1] if i + 1 < len(argv) else ""
+        if a in TRIPLE_OPTIONS and nxt[:1] == "-" and nxt[1:2].isdigit():
+            out.append(f"{a}={nxt}")
+            i += 2
+        else:
+            out.append(a)
+            i += 1
+    return out
+
+
+        print(f"sarek: error: {_one_line(e.reason)}", file=sys.stderr)
         return 2
 
 
 if __name__ == "__main__":
     sys.exit(main())
+    except KeyboardInterrupt:
+        print("sarek: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        if os.environ.get("SAREK_TRACEBACK"):
+            raise
+        if " at " in (where := user_error(e)) and _raised_by_user(e):
+            print(f"sarek: error: the kernel file's code raised {where}", file=sys.stderr)
+            return 2
+        print(f"sarek: internal error: {where} (set SAREK_TRACEBACK=1 for the traceback)",
+              file=sys.stderr)
+        return 3
+
+
+def _raised_by_user(e: BaseException) -> bool:
+    """Whether ``e`` came from a user's module (``FILE.py``'s own ``make``, say): its
+    traceback passes through the module after the last frame of sarek's own packages."""
+    tb, user, ours, i = e.__traceback__, -1, -1, 0
+    while tb is not None:
+        name = str(tb.tb_frame.f_globals.get("__name__", ""))
+        if name.startswith("sarek_user_"):
+            user = i
+        elif name.split(".")[0] in ("sarek", "sim", "backends"):
+            ours = i
+        tb, i = tb.tb_next, i + 1
+    return user > ours
+
+
+def _one_line(text: str) -> str:
+    """A reason that spans lines (an IRError lists its problems) folded into one."""
+    return "; ".join(re.sub(r"^\s*- ", "", part).strip() for part in text.splitlines()
+                     if part.strip())

@@ -19,6 +19,7 @@ import builtins
 import copy
 import inspect
 import math
+import sys
 import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ import numpy as np
 from sarek import ir, tile
 from sarek.errors import DslError
 from sarek.ir import BinOp, Builtin, ElemType, MathFn, MemSpace, UnOp
+from sarek.ir_check import MAX_EXPR_DEPTH
 from sarek.layout import Axis, LayoutError, TileLayout
 
 # --------------------------------------------------------------------------- the vocabulary
@@ -93,8 +95,26 @@ class ReadOnly:
 
 def _scalar_type(t: object) -> ScalarType:
     if not isinstance(t, ScalarType):
-        raise TypeError(f"an array element type must be a sarek type such as sarek.f32, not {t!r}")
+        frame = sys._getframe(1)
+        while frame.f_back is not None and frame.f_code.co_filename == __file__:
+            frame = frame.f_back  # the user's line that wrote the annotation
+        raise DslError(f"an array element type must be a sarek type such as sarek.f32, not "
+                       f"{_short(t)}", frame.f_code.co_filename, frame.f_lineno)
     return t
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _hashable(obj: object) -> bool:
+    """Whether ``obj`` can be looked up in a dict (a kernel may name any module-level value)."""
+    try:
+        hash(obj)
+    except TypeError:
+        return False
+    return True
 
 
 class _Marker:
@@ -325,7 +345,14 @@ class _Translator:
                     self.fail(f"{ast.unparse(value)} has no attribute {attr!r}", node)
                 return getattr(base, attr)
             case ast.Subscript(value=value, slice=index):
-                return self.python_value(value)[self.python_value(index)]
+                base, key = self.python_value(value), self.python_value(index)
+                try:
+                    return base[key]
+                except DslError as e:  # Global[int]: the reason, at the annotation's line
+                    self.fail(e.construct, node)
+                except Exception as e:  # indexing any compile-time value the kernel names
+                    self.fail(f"{ast.unparse(node)} cannot be evaluated ({type(e).__name__}: "
+                              f"{str(e)[:80]})", node)
         self.fail(f"{ast.unparse(node)} is not a compile-time name", node)
 
     # ------------------------------------------------------------------ statements
@@ -676,7 +703,7 @@ class _Translator:
         return self.python_constant(obj, node)
 
     def python_constant(self, obj: object, node: ast.expr) -> _Val:
-        if obj in _SCALAR_BUILTINS:
+        if _hashable(obj) and obj in _SCALAR_BUILTINS:
             return _Val(ir.BuiltinValue(which=_SCALAR_BUILTINS[obj]))
         if isinstance(obj, bool | int | float | np.integer | np.floating):
             return self.expr(ast.copy_location(ast.Constant(value=obj.item() if isinstance(
@@ -761,7 +788,7 @@ class _Translator:
             if len(args) != 1:
                 self.fail(f"{target!r}(x) takes one argument", node)
             return _Val(self.convert(self.expr(args[0]), target.elem))
-        if target in _MATH:
+        if _hashable(target) and target in _MATH:
             return self.math(_MATH[target], [self.expr(a) for a in args], node)
         if target is barrier:
             self.fail("barrier() is a statement, not a value", node)
@@ -810,16 +837,39 @@ def _as_load(target: ast.expr) -> ast.expr:
     return load
 
 
+def _check_depth(fdef: ast.FunctionDef, file: str, line_offset: int) -> None:
+    """Refuses an expression nested deeper than the IR allows (``ir_check.MAX_EXPR_DEPTH``)
+    before translating it: the translation recurses over expressions. Found without
+    recursion."""
+    stack: list[tuple[ast.AST, int, int]] = [(fdef, 0, fdef.lineno)]
+    while stack:
+        node, depth, line = stack.pop()
+        if isinstance(node, ast.stmt):
+            depth, line = 0, node.lineno
+        elif isinstance(node, ast.expr):
+            depth += 1
+            if depth > MAX_EXPR_DEPTH:
+                raise DslError(f"an expression nests more than {MAX_EXPR_DEPTH} deep, the most a "
+                               "kernel may hold; compute it in several assignments", file,
+                               line + line_offset)
+        stack += [(child, depth, line) for child in ast.iter_child_nodes(node)]
+
+
 def _parse(fn: Callable[..., Any]) -> ir.Kernel:
     file = inspect.getsourcefile(fn) or "<unknown>"
     try:
         lines, first = inspect.getsourcelines(fn)
     except OSError as e:
         raise DslError(f"the source of {fn.__name__} is not available ({e})", file) from None
-    tree = ast.parse(textwrap.dedent("".join(lines)))
-    fdef = tree.body[0]
+    try:
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (SyntaxError, RecursionError, MemoryError) as e:
+        raise DslError(f"the source of {fn.__name__} cannot be parsed on its own ({e})", file,
+                       first) from None
+    fdef = tree.body[0] if tree.body else None
     if not isinstance(fdef, ast.FunctionDef):
         raise DslError("@sarek.kernel applies to a function definition", file, first)
+    _check_depth(fdef, file, first - 1)
     t = _Translator(fn, file, first)
     kernel_ir = t.kernel(fdef)
     problems = ir.check(kernel_ir)

@@ -79,6 +79,19 @@ class LaunchError(SimError):
     division by 0)."""
 
 
+class LimitError(LaunchError):
+    """A launch needs more than one of the simulator's documented limits allows (invocations,
+    memory, loop trips: ``sim.launch.Limits``, ``specs/simulator.md``); ``limit`` names the limit
+    and the reason says how to raise it."""
+
+    def __init__(self, reason: str, limit: str, statement: str = "",
+                 line: int | None = None,
+                 invocations: tuple[tuple[tuple[int, int, int], tuple[int, int, int]], ...] = (),
+                 ) -> None:
+        super().__init__(reason, statement, line, invocations)
+        self.limit = limit
+
+
 class SubgroupDivergence(SimError):
     """A subgroup operation (on fragments) that only some lanes of a subgroup reached, or whose
     operands differ between the lanes."""

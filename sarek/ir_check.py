@@ -10,9 +10,24 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from pydantic import BaseModel
+
 from sarek import atoms, ir, tile
 from sarek.errors import IRError
 from sarek.ir import BinOp, ElemType, MathFn, MemSpace, UnOp
+
+MAX_EXPR_DEPTH = 64
+"""The deepest expression a kernel may hold (a constant or a name is 1 deep, ``a + b`` one
+more than its deeper operand). Analyses, the simulator and the printers recurse over
+expressions; past this, write the expression as several assignments."""
+
+MAX_NESTING = 24
+"""How deeply statements may nest (a loop or a conditional holds its body one level deeper).
+With ``MAX_EXPR_DEPTH`` it keeps every well-formed kernel's JSON within the nesting that
+pydantic's JSON parser reads back."""
+
+MAX_ARRAY_SIZE = (1 << 31) - 1
+"""The most elements a shared or local array may have (element indices are i32)."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +85,8 @@ class _Scope:
             scope = scope.parent
         return None
 
+
+_MAX_BLOCK = 1024  # the most invocations of a block (CUDA's limit; sim.launch.MAX_BLOCK)
 
 _INT_RANGES = {
     t: ((-(1 << (t.bits - 1)), (1 << (t.bits - 1)) - 1) if t.is_signed else (0, (1 << t.bits) - 1))
@@ -154,9 +171,13 @@ class _Checker:
             else:
                 lo, hi = _INT_RANGES[t]
                 if not lo <= v <= hi:
-                    self.report(path, f"constant {v} does not fit {t} [{lo}, {hi}]")
+                    self.report(path, f"constant {_number(v)} does not fit {t} [{lo}, {hi}]")
         elif isinstance(v, bool):
             self.report(path, f"a {t} constant holds {v!r}")
+        elif isinstance(v, int) and not -_FLOAT_INT <= v <= _FLOAT_INT:
+            # an integer literal past f64's range has no float value to round to
+            self.report(path, f"the {t} constant {_number(v)} is beyond the range of any "
+                        "float type (write inf for an infinity)")
 
     def _index(self, index: ir.Expr, path: str) -> None:
         if not index.type.is_int:
@@ -283,7 +304,13 @@ class _Checker:
                                 "lane or id, or on a value derived from them)")
             case ir.Return():
                 pass
-            case ir.ArrayDecl(name=name, elem=elem, space=space):
+            case ir.ArrayDecl(name=name, elem=elem, space=space, size=size, align=align):
+                if size > MAX_ARRAY_SIZE:
+                    self.report(path, f"array {name!r} has {_number(size)} elements, more than "
+                                f"the {MAX_ARRAY_SIZE} an i32 index reaches")
+                if align < 1 or align & (align - 1):
+                    self.report(path, f"the alignment of {name!r} is {_number(align)} bytes; it "
+                                "must be a positive power of two")
                 if space is MemSpace.GLOBAL:
                     self.report(path, f"array {name!r} cannot be declared in global memory; "
                                 "global arrays are parameters")
@@ -347,6 +374,17 @@ class _Checker:
                     self._registers(scope, path, name, elem, start + facts.registers(use))
         return divergent
 
+    def _launch_shape(self, kernel: ir.Kernel) -> None:
+        """The block shape and subgroup a kernel records must be launchable."""
+        if kernel.block is not None:
+            size = kernel.block[0] * kernel.block[1] * kernel.block[2]
+            if min(kernel.block) < 1 or size > _MAX_BLOCK:
+                self.report("block", f"the kernel's block {kernel.block} is not a block of 1 "
+                            f"to {_MAX_BLOCK} invocations")
+        if kernel.subgroup is not None and kernel.subgroup > _MAX_BLOCK:
+            self.report("subgroup", f"subgroups of {_number(kernel.subgroup)} lanes are larger "
+                        f"than any block ({_MAX_BLOCK} invocations)")
+
     def _registers(self, scope: _Scope, path: str, name: str, elem: ElemType, end: int
                    ) -> None:
         """A lane-explicit instruction's register operand: a local array of ``elem`` with at
@@ -379,6 +417,9 @@ class _Checker:
         return any(isinstance(x, ir.Return) for x in _walk((s,)))
 
     def _define(self, scope: _Scope, name: str, sym: _Symbol, path: str) -> None:
+        if not name.isidentifier():
+            self.report(path, f"{name[:40]!r} is not a name (names are identifiers: a letter "
+                        "or '_', then letters, digits or '_')")
         if scope.lookup(name) is not None:
             self.report(path, f"{name!r} is already defined")
         scope.symbols[name] = sym
@@ -470,10 +511,87 @@ def _walk(stmts: tuple[ir.Stmt, ...]) -> Iterator[ir.Stmt]:
                 yield from _walk(orelse)
 
 
+def _number(v: int) -> str:
+    """An integer for a message: its digits, or its magnitude when they are too many to
+    read (Python refuses to format integers of more than 4300 digits at all)."""
+    if abs(v) < 10**30:
+        return str(v)
+    return f"{'-' if v < 0 else ''}~1e{int((abs(v).bit_length() - 1) * 0.30103)}"
+
+
+_FLOAT_INT = int(1.7976931348623157e308)  # the largest finite f64, as an integer
+
+
+def _nodes(node: BaseModel) -> Iterator[BaseModel]:
+    """The IR nodes directly inside ``node`` (its expressions, statements, layouts), found
+    through its fields so that nodes added to ``sarek.ir`` later are counted too."""
+    for name in type(node).model_fields:
+        v = getattr(node, name)
+        if isinstance(v, BaseModel):
+            yield v
+        elif isinstance(v, tuple):
+            yield from (x for x in v if isinstance(x, BaseModel))
+
+
+def _is_stmt(node: BaseModel) -> bool:
+    return "line" in type(node).model_fields
+
+
+def _shape_problems(kernel: ir.Kernel) -> list[Problem]:
+    """Expressions deeper than ``MAX_EXPR_DEPTH`` and statements nested deeper than
+    ``MAX_NESTING``, found without recursion (the checker proper recurses over both)."""
+    problems: list[Problem] = []
+    stack: list[tuple[BaseModel, str, int]] = [
+        (s, f"body[{i}]", 1) for i, s in reversed(list(enumerate(kernel.body)))]
+    while stack and len(problems) < 8:
+        s, path, level = stack.pop()
+        line = getattr(s, "line", None)
+        if level > MAX_NESTING:
+            problems.append(Problem(path, f"statements nest {level} deep, more than the "
+                                    f"{MAX_NESTING} the IR allows", line))
+            continue
+        inner: list[tuple[BaseModel, str, int]] = []
+        for name in type(s).model_fields:
+            v = getattr(s, name)
+            if isinstance(v, tuple) and v and all(isinstance(x, BaseModel) and _is_stmt(x)
+                                                   for x in v):
+                inner += [(x, f"{path}.{name}[{i}]", level + 1) for i, x in enumerate(v)]
+            elif isinstance(v, BaseModel) and not _is_stmt(v) and "type" in type(v).model_fields:
+                depth = _expr_depth(v)
+                if depth > MAX_EXPR_DEPTH:
+                    problems.append(Problem(path, f"the expression in {name!r} nests more than "
+                                            f"{MAX_EXPR_DEPTH} deep, the most the IR allows; "
+                                            "compute it in several assignments", line))
+        stack += inner[::-1]
+    return problems
+
+
+def _expr_depth(e: BaseModel) -> int:
+    """The depth of ``e``, counted up to one past ``MAX_EXPR_DEPTH``."""
+    deepest, stack = 0, [(e, 1)]
+    while stack:
+        x, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if depth > MAX_EXPR_DEPTH:
+            return depth
+        stack += [(c, depth + 1) for c in _nodes(x)]
+    return deepest
+
+
 def check(kernel: ir.Kernel) -> list[Problem]:
     """Every problem in ``kernel``: undefined names, type mismatches, stores to read-only arrays
-    or to the wrong memory space, and barriers in statically divergent code."""
+    or to the wrong memory space, and barriers in statically divergent code. A kernel whose
+    expressions or statements nest past ``MAX_EXPR_DEPTH`` or ``MAX_NESTING`` is reported for
+    that alone."""
+    if not isinstance(kernel, ir.Kernel):
+        return [Problem("", f"expected a sarek.ir.Kernel, got {type(kernel).__name__}")]
+    shape = _shape_problems(kernel)
+    if shape:
+        return shape
     c = _Checker()
+    if not kernel.name.isidentifier():
+        c.report("name", f"the kernel name {kernel.name[:40]!r} is not an identifier")
+    c._launch_shape(kernel)
     top = _Scope()
     for i, p in enumerate(kernel.params):
         path = f"params[{i}]"

@@ -21,7 +21,7 @@ from enum import StrEnum
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from sarek.errors import SarekError
 
@@ -69,8 +69,15 @@ laneid = HardwareAxis(Axis.LANEID)
 warpid = HardwareAxis(Axis.WARPID)
 
 
-def _as_stride(s: int | Stride) -> Stride:
-    return s if isinstance(s, Stride) else Stride(value=int(s))
+def _as_stride(s: object) -> object:
+    """A plain integer stride as a memory ``Stride``; anything else (a ``Stride``, or its
+    JSON form) is left for pydantic to validate."""
+    return Stride(value=int(s)) if isinstance(s, int | np.integer) and not isinstance(
+        s, bool) else s
+
+
+MAX_COORDS = 1 << 31
+"""The most coordinates a layout may have, and the bound on its strides: offsets are i32."""
 
 
 class TileLayout(BaseModel):
@@ -85,7 +92,7 @@ class TileLayout(BaseModel):
     def __init__(self, layout: TileLayout | None = None, /, **fields: Any) -> None:
         if layout is not None:
             fields = {"shape": layout.shape, "stride": layout.stride}
-        if "stride" in fields:
+        if isinstance(fields.get("stride"), list | tuple):
             fields["stride"] = tuple(_as_stride(s) for s in fields["stride"])
         super().__init__(**fields)
 
@@ -96,6 +103,10 @@ class TileLayout(BaseModel):
                              f"{len(self.shape)} modes, strides {self.stride} {len(self.stride)}")
         if any(n <= 0 for n in self.shape):
             raise ValueError(f"every mode of a layout has a positive extent, got {self.shape}")
+        if math.prod(self.shape) >= MAX_COORDS or any(abs(s.value) >= MAX_COORDS
+                                                      for s in self.stride):
+            raise ValueError(f"a layout has fewer than 2^31 coordinates and strides below "
+                             f"2^31 (offsets are i32), got {self!r}")
         return self
 
     def __repr__(self) -> str:
@@ -307,7 +318,13 @@ class _LayoutBuilder:
             raise LayoutError("write a layout as S[(shape...) : (strides...)]")
         shape = key.start if isinstance(key.start, tuple) else (key.start,)
         stride = key.stop if isinstance(key.stop, tuple) else (key.stop,)
-        return TileLayout(shape=tuple(int(n) for n in shape), stride=stride)
+        shape = tuple(int(n) if isinstance(n, np.integer) else n for n in shape)
+        try:
+            return TileLayout(shape=shape, stride=stride)
+        except ValidationError as e:
+            problem = e.errors()[0]
+            raise LayoutError(f"S[{shape} : {stride}] is not a layout: {problem['msg']}"
+                              ) from None
 
 
 S = _LayoutBuilder()

@@ -14,8 +14,11 @@ from sarek.errors import SarekError
 def load_module(path: str | Path) -> ModuleType:
     """Imports the Python file at ``path`` as a module of its own (its kernels parse on import)."""
     p = Path(path)
-    if not p.is_file():
-        raise SarekError(f"no such file: {p}")
+    try:
+        if not p.is_file():
+            raise SarekError(f"no such file: {p}")
+    except (OSError, ValueError) as e:  # a name the OS cannot look up (too long, a NUL byte)
+        raise SarekError(f"cannot read {str(p)[:100]!r}: {e}") from None
     name = f"sarek_user_{p.stem}_{abs(hash(p.resolve()))}"
     if name in sys.modules:
         return sys.modules[name]
@@ -26,10 +29,35 @@ def load_module(path: str | Path) -> ModuleType:
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
+    except SarekError:  # a kernel the DSL refused: its own reason, file and line
+        del sys.modules[name]
+        raise
+    except SyntaxError as e:
+        del sys.modules[name]
+        raise SarekError(f"{p}:{e.lineno or 0}: not valid Python: {e.msg}") from None
+    except Exception as e:  # the module's own code failed: say where, not sarek's traceback
+        del sys.modules[name]
+        raise SarekError(f"{p}: importing it raised {user_error(e)}") from None
     except BaseException:
         del sys.modules[name]
         raise
     return module
+
+
+def user_error(e: BaseException) -> str:
+    """``e``, raised by a user's module, in one line: its type, message and the innermost
+    line of the user's own code it came from."""
+    where = ""
+    tb = e.__traceback__
+    while tb is not None:
+        name = tb.tb_frame.f_globals.get("__name__", "")
+        if isinstance(name, str) and name.startswith("sarek_user_"):
+            where = f" at {tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    message = " ".join(str(e).split())
+    if len(message) > 200:
+        message = message[:197] + "..."
+    return f"{type(e).__name__}{': ' + message if message else ''}{where}"
 
 
 def load_kernel(spec: str) -> tuple[ModuleType, KernelFunction]:

@@ -10,6 +10,7 @@ everything else unchanged. ``covered(gemm, region, args)`` gives the covered ele
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias, cast
@@ -73,23 +74,32 @@ class Region:
 
 def _launch_dim(v: object, what: str) -> Dim3:
     t = (v,) if isinstance(v, int | np.integer) else tuple(v) if isinstance(
-        v, Sequence) else None
+        v, Sequence) and not isinstance(v, str | bytes) else None
     if t is None or not 1 <= len(t) <= 3 or not all(
-            isinstance(x, int | np.integer) and not isinstance(x, bool) for x in t):
-        raise RegionError(f"the {what} must be 1 to 3 integers, got {v!r}")
+            isinstance(x, int | np.integer) and not isinstance(x, bool | np.bool_) for x in t):
+        raise RegionError(f"the {what} must be 1 to 3 integers, got {_short(v)}")
     if any(x < 0 for x in t):
         raise RegionError(f"the {what} {tuple(int(x) for x in t)} has a negative dimension")
+    if any(x > _I32_MAX for x in t):
+        raise RegionError(f"the {what} {tuple(int(x) for x in t)} has a dimension beyond i32 "
+                          "(the launch builtins are i32)")
     x, y, z = (*(int(a) for a in t), 1, 1)[:3]
     return x, y, z
+
+
+def _short(v: object) -> str:
+    text = repr(v)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _bind(gemm: Gemm, args: Sequence[object] | Mapping[str, object]) -> dict[str, Any]:
     """Arguments by name; arrays may be left out of a mapping (the region needs scalars)."""
     params = gemm.params
     if isinstance(args, Mapping):
-        unknown = sorted(set(args) - {p.name for p in params})
+        names = {p.name for p in params}
+        unknown = [k for k in args if not (isinstance(k, str) and k in names)]
         if unknown:
-            raise RegionError(f"kernel {gemm.kernel!r} has no parameter {unknown[0]!r}")
+            raise RegionError(f"kernel {gemm.kernel!r} has no parameter {_short(unknown[0])}")
         named = dict(args)
     elif isinstance(args, Sequence) and not isinstance(args, str | bytes):
         if len(args) != len(params):
@@ -125,8 +135,13 @@ def _scalar(p: ir.ScalarParam, v: object) -> Any:
             raise RegionError(f"the argument {p.name!r} = {v} does not fit {p.elem}")
         return dt.type(int(v))
     if not isinstance(v, int | float | np.integer | np.floating | bool | np.bool_):
-        raise RegionError(f"the argument {p.name!r} ({p.elem}) must be a number, got {v!r}")
-    return dt.type(v)
+        raise RegionError(f"the argument {p.name!r} ({p.elem}) must be a number, got "
+                          f"{_short(v)}")
+    try:
+        return dt.type(v)
+    except OverflowError:
+        raise RegionError(f"the argument {p.name!r} = {_short(v)} is beyond the range of "
+                          f"{p.elem}") from None
 
 
 # --------------------------------------------------------------------------- the region
@@ -175,20 +190,24 @@ def region(gemm: Gemm, grid: object, block: object,
     indices do not fit (a staged kernel launched with other blocks, an index that would give
     two invocations one output), a zero divisor, or extents beyond i32.
     """
+    if not isinstance(gemm, Gemm):
+        raise RegionError(f"region takes the Gemm that matrix_pattern.recognize returns, got "
+                          f"{type(gemm).__name__}")
     g, b = _launch_dim(grid, "grid"), _launch_dim(block, "block")
     bound = _bind(gemm, args)
-    if gemm.staging is not None and b != gemm.staging.block and np.prod(g) * np.prod(b) > 0:
+    invocations = math.prod(g) * math.prod(b)
+    if gemm.staging is not None and b != gemm.staging.block and invocations > 0:
         raise RegionError(f"the kernel stages its operands for blocks of {gemm.staging.block}; "
                           f"this launch has blocks of {b}")
     used = {ix.axis for ix in _used_axes(gemm)}
     for i, a in enumerate("xyz"):
-        if a not in used and (g[i] > 1 or b[i] > 1) and np.prod(g) * np.prod(b) > 0:
+        if a not in used and (g[i] > 1 or b[i] > 1) and invocations > 0:
             raise RegionError(f"the kernel does not use the {a} coordinate, so the launch's "
                               f"{g[i] * b[i]} invocations along {a} would compute the same "
                               f"outputs; launch with grid and block {a} = 1")
     ev = _Evaluator(gemm, bound, {})
     d = max(0, int(ev.scalar(gemm.k_stop)) - int(ev.scalar(gemm.k_start)))
-    if np.prod(g) * np.prod(b) == 0:
+    if invocations == 0:
         return Region(0, 0, 0, d, 0)  # an empty launch covers nothing
 
     def value(e: ir.Expr | None) -> int | None:
@@ -250,8 +269,16 @@ def _check_distinct(c: Access, reg: Region, ev: _Evaluator) -> None:
 # --------------------------------------------------------------------------- the outputs
 
 
+MAX_DESCRIBED_OUTPUTS = 1 << 26
+"""The most outputs ``covered`` and ``evaluate`` describe (NumPy arrays of a few int64 per
+output: about 4 GiB at this size)."""
+
+
 def _coordinates(gemm: Gemm, reg: Region) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Row, column and batch of every covered output (int64), in the mapping's linear order."""
+    if reg.me * reg.ne * reg.ze > MAX_DESCRIBED_OUTPUTS:
+        raise RegionError(f"the region {reg.me}x{reg.ne}x{reg.ze} has more outputs than the "
+                          f"{MAX_DESCRIBED_OUTPUTS} covered() and evaluate() describe")
     zg, rg, cg = np.meshgrid(np.arange(reg.ze), np.arange(reg.me), np.arange(reg.ne),
                              indexing="ij")
     z, r, c = zg.ravel(), rg.ravel(), cg.ravel()

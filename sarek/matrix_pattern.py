@@ -1419,6 +1419,13 @@ class _Assembler:
             raise _Refuse("the product is not A[row, p] * B[p, col]: "
                           f"{format_expr(loop.x.load)} and {format_expr(loop.y.load)} do not "
                           "split into one factor without the column and one without the row")
+        if store.array in (a.array, b.array):
+            # Lockstep simulation would give an answer, but on a GPU an invocation's store can
+            # land before or after another invocation's loads of that element: a race.
+            role = "A" if store.array == a.array else "B"
+            raise _Refuse(f"the output {store.array} is also the operand {role} of the product: "
+                          "invocations would overwrite elements that others still read (a race "
+                          "on a GPU); write the result to another array")
         if all(_is_zero(s) for s in (a.row_stride, b.col_stride)):
             raise _Refuse("the product depends on neither the output's row nor its column")
         self.stage = 2

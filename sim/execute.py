@@ -21,6 +21,7 @@ from sarek.errors import (
     BarrierDivergence,
     IRError,
     LaunchError,
+    LimitError,
     OutOfBounds,
     SimError,
     SubgroupDivergence,
@@ -30,12 +31,13 @@ from sarek.layout import TileLayout
 from sim import arith, fragments, lanes
 from sim import tile as tile_sim
 from sim.arith import Value
-from sim.launch import Geometry
+from sim.launch import Geometry, Limits
 from sim.memory import LocalArray, SharedArray, Site
 
 Mask: TypeAlias = np.ndarray | None
 MAX_WHILE_TRIPS = 1 << 20
-"""Iterations after which a while loop counts as never ending (a LaunchError)."""
+"""Trips after which a loop (``while`` or ``for``) counts as never ending (a ``LimitError``)
+unless ``Limits.loop_trips`` says otherwise."""
 ExprFn: TypeAlias = Callable[["State", Mask], Value]
 StmtFn: TypeAlias = Callable[["State", Mask], None]
 
@@ -50,6 +52,7 @@ class State:
         self.arrays: list[SharedArray | LocalArray | None] = [None] * array_slots
         self.shared: dict[int, SharedArray] = {}  # by slot: the arrays a barrier resets
         self.alive: Mask = None  # invocations that have not returned (None: all)
+        self.trips = 0  # loop trips run so far by the whole launch (Limits.trips)
 
 
 @dataclass(frozen=True)
@@ -89,19 +92,21 @@ _Scope: TypeAlias = ChainMap[str, _Symbol]
 
 
 def compile_kernel(kernel: ir.Kernel, geo: Geometry, arrays: dict[str, np.ndarray],
-                   scalars: dict[str, np.generic], arith: fragments.Model = "sequential"
-                   ) -> Callable[[], None]:
+                   scalars: dict[str, np.generic], arith: fragments.Model = "sequential",
+                   limits: Limits | None = None) -> Callable[[], None]:
     """The kernel ready to run on ``geo`` over the (already copied) ``arrays``; calling the
     result runs it, updating ``arrays`` in place. ``arith`` is the arithmetic model of float
-    fragment multiply-accumulates."""
-    return _Compiler(kernel, geo, arith).program(arrays, scalars)
+    fragment multiply-accumulates; ``limits`` caps the loop trips (``Limits.loop_trips`` per
+    loop, ``Limits.trips`` for the launch)."""
+    return _Compiler(kernel, geo, arith, limits or Limits()).program(arrays, scalars)
 
 
 class _Compiler:
     def __init__(self, kernel: ir.Kernel, geo: Geometry,
-                 arith: fragments.Model = "sequential") -> None:
+                 arith: fragments.Model = "sequential", limits: Limits | None = None) -> None:
         self.kernel, self.geo, self.n = kernel, geo, geo.invocations
         self.arith = arith
+        self.limits = limits or Limits()
         self.slots = 0
         self.array_slots = 0
         self.frag_slots = 0
@@ -766,7 +771,11 @@ class _Compiler:
                 return
             if inc == 0:
                 self._fail(LaunchError, "the loop step is 0", site, m)
+            trips = len(range(first, end, inc))
+            if trips > self._loop_cap():
+                self._trip_limit(f"the loop would run {trips} trips", site, m)
             for v in range(first, end, inc):
+                self._count_trip(st, site, m)
                 st.env[slot] = var_type(v)
                 body(st, m)
                 if returns and st.alive is not None:
@@ -787,7 +796,14 @@ class _Compiler:
         var = start.copy()  # int64: the variable stays in range, the next value never wraps
         up = step > 0
         active, any_left = self._narrow(m, np.where(up, var < stop, var > stop))
+        span, size = np.where(up, stop - start, start - stop), np.maximum(np.abs(step), 1)
+        longest = int(np.max((span + size - 1) // size, where=True if m is None else m,
+                             initial=0))
+        if longest > self._loop_cap():
+            self._trip_limit(f"the loop would run {longest} trips for some invocations", site,
+                             active)
         while any_left:
+            self._count_trip(st, site, active)
             st.env[slot] = var.astype(np.int32)
             body(st, active)
             var += step
@@ -799,15 +815,16 @@ class _Compiler:
 
     def while_loop(self, fc: ExprFn, body: StmtFn, returns: bool, site: Site) -> StmtFn:
         def run(st: State, m: Mask) -> None:
-            trips = 0
+            trips, cap = 0, self._loop_cap()
             while True:
                 m, any_left = self._narrow(m, fc(st, m))
                 if not any_left:
                     return
                 trips += 1
-                if trips > MAX_WHILE_TRIPS:
-                    self._fail(LaunchError, f"the loop ran {MAX_WHILE_TRIPS} times without "
-                               "ending (a kernel that never ends hangs a device)", site, m)
+                if trips > cap:
+                    self._trip_limit(f"the loop ran {cap} times without ending (a kernel "
+                                     "that never ends hangs a device)", site, m)
+                self._count_trip(st, site, m)
                 body(st, m)
                 if returns and st.alive is not None:
                     m, any_left = self._narrow(m, st.alive)
@@ -815,6 +832,28 @@ class _Compiler:
                         return
 
         return run
+
+    def _loop_cap(self) -> int:
+        cap = self.limits.loop_trips
+        return MAX_WHILE_TRIPS if cap is None else cap
+
+    def _trip_limit(self, what: str, site: Site, m: Mask) -> NoReturn:
+        cap = self._loop_cap()
+        where = np.arange(min(8, self.n)) if m is None else np.flatnonzero(m)
+        raise LimitError(f"{what}, more than the simulator's limit of {cap} trips per loop; "
+                         "raise it with simulate(..., limits=sim.launch.Limits(loop_trips=...)) "
+                         "or the CLI's --max-loop-trips",
+                         "loop_trips", site.path, site.line, self.geo.describe(where))
+
+    def _count_trip(self, st: State, site: Site, m: Mask) -> None:
+        """Counts one loop trip against ``Limits.trips``, the budget of the whole launch."""
+        st.trips += 1
+        if st.trips > self.limits.trips:
+            where = np.arange(min(8, self.n)) if m is None else np.flatnonzero(m)
+            raise LimitError(f"the launch's loops ran {self.limits.trips} trips in all, the "
+                             "simulator's limit; raise it with simulate(..., limits=sim.launch"
+                             ".Limits(trips=...)) or the CLI's --max-trips", "trips",
+                             site.path, site.line, self.geo.describe(where))
 
     def if_stmt(self, fc: ExprFn, then: StmtFn, orelse: StmtFn, has_else: bool) -> StmtFn:
         def run(st: State, m: Mask) -> None:

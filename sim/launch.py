@@ -13,13 +13,65 @@ from functools import cached_property
 import numpy as np
 
 from sarek import ir
-from sarek.errors import LaunchError
+from sarek.errors import LaunchError, LimitError
 from sarek.ir import Builtin, ElemType
+from sarek.ir_check import walk
 from sim import arith
 from sim.arith import Value
 
 MAX_BLOCK = 1024
 """The most invocations a block may have (CUDA's limit)."""
+
+MAX_DIM = (1 << 31) - 1
+"""The largest grid or block dimension: the launch builtins are i32."""
+
+PER_INVOCATION_BYTES = 256
+"""What the memory estimate counts per invocation for the values a kernel computes (each an
+array of one element per invocation: coordinates, masks, temporaries)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The most a simulated launch may use (``specs/simulator.md``, "Limits"). A launch past
+    one is refused with a ``LimitError`` naming the field, before anything is allocated for
+    the sizes and while it runs for the loops; raise a limit by passing
+    ``limits=sim.launch.Limits(memory=16 << 30)`` (``sarek.simulate`` and ``Launch.simulate``
+    take it too; the CLI has ``--max-invocations``, ``--max-memory`` and ``--max-trips``).
+
+    ``invocations``: blocks times invocations per block. ``memory``: bytes the launch's copies
+    of the arrays, its shared, local and fragment storage and its per-invocation values are
+    estimated to take. ``loop_trips``: the trips one execution of one ``for`` or ``while``
+    loop may run (None: ``sim.execute.MAX_WHILE_TRIPS``, 2^20). ``trips``: the trips all the
+    loops of the launch may run together (each trip of a loop runs every active invocation
+    at once and counts once)."""
+
+    invocations: int = 1 << 24
+    memory: int = 4 << 30
+    loop_trips: int | None = None
+    trips: int = 1 << 24
+
+    def __post_init__(self) -> None:
+        for name in ("invocations", "memory", "loop_trips", "trips"):
+            v = getattr(self, name)
+            if v is None and name == "loop_trips":
+                continue
+            if not isinstance(v, int | np.integer) or isinstance(v, bool) or v < 1:
+                raise LaunchError(f"Limits.{name} must be a positive integer, got {v!r}")
+
+
+def _raise_hint(field_name: str, flag: str) -> str:
+    return (f"raise it with simulate(..., limits=sim.launch.Limits({field_name}=...)) or the "
+            f"CLI's {flag}")
+
+
+def size_text(n: int) -> str:
+    """``n`` bytes in the largest binary unit that keeps a digit before the point."""
+    value, unit = float(n), "bytes"
+    for u in ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, u
+    return f"{n} bytes" if unit == "bytes" else f"{value:.1f} {unit}"
 
 Dim3 = tuple[int, int, int]
 Invocation = tuple[Dim3, Dim3]
@@ -28,13 +80,26 @@ Invocation = tuple[Dim3, Dim3]
 def dims(what: str, value: object) -> Dim3:
     """A grid or block given as an int or 1 to 3 non-negative ints, padded with 1."""
     items = (value,) if isinstance(value, int | np.integer) else value
-    if not isinstance(items, Sequence) or not 1 <= len(items) <= 3 or not all(
+    if not isinstance(items, Sequence) or isinstance(items, str | bytes) or not (
+        1 <= len(items) <= 3) or not all(
         isinstance(d, int | np.integer) and not isinstance(d, bool | np.bool_) and d >= 0
         for d in items
     ):
-        raise LaunchError(f"{what} must be 1 to 3 non-negative integers, got {value!r}")
+        raise LaunchError(f"{what} must be 1 to 3 non-negative integers, got {_short(value)}")
     x, y, z = (*(int(d) for d in items), 1, 1)[:3]
+    if max(x, y, z) > MAX_DIM:
+        raise LaunchError(f"{what} {(x, y, z)} has a dimension above {MAX_DIM} (the launch "
+                          "builtins are i32)")
     return x, y, z
+
+
+def _short(value: object) -> str:
+    """``repr(value)`` cut to a readable length (an argument may be a huge list)."""
+    try:
+        text = repr(value)
+    except Exception:  # a hostile __repr__, or an int too long to print
+        text = f"a {type(value).__name__}"
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 @dataclass
@@ -136,9 +201,63 @@ def geometry(grid: object, block: object, subgroup: object) -> Geometry:
     if b[0] * b[1] * b[2] > MAX_BLOCK:
         raise LaunchError(f"block {b} has {b[0] * b[1] * b[2]} invocations, more than "
                           f"{MAX_BLOCK}")
-    if not isinstance(subgroup, int | np.integer) or isinstance(subgroup, bool) or subgroup < 1:
-        raise LaunchError(f"subgroup must be a positive integer, got {subgroup!r}")
+    if not isinstance(subgroup, int | np.integer) or isinstance(subgroup, bool) or not (
+            1 <= subgroup <= MAX_BLOCK):
+        raise LaunchError(f"subgroup must be an integer from 1 to {MAX_BLOCK}, got "
+                          f"{_short(subgroup)}")
     return Geometry(g, b, int(subgroup))
+
+
+def check_size(kernel: ir.Kernel, geo: Geometry, values: Sequence[object],
+               limits: Limits) -> None:
+    """Refuses, before anything is allocated, a launch of more invocations than
+    ``limits.invocations`` or whose estimated memory exceeds ``limits.memory``. The estimate
+    counts the copies of the array arguments (``values``, in parameter order), every shared,
+    local and fragment declaration once (a declaration in a loop replaces its storage), the
+    race detector's records of shared arrays and ``PER_INVOCATION_BYTES`` per invocation."""
+    n = geo.invocations
+    if n > limits.invocations:
+        raise LimitError(f"the launch has {n} invocations ({geo.num_blocks} blocks of "
+                         f"{geo.block_size}), more than the simulator's limit of "
+                         f"{limits.invocations}; " + _raise_hint("invocations",
+                                                                  "--max-invocations"),
+                         "invocations")
+    parts: list[tuple[int, str]] = [(n * PER_INVOCATION_BYTES, "values per invocation")]
+    for p, v in zip(kernel.params, values, strict=True):
+        if isinstance(p, ir.ArrayParam) and isinstance(v, np.ndarray):
+            parts.append((v.nbytes, f"the copy of {p.name!r}"))
+    shared = False
+    for s in walk(kernel.body):
+        match s:
+            case ir.ArrayDecl(name=name, elem=elem, size=size, space=space):
+                item = arith.dtype(elem).itemsize
+                if space is ir.MemSpace.SHARED:
+                    shared = True
+                    # data, and three i32 records of the race detector per element
+                    parts.append((geo.num_blocks * size * (item + 12),
+                                  f"shared array {name!r} ({size} elements per block)"))
+                else:
+                    parts.append((n * size * item,
+                                  f"local array {name!r} ({size} elements per invocation)"))
+            case ir.FragDecl(name=name, rows=rows, cols=cols, elem=elem):
+                # the fragment and the float64 operands of its multiply
+                groups = -(-n // geo.subgroup)
+                parts.append((groups * rows * cols * (arith.dtype(elem).itemsize + 16),
+                              f"fragment {name!r} ({rows}x{cols} per subgroup)"))
+    if shared:
+        parts.append((SHARED_LOG_ELEMENTS * 12, "the race detector's log of shared reads"))
+    total = sum(b for b, _ in parts)
+    if total > limits.memory:
+        largest = sorted(parts, key=lambda x: -x[0])[:3]
+        shown = "; ".join(f"{what}: {size_text(b)}" for b, what in largest)
+        raise LimitError(f"the launch would need about {size_text(total)} ({shown}), more than "
+                         f"the simulator's memory limit of {size_text(limits.memory)}; "
+                         + _raise_hint("memory", "--max-memory"), "memory")
+
+
+SHARED_LOG_ELEMENTS = 1 << 24
+"""Logged shared reads (an int64 element and an i32 thread each) before ``sim.memory`` folds
+them into its records."""
 
 
 # --------------------------------------------------------------------------- arguments
@@ -148,6 +267,13 @@ def bind(kernel: ir.Kernel, args: Sequence[object] | Mapping[str, object]
          ) -> tuple[dict[str, np.ndarray], dict[str, np.generic]]:
     """Checks ``args`` against the kernel's parameters (in order, or by name) and returns
     fresh copies of the arrays (raveled) and the scalars converted to their parameter types."""
+    return convert(kernel, match_args(kernel, args))
+
+
+def match_args(kernel: ir.Kernel, args: Sequence[object] | Mapping[str, object]
+               ) -> list[object]:
+    """The arguments in parameter order; a wrong count, an unknown or a missing name is a
+    ``LaunchError``."""
     names = [p.name for p in kernel.params]
     if isinstance(args, Mapping):
         unknown = [str(k) for k in args if k not in names]
@@ -165,6 +291,13 @@ def bind(kernel: ir.Kernel, args: Sequence[object] | Mapping[str, object]
     else:
         raise LaunchError(f"arguments must be a list in parameter order or a dict by name, "
                           f"got {type(args).__name__}")
+    return values
+
+
+def convert(kernel: ir.Kernel, values: Sequence[object]
+            ) -> tuple[dict[str, np.ndarray], dict[str, np.generic]]:
+    """Fresh raveled copies of the array arguments and the scalars converted to their
+    parameter types (``values`` in parameter order, as ``match_args`` gives them)."""
     arrays: dict[str, np.ndarray] = {}
     scalars: dict[str, np.generic] = {}
     for p, v in zip(kernel.params, values, strict=True):

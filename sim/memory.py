@@ -16,7 +16,7 @@ import numpy as np
 from sarek.errors import SharedRace
 from sarek.ir import ElemType
 from sim import arith
-from sim.launch import Geometry
+from sim.launch import SHARED_LOG_ELEMENTS, Geometry
 
 NOBODY = -1
 
@@ -43,7 +43,7 @@ class SharedArray:
     they are equal). Reads are logged and folded into that record only when a write needs
     it (often never: a barrier usually comes first)."""
 
-    _FOLD_AFTER = 1 << 24  # logged elements before they are folded (bounds the log's memory)
+    _FOLD_AFTER = SHARED_LOG_ELEMENTS  # logged elements before they are folded (bounds memory)
 
     def __init__(self, name: str, elem: ElemType, size: int, geo: Geometry) -> None:
         self.name, self.size, self.geo = name, size, geo

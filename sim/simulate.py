@@ -10,13 +10,13 @@ from sarek import ir
 from sarek.errors import LaunchError
 from sim.execute import compile_kernel
 from sim.fragments import MODELS, Model
-from sim.launch import bind, geometry
+from sim.launch import Limits, check_size, convert, geometry, match_args
 
 
 def simulate(kernel: ir.Kernel, args: Sequence[object] | Mapping[str, object],
              grid: object = (1, 1, 1), block: object = (1, 1, 1), *,
-             subgroup: int | None = None, arith: Model = "sequential"
-             ) -> dict[str, np.ndarray]:
+             subgroup: int | None = None, arith: Model = "sequential",
+             limits: Limits | None = None) -> dict[str, np.ndarray]:
     """Runs ``kernel`` on ``grid`` blocks of ``block`` invocations and returns the final
     contents of every array parameter by name (1-D, the parameter's dtype).
 
@@ -27,27 +27,38 @@ def simulate(kernel: ir.Kernel, args: Sequence[object] | Mapping[str, object],
     launch. ``subgroup`` is the number of lanes that ``subgroup_id`` and ``subgroup_lane``
     divide a block into (by default the kernel's own ``subgroup``, else 32; a kernel written
     for one size refuses another), and fragments belong to. ``arith`` names the arithmetic model of
-    float fragment multiply-accumulates (``sim.fragments.MODELS``).
+    float fragment multiply-accumulates (``sim.fragments.MODELS``). ``limits`` are the most
+    invocations, memory and loop trips the launch may use (``sim.launch.Limits``; by default
+    ``Limits()``): a launch past one is refused with a ``LimitError`` that names it, sizes
+    before anything is allocated.
 
     Raises ``sarek.IRError`` for an ill-formed kernel, ``LaunchError`` for bad arguments,
     geometry or an undefined operation (division by zero, a shift by a bad amount),
     ``OutOfBounds``, ``SharedRace`` and ``BarrierDivergence``; each names the statement, its
     source line and up to eight offending invocations.
     """
+    if not isinstance(kernel, ir.Kernel):
+        raise LaunchError(f"simulate runs a sarek.ir.Kernel, got {type(kernel).__name__}")
+    limits = Limits() if limits is None else limits
+    if not isinstance(limits, Limits):
+        raise LaunchError(f"limits must be a sim.launch.Limits, got {type(limits).__name__}")
     ir.ensure_valid(kernel)
-    if arith not in MODELS:
+    if not isinstance(arith, str) or arith not in MODELS:
         raise LaunchError(f"unknown arithmetic model {arith!r}; the models are "
                           f"{', '.join(MODELS)}")
     if subgroup is None:
         subgroup = kernel.subgroup or 32
     elif kernel.subgroup is not None and subgroup != kernel.subgroup:
         raise LaunchError(f"kernel {kernel.name!r} is written for subgroups of "
-                          f"{kernel.subgroup} lanes, not {subgroup}")
-    arrays, scalars = bind(kernel, args)
+                          f"{kernel.subgroup} lanes, not {subgroup!r}")
+    values = match_args(kernel, args)
     geo = geometry(grid, block, subgroup)
     if kernel.block is not None and geo.block != kernel.block and geo.invocations:
         raise LaunchError(f"kernel {kernel.name!r} is written for blocks of {kernel.block}, "
                           f"not {geo.block}")
     if geo.invocations:
-        compile_kernel(kernel, geo, arrays, scalars, arith)()
+        check_size(kernel, geo, values, limits)
+    arrays, scalars = convert(kernel, values)
+    if geo.invocations:
+        compile_kernel(kernel, geo, arrays, scalars, arith, limits)()
     return arrays
