@@ -125,7 +125,13 @@ def _create(vk: Any) -> Device:
                                pApplicationName="sarek", apiVersion=vk.VK_MAKE_VERSION(1, 3, 0))
     instance = vk.vkCreateInstance(vk.VkInstanceCreateInfo(
         sType=vk.VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, pApplicationInfo=app), None)
-    for physical in vk.vkEnumeratePhysicalDevices(instance):
+    kinds = [vk.VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU, vk.VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU]
+
+    def rank(physical: Any) -> int:  # a GPU before a software driver
+        kind = vk.vkGetPhysicalDeviceProperties(physical).deviceType
+        return kinds.index(kind) if kind in kinds else len(kinds)
+
+    for physical in sorted(vk.vkEnumeratePhysicalDevices(instance), key=rank):
         families = vk.vkGetPhysicalDeviceQueueFamilyProperties(physical)
         compute = [i for i, f in enumerate(families) if f.queueFlags & vk.VK_QUEUE_COMPUTE_BIT]
         props = vk.vkGetPhysicalDeviceProperties(physical)
