@@ -19,6 +19,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -73,18 +74,27 @@ def main(argv: list[str] | None = None) -> int:
     cases = conformance.matrix(target, ROOT / "examples", quick=args.quick,
                                only=tuple(args.example))
     started = time.perf_counter()
-    outcomes = []
+    outcomes: list[conformance.Outcome] = []
+
+    def write(complete: bool) -> dict[str, Any]:
+        result = conformance.report("vulkan", device_name(), target.arith, args.quick,
+                                    outcomes)
+        result["complete"] = complete  # False while running: a stopped run leaves its part
+        result["refused"] = refusals(target)
+        result["support"] = {"device": target.support().device, "note": target.support().note}
+        result["assumed_features"] = assumed()
+        args.report.write_text(json.dumps(result, indent=2) + "\n")
+        return result
+
     with np.errstate(all="ignore"):
-        for case in cases:
+        for i, case in enumerate(cases):
             outcome = conformance.check(case, target, device=True)
             outcomes.append(outcome)
             if not outcome.ok:
                 print(conformance._failure(outcome), flush=True)
-    result = conformance.report("vulkan", device_name(), target.arith, args.quick, outcomes)
-    result["refused"] = refusals(target)
-    result["support"] = {"device": target.support().device, "note": target.support().note}
-    result["assumed_features"] = assumed()
-    args.report.write_text(json.dumps(result, indent=2) + "\n")
+            if i % 20 == 19:
+                write(False)
+    result = write(True)
     t = result["totals"]
     print(f"{result['device']}: {t['passed']} of {t['cases']} cases bit-identical; "
           f"{t['mismatches']} mismatched arrays, {t['canary_violations']} canary violations, "

@@ -58,7 +58,7 @@ def main() -> int:
     if assumed:
         env["SAREK_VULKAN_ASSUME"] = ",".join(assumed)
     if "coopmat" not in opts.skip:
-        step("coopmat", ["bench/vulkan_coopmat_h200.py"], 150, opts.out, env)
+        step("coopmat", ["bench/vulkan_coopmat_h200.py"], 90, opts.out, env)
     model = "h200"
     probe = RESULTS / "vulkan_coopmat_h200.json"
     if probe.is_file():
@@ -67,12 +67,12 @@ def main() -> int:
         model = exact[0] if exact else "h200"
     print(f"conformance model: {model}", flush=True)
     if "arith" not in opts.skip:
-        step("arith", ["bench/vulkan_arith_h200.py"], 120, opts.out, env)
+        step("arith", ["bench/vulkan_arith_h200.py"], 60, opts.out, env)
     if "conformance" not in opts.skip:
-        step("conformance", ["bench/vulkan_conformance.py", "--arith", model], 330, opts.out,
+        step("conformance", ["bench/vulkan_conformance.py", "--arith", model], 160, opts.out,
              env)
     if "speed" not in opts.skip:
-        step("speed", ["bench/vulkan_speed_h200.py"], 150, opts.out, env)
+        step("speed", ["bench/vulkan_speed_h200.py"], 90, opts.out, env)
     return 0
 
 
