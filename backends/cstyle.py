@@ -20,6 +20,7 @@ from sarek.errors import SarekError
 from sarek.ir import BinOp, ElemType, MathFn, UnOp
 
 StmtHook = Callable[["Printer", ir.Stmt], list[str] | None]
+UNROLL_TRIPS = 64
 
 
 class EmitError(SarekError):
@@ -52,6 +53,9 @@ class Dialect:
     # out of buffers and arguments), and the suffixes of 64-bit literals.
     memory_types: dict[ElemType, str] = field(default_factory=dict)
     long_suffixes: tuple[str, str] = ("LL", "ULL")
+    # Printed before a loop of constant bounds with at most UNROLL_TRIPS trips, so that local
+    # arrays indexed by its variable (a lowering's registers) can live in registers.
+    unroll_pragma: str = ""
 
 
 _C_OPS = {
@@ -278,6 +282,10 @@ class Printer:
         if isinstance(c, ir.Const):
             cmp = "<" if int(c.value) > 0 else ">"
             step = self.expr(c)
+            if self.d.unroll_pragma and isinstance(a, ir.Const) and isinstance(b, ir.Const):
+                trips = len(range(int(a.value), int(b.value), int(c.value)))
+                if trips <= UNROLL_TRIPS:
+                    self.emit(self.d.unroll_pragma)
             self.nested(f"for (int {var} = {self.expr(a)}; {var} {cmp} {self.expr(b)}; "
                         f"{var} += {step})", body)
             return

@@ -209,6 +209,7 @@ class _Builder:
                  staging: Staging, schedule: Schedule) -> None:
         self.g, self.s, self.sg, self.f = gemm, scheme, subgroup, frag
         self.tile, self.wave_tile, self.step = schedule.tile, schedule.wave_tile, schedule.step
+        self.prefetching = schedule.prefetch
         self.threads = WAVES * subgroup
         self.per_wave = self.wave_tile // frag  # fragments along each side of a wave's tile
         # Row strides and B's layout of the staged tiles: the target's policy (padded 16-bit
@@ -256,8 +257,7 @@ class _Builder:
             ir.Let(name="sk_z", type=I32, value=_builtin(Builtin.BLOCK_IDX_Z)),
             *self.declarations(),
             *self.start_accumulators(),
-            ir.For(var="sk_k0", start=_c(0), stop=_v("d"), step=_c(self.step),
-                   body=(*self.stage(), ir.Barrier(), *self.multiply(), ir.Barrier())),
+            *self.reduction(),
             *self.finish(),
         ]
         return tuple(body)
@@ -381,46 +381,88 @@ class _Builder:
         r2 = _b(BinOp.SUB, r1, _cast(mid, F32))
         return [("hi", hi), ("mid", mid), ("lo", _cast(r2, ElemType.BF16))]
 
+    def operands(self) -> list[tuple[str, Access, int, int]]:
+        """(name, access, rows, columns) of the A and B tiles one step stages."""
+        g, tile, step = self.g, self.tile, self.step
+        return [("a", g.a, tile, step), ("b", g.b, step, tile)]
+
+    def fetch(self, name: str, access: Access, cols: int, k0: ir.Expr) -> list[ir.Stmt]:
+        """``sk_x``: element ``sk_e`` of the A or B tile of the step starting at ``k0``, read
+        from global memory inside the region and zero outside."""
+        if name == "a":
+            row = _add(_v("sk_row0"), _b(BinOp.DIV, _v("sk_e"), _c(cols)))
+            kk = _b(BinOp.REM, _v("sk_e"), _c(cols))
+            inside = _and(_b(BinOp.LT, _v("sk_x1"), _v("me")),
+                          _b(BinOp.LT, _v("sk_k"), _v("d")))
+            addr = self.address(access, _v("sk_x1"), _c(0), _v("sk_k"))
+        else:
+            kk = _b(BinOp.DIV, _v("sk_e"), _c(cols))
+            row = _add(_v("sk_col0"), _b(BinOp.REM, _v("sk_e"), _c(cols)))
+            inside = _and(_b(BinOp.LT, _v("sk_x1"), _v("ne")),
+                          _b(BinOp.LT, _v("sk_k"), _v("d")))
+            addr = self.address(access, _c(0), _v("sk_x1"), _v("sk_k"))
+        load = ir.Load(array=access.array, index=addr, type=access.elem)
+        # A pads with -0.0: a padded product -0.0 * +0.0 is -0.0, which leaves every sum
+        # unchanged, a -0.0 one too (+0.0 would turn it into +0.0).
+        pad = ir.Const(value=-0.0, type=access.elem) if (
+            name == "a" and access.elem.is_float) else _zero(access.elem)
+        return [
+            ir.Let(name="sk_x1", type=I32, value=row),  # the output row (A) or column (B)
+            ir.Let(name="sk_k", type=I32, value=_add(k0, kk)),  # relative to k_start
+            ir.Let(name="sk_x", type=access.elem,
+                   value=ir.Select(cond=inside, a=load, b=pad, type=access.elem)),
+        ]
+
+    def store(self, name: str, access: Access, cols: int) -> list[ir.Stmt]:
+        """``sk_x``, element ``sk_e`` of the A or B tile, converted into its staged terms."""
+        stride = self.a_stride if name == "a" else self.b_stride
+        major, minor = _b(BinOp.DIV, _v("sk_e"), _c(cols)), _b(BinOp.REM, _v("sk_e"), _c(cols))
+        if name == "b" and self.b_layout is FragLayout.COL:
+            major, minor = minor, major  # column c of B: its k are consecutive
+        at = _add(_mul(major, _c(stride)), minor)
+        return [ir.Store(array=self.staged(name, term), index=at, value=staged)
+                for term, staged in self.convert(_v("sk_x", access.elem))]
+
     def stage(self) -> list[ir.Stmt]:
-        """The A (64x16) and B (16x64) tiles of this step into shared memory, zero outside."""
-        g = self.g
-        k = _v("sk_k")  # the reduction index relative to k_start
-        out: list[ir.Stmt] = []
-        tile, step = self.tile, self.step
-        for name, access, rows, cols in (("a", g.a, tile, step), ("b", g.b, step, tile)):
-            if name == "a":
-                row = _add(_v("sk_row0"), _b(BinOp.DIV, _v("sk_e"), _c(cols)))
-                kk = _b(BinOp.REM, _v("sk_e"), _c(cols))
-                inside = _and(_b(BinOp.LT, _v("sk_x1"), _v("me")),
-                              _b(BinOp.LT, _v("sk_k"), _v("d")))
-                addr = self.address(access, _v("sk_x1"), _c(0), k)
-            else:
-                kk = _b(BinOp.DIV, _v("sk_e"), _c(cols))
-                row = _add(_v("sk_col0"), _b(BinOp.REM, _v("sk_e"), _c(cols)))
-                inside = _and(_b(BinOp.LT, _v("sk_x1"), _v("ne")),
-                              _b(BinOp.LT, _v("sk_k"), _v("d")))
-                addr = self.address(access, _c(0), _v("sk_x1"), k)
-            load = ir.Load(array=access.array, index=addr, type=access.elem)
-            # A pads with -0.0: a padded product -0.0 * +0.0 is -0.0, which leaves every sum
-            # unchanged, a -0.0 one too (+0.0 would turn it into +0.0).
-            pad = ir.Const(value=-0.0, type=access.elem) if (
-                name == "a" and access.elem.is_float) else _zero(access.elem)
-            value = ir.Select(cond=inside, a=load, b=pad, type=access.elem)
-            body: list[ir.Stmt] = [
-                ir.Let(name="sk_x1", type=I32, value=row),  # the output row (A) or column (B)
-                ir.Let(name="sk_k", type=I32, value=_add(_v("sk_k0"), kk)),
-                ir.Let(name="sk_x", type=access.elem, value=value),
-            ]
-            stride = self.a_stride if name == "a" else self.b_stride
-            major, minor = _b(BinOp.DIV, _v("sk_e"), _c(cols)), _b(BinOp.REM, _v("sk_e"),
-                                                                    _c(cols))
-            if name == "b" and self.b_layout is FragLayout.COL:
-                major, minor = minor, major  # column c of B: its k are consecutive
-            at = _add(_mul(major, _c(stride)), minor)
-            for term, staged in self.convert(_v("sk_x", access.elem)):
-                body.append(ir.Store(array=self.staged(name, term), index=at, value=staged))
-            out.append(self.per_thread(rows * cols, body))
-        return out
+        """The A and B tiles of this step into shared memory, zero outside the region."""
+        return [self.per_thread(rows * cols, [*self.fetch(name, access, cols, _v("sk_k0")),
+                                              *self.store(name, access, cols)])
+                for name, access, rows, cols in self.operands()]
+
+    def prefetch(self, k0: ir.Expr) -> list[ir.Stmt]:
+        """The A and B tiles of the step starting at ``k0`` into each invocation's registers
+        (``sk_pa``, ``sk_pb``): issued before the current step's products, so that the loads
+        overlap them."""
+        return [self.per_thread(rows * cols, [
+            *self.fetch(name, access, cols, k0),
+            ir.Store(array=f"sk_p{name}", index=_v("sk_q"), value=_v("sk_x", access.elem))])
+            for name, access, rows, cols in self.operands()]
+
+    def stage_prefetched(self) -> list[ir.Stmt]:
+        """The prefetched registers into shared memory."""
+        return [self.per_thread(rows * cols, [
+            ir.Let(name="sk_x", type=access.elem,
+                   value=ir.Load(array=f"sk_p{name}", index=_v("sk_q"), type=access.elem)),
+            *self.store(name, access, cols)])
+            for name, access, rows, cols in self.operands()]
+
+    def reduction(self) -> list[ir.Stmt]:
+        """The loop over the steps of the reduction. With prefetching, each step stages the
+        registers fetched during the previous one and fetches the next step's tiles before
+        multiplying; one barrier before the products (the staged tiles are complete) and one
+        after (nobody still reads them when the next step overwrites them)."""
+        if not self.prefetching:
+            body = (*self.stage(), ir.Barrier(), *self.multiply(), ir.Barrier())
+            return [ir.For(var="sk_k0", start=_c(0), stop=_v("d"), step=_c(self.step),
+                           body=body)]
+        registers = [ir.ArrayDecl(name=f"sk_p{name}", elem=access.elem,
+                                  size=rows * cols // self.threads, space=MemSpace.LOCAL)
+                     for name, access, rows, cols in self.operands()]
+        nxt = _add(_v("sk_k0"), _c(self.step))
+        body = (*self.stage_prefetched(), ir.Barrier(), *self.prefetch(nxt), *self.multiply(),
+                ir.Barrier())
+        return [*registers, *self.prefetch(_c(0)),
+                ir.For(var="sk_k0", start=_c(0), stop=_v("d"), step=_c(self.step), body=body)]
 
     def multiply(self) -> list[ir.Stmt]:
         """Each wave: per sub-step of ``frag`` along k, load fragments, multiply-accumulate."""

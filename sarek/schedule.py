@@ -25,10 +25,12 @@ class ScheduleError(SarekError):
 @dataclass(frozen=True)
 class Schedule:
     """``tile`` x ``tile`` outputs per block, ``tile / 2`` square per wave, ``step`` deep
-    reduction steps staged through shared memory."""
+    reduction steps staged through shared memory; with ``prefetch`` each invocation fetches
+    the next step's elements into registers while the current step multiplies."""
 
     tile: int = 64
     step: int = 16
+    prefetch: bool = False
 
     @property
     def wave_tile(self) -> int:
@@ -36,7 +38,7 @@ class Schedule:
 
     @property
     def name(self) -> str:
-        return f"t{self.tile}k{self.step}"
+        return f"t{self.tile}k{self.step}{'p' if self.prefetch else ''}"
 
     def check(self, frag: int, threads: int) -> None:
         """``ScheduleError`` when the schedule does not divide into ``frag`` fragments and the

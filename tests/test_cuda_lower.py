@@ -194,7 +194,9 @@ def test_swapped_b_halves_of_the_two_mma_sync_are_caught(
 
 
 @pytest.mark.parametrize("schedule", [LARGE, Schedule(tile=128, step=16),
-                                      Schedule(tile=64, step=32)], ids=lambda s: s.name)
+                                      Schedule(tile=64, step=32), Schedule(prefetch=True),
+                                      Schedule(tile=128, step=16, prefetch=True)],
+                         ids=lambda s: s.name)
 @pytest.mark.parametrize("name", ["gemm_f16", "gemm_i32", "gemm_epilogue"])
 def test_larger_schedules_lowered_for_cuda_equal_the_neutral_kernel(schedule: Schedule,
                                                                      name: str) -> None:

@@ -23,7 +23,8 @@ from sarek.schedule import LARGE, SEED, Schedule
 from sarek.staging import Staging
 
 SCHEDULES = [LARGE, Schedule(tile=128, step=16), Schedule(tile=64, step=32),
-             Schedule(tile=64, step=64)]
+             Schedule(tile=64, step=64), Schedule(prefetch=True),
+             Schedule(tile=128, step=16, prefetch=True), Schedule(tile=128, step=32, prefetch=True)]
 SIZE = (150, 133, 70)  # more than one large tile each way, ragged, a partial last step
 CONFIGS = [(32, 16), (64, 8)]
 

@@ -86,7 +86,7 @@ def _hook(p: Printer, s: ir.Stmt) -> list[str] | None:
         case ir.Ldmatrix():
             return [_ldmatrix(p, s)]
         case ir.Mma():
-            return [_mma(s)]
+            return [mma_asm(s)]
         case ir.FragDecl() | ir.FragFill() | ir.FragLoad() | ir.FragStore() | ir.FragMulAdd():
             raise EmitError(f"{s.kind} is a neutral fragment statement: lower the kernel for "
                             "CUDA first (backends.cuda.lower, or emit, which does)")
@@ -95,15 +95,21 @@ def _hook(p: Printer, s: ir.Stmt) -> list[str] | None:
 
 def _ldmatrix(p: Printer, s: ir.Ldmatrix) -> str:
     """One ldmatrix; this lane gives the shared address of its row."""
+    address = f"(unsigned)__cvta_generic_to_shared(&{s.src}[{p.expr(s.address)}])"
+    return ldmatrix_asm(s, address)
+
+
+def ldmatrix_asm(s: ir.Ldmatrix, address: str) -> str:
+    """One ldmatrix as an inline-PTX statement, ``address`` being the C expression of this
+    lane's 32-bit shared-window address (the one part CUDA and OpenCL C spell differently)."""
     trans = ".trans" if s.trans else ""
     op = f"ldmatrix.sync.aligned.m8n8.x{s.count}{trans}.shared.b16"
     regs = ", ".join(f"%{j}" for j in range(s.count))
     outs = ", ".join(f'"=r"({s.dst}[{s.offset + j}])' for j in range(s.count))
-    addr = f"(unsigned)__cvta_generic_to_shared(&{s.src}[{p.expr(s.address)}])"
-    return f'asm volatile("{op} {{{regs}}}, [%{s.count}];" : {outs} : "r"({addr}) : "memory");'
+    return f'asm volatile("{op} {{{regs}}}, [%{s.count}];" : {outs} : "r"({address}) : "memory");'
 
 
-def _mma(s: ir.Mma) -> str:
+def mma_asm(s: ir.Mma) -> str:
     """One mma.sync, not volatile: a pure function of its registers, which the compiler may
     schedule."""
     facts = atoms.MMA[s.atom]
@@ -186,6 +192,7 @@ DIALECT = Dialect(
               (ElemType.F64, ElemType.I64): "__double_as_longlong({x})",
               (ElemType.I64, ElemType.F64): "__longlong_as_double({x})"},
     stmt_hook=_hook,
+    unroll_pragma="#pragma unroll",
 )
 
 

@@ -37,13 +37,15 @@ FRAGMENTS = (16,)
 STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True, large=(
     ("F16_operands", Schedule(tile=128, step=16)),
     ("Bf16_operands", Schedule(tile=128, step=16)),
+    ("Bf16x3_operands", Schedule(tile=128, step=16)),
 ))
 """Padded 16-bit rows put the 8 rows one ldmatrix reads in distinct banks; 8-bit B staged
 column-major lets ldmatrix deliver B's k-consecutive bytes. Large regions take the schedule
 that measured fastest on the H200 at 4096^3 (``bench/gpu_speed_h200.py``'s sweep, one run):
-128x128 tiles with 16-deep steps for F16 and Bf16 (1.13x and 1.20x the seed's); deeper steps
-were slower for every lowering, and Bf16x3 and the byte planes ran fastest under the seed's
-schedule (their larger tiles exceed 48 KB of static shared memory or spill registers)."""
+128x128 tiles with 16-deep steps for the 16-bit lowerings (1.24x, 1.20x and 1.27x the seed's
+for F16, Bf16, Bf16x3); deeper steps and register prefetching were slower (registers spill),
+and the byte planes' four accumulators per fragment spill at 128x128, so they keep the
+seed's."""
 
 EDGE = 16
 _LANE, _G, _T = "sk_lane", "sk_lane_g", "sk_lane_t"  # lane, lane / 4, lane % 4
