@@ -26,6 +26,7 @@ from typing import Literal
 from sarek import ir
 from sarek.errors import SarekError
 from sarek.ir import BinOp, Builtin, ElemType, FragLayout, FragUse, MemSpace
+from sarek.ir_build import add, binary, const, mul, var
 from sarek.launch import Launch
 from sarek.matrix_mapping import Region
 from sarek.matrix_pattern import Access, Gemm, Mapping1D
@@ -90,29 +91,6 @@ _SCHEMES = {
 # --------------------------------------------------------------------------- IR building
 
 
-def _c(v: int, t: ElemType = I32) -> ir.Const:
-    return ir.Const(value=v, type=t)
-
-
-def _v(name: str, t: ElemType = I32) -> ir.Var:
-    return ir.Var(name=name, type=t)
-
-
-def _b(op: BinOp, a: ir.Expr, b: ir.Expr) -> ir.Binary:
-    t = ElemType.BOOL if op in ir.COMPARISONS or op in ir.LOGICAL else a.type
-    return ir.Binary(op=op, a=a, b=b, type=t)
-
-
-def _add(a: ir.Expr, b: ir.Expr) -> ir.Expr:
-    if isinstance(b, ir.Const) and b.value == 0:
-        return a
-    return _b(BinOp.ADD, a, b)
-
-
-def _mul(a: ir.Expr, b: ir.Expr) -> ir.Expr:
-    return _b(BinOp.MUL, a, b)
-
-
 def _cast(x: ir.Expr, t: ElemType) -> ir.Expr:
     return x if x.type == t else ir.Cast(x=x, type=t)
 
@@ -120,7 +98,7 @@ def _cast(x: ir.Expr, t: ElemType) -> ir.Expr:
 def _and(*terms: ir.Expr) -> ir.Expr:
     out = terms[0]
     for t in terms[1:]:
-        out = _b(BinOp.LAND, out, t)
+        out = binary(BinOp.LAND, out, t)
     return out
 
 
@@ -225,22 +203,23 @@ class _Builder:
 
     def covered(self, row: ir.Expr, col: ir.Expr) -> ir.Expr:
         """Whether output (row, col) of this block's batch is in the region."""
-        me, ne, t = _v("me"), _v("ne"), _v("t")
+        me, ne, t = var("me"), var("ne"), var("t")
         col_major = isinstance(self.g.mapping, Mapping1D) and self.g.mapping.order == "col-major"
-        within = _add(_mul(row, ne), col) if not col_major else _add(_mul(col, me), row)
-        linear = _add(_mul(_v("sk_z"), _mul(me, ne)), within)
-        return _and(_b(BinOp.LT, row, me), _b(BinOp.LT, col, ne), _b(BinOp.LT, linear, t))
+        within = add(mul(row, ne), col) if not col_major else add(mul(col, me), row)
+        linear = add(mul(var("sk_z"), mul(me, ne)), within)
+        return _and(binary(BinOp.LT, row, me), binary(BinOp.LT, col, ne),
+                    binary(BinOp.LT, linear, t))
 
     def init(self) -> ir.Expr:
         """The initial value at output (sk_row, sk_col, sk_z)."""
-        return self.g.init_at(_v("sk_row"), _v("sk_col"), _v("sk_z"))
+        return self.g.init_at(var("sk_row"), var("sk_col"), var("sk_z"))
 
     def epilogue(self, acc: ir.Expr) -> ir.Expr:
         """The value stored at output (sk_row, sk_col, sk_z) for the sum ``acc``."""
-        return self.g.epilogue_at(acc, _v("sk_row"), _v("sk_col"), _v("sk_z"))
+        return self.g.epilogue_at(acc, var("sk_row"), var("sk_col"), var("sk_z"))
 
     def address(self, access: Access, row: ir.Expr, col: ir.Expr, k: ir.Expr) -> ir.Expr:
-        return access.address(row, col, _v("sk_z"), _add(self.g.k_start, k))
+        return access.address(row, col, var("sk_z"), add(self.g.k_start, k))
 
     # ---------------------------------------------------------------- the body
 
@@ -251,9 +230,9 @@ class _Builder:
             ir.Let(name="sk_wave", type=I32, value=_builtin(Builtin.SUBGROUP_ID)),
             ir.Let(name="sk_wave_lane", type=I32, value=_builtin(Builtin.SUBGROUP_LANE)),
             ir.Let(name="sk_row0", type=I32,
-                   value=_mul(_builtin(Builtin.BLOCK_IDX_Y), _c(self.tile))),
+                   value=mul(_builtin(Builtin.BLOCK_IDX_Y), const(self.tile))),
             ir.Let(name="sk_col0", type=I32,
-                   value=_mul(_builtin(Builtin.BLOCK_IDX_X), _c(self.tile))),
+                   value=mul(_builtin(Builtin.BLOCK_IDX_X), const(self.tile))),
             ir.Let(name="sk_z", type=I32, value=_builtin(Builtin.BLOCK_IDX_Z)),
             *self.declarations(),
             *self.start_accumulators(),
@@ -297,46 +276,46 @@ class _Builder:
 
     def wave_origin(self, i: int, j: int) -> tuple[ir.Expr, ir.Expr]:
         """Row and column, within the block's tile, of fragment (i, j) of this wave."""
-        w = _v("sk_wave")
-        row = _add(_mul(_b(BinOp.DIV, w, _c(2)), _c(self.wave_tile)), _c(i * self.f))
-        col = _add(_mul(_b(BinOp.REM, w, _c(2)), _c(self.wave_tile)), _c(j * self.f))
+        w = var("sk_wave")
+        row = add(mul(binary(BinOp.DIV, w, const(2)), const(self.wave_tile)), const(i * self.f))
+        col = add(mul(binary(BinOp.REM, w, const(2)), const(self.wave_tile)), const(j * self.f))
         return row, col
 
     def per_thread(self, elements: int, body: list[ir.Stmt]) -> ir.For:
         """``for sk_q in range(elements / threads): sk_e = sk_q * threads + sk_tid; body``:
         a uniform loop in which the block's threads cover ``elements`` together."""
-        e = _add(_mul(_v("sk_q"), _c(self.threads)), _v("sk_tid"))
-        return ir.For(var="sk_q", start=_c(0), stop=_c(elements // self.threads), step=_c(1),
-                      body=(ir.Let(name="sk_e", type=I32, value=e), *body))
+        e = add(mul(var("sk_q"), const(self.threads)), var("sk_tid"))
+        return ir.For(var="sk_q", start=const(0), stop=const(elements // self.threads),
+                      step=const(1), body=(ir.Let(name="sk_e", type=I32, value=e), *body))
 
     def per_lane(self, body: list[ir.Stmt]) -> ir.For:
         """``for sk_q in range(frag * frag / subgroup): sk_e = sk_q * subgroup + sk_wave_lane;
         body``: a uniform loop in which a wave's lanes cover one fragment's elements."""
-        e = _add(_mul(_v("sk_q"), _c(self.sg)), _v("sk_wave_lane"))
-        return ir.For(var="sk_q", start=_c(0), stop=_c(self.f * self.f // self.sg),
-                      step=_c(1), body=(ir.Let(name="sk_e", type=I32, value=e), *body))
+        e = add(mul(var("sk_q"), const(self.sg)), var("sk_wave_lane"))
+        return ir.For(var="sk_q", start=const(0), stop=const(self.f * self.f // self.sg),
+                      step=const(1), body=(ir.Let(name="sk_e", type=I32, value=e), *body))
 
     def exchange_offset(self) -> ir.Expr:
         """Where this wave's fragment lies in the exchange array ``sk_cs``."""
-        return _mul(_v("sk_wave"), _c(self.f * self.f))
+        return mul(var("sk_wave"), const(self.f * self.f))
 
     def exchanged(self) -> ir.Expr:
         """Element ``sk_e`` of this wave's fragment in ``sk_cs`` (row-major, stride frag)."""
-        return _add(self.exchange_offset(), _v("sk_e"))
+        return add(self.exchange_offset(), var("sk_e"))
 
     def fragment_coordinates(self, i: int, j: int) -> list[ir.Stmt]:
         """``sk_row``, ``sk_col``: the output of element ``sk_e`` of fragment (i, j)."""
         row, col = self.wave_origin(i, j)
         return [
-            ir.Let(name="sk_row", type=I32, value=_add(_add(_v("sk_row0"), row),
-                                                      _b(BinOp.DIV, _v("sk_e"), _c(self.f)))),
-            ir.Let(name="sk_col", type=I32, value=_add(_add(_v("sk_col0"), col),
-                                                      _b(BinOp.REM, _v("sk_e"), _c(self.f)))),
+            ir.Let(name="sk_row", type=I32, value=add(
+                add(var("sk_row0"), row), binary(BinOp.DIV, var("sk_e"), const(self.f)))),
+            ir.Let(name="sk_col", type=I32, value=add(
+                add(var("sk_col0"), col), binary(BinOp.REM, var("sk_e"), const(self.f)))),
         ]
 
     def through_exchange(self, frag: str) -> ir.FragStore:
         return ir.FragStore(frag=frag, array="sk_cs", offset=self.exchange_offset(),
-                            stride=_c(self.f))
+                            stride=const(self.f))
 
     def start_accumulators(self) -> list[ir.Stmt]:
         init = self.g.init
@@ -347,7 +326,7 @@ class _Builder:
                     for i, j in self.frag_names() for a in range(self.s.accumulators)]
         # The initial value varies by output: each wave stages it through its part of the
         # exchange array, one fragment at a time.
-        here = self.covered(_v("sk_row"), _v("sk_col"))
+        here = self.covered(var("sk_row"), var("sk_col"))
         out: list[ir.Stmt] = []
         for i, j in self.frag_names():
             out += [
@@ -357,7 +336,7 @@ class _Builder:
                         type=self.s.acc))]),
                 ir.Barrier(),
                 ir.FragLoad(frag=f"sk_acc0_{i}_{j}", array="sk_cs",
-                            offset=self.exchange_offset(), stride=_c(self.f)),
+                            offset=self.exchange_offset(), stride=const(self.f)),
                 ir.Barrier(),
             ]
         return out
@@ -369,16 +348,16 @@ class _Builder:
             return [("", _cast(x, s.operand))]
         if s.operand is U8:  # byte planes of the two's complement pattern
             u = _cast(x, U32)
-            return [(t, _cast(_b(BinOp.AND, _b(BinOp.SHR, u, _c(8 * p, U32)) if p else u,
-                                 _c(255, U32)), U8))
+            return [(t, _cast(binary(BinOp.AND, binary(BinOp.SHR, u, const(8 * p, U32)) if p else u,
+                                 const(255, U32)), U8))
                     for p, t in enumerate(s.terms)]
         # bf16x3: hi = bf16(x), mid = bf16(x - hi), lo = bf16(x - hi - mid); the differences are
         # exact in f32.
         x32 = _cast(x, F32)
         hi = _cast(x32, ElemType.BF16)
-        r1 = _b(BinOp.SUB, x32, _cast(hi, F32))
+        r1 = binary(BinOp.SUB, x32, _cast(hi, F32))
         mid = _cast(r1, ElemType.BF16)
-        r2 = _b(BinOp.SUB, r1, _cast(mid, F32))
+        r2 = binary(BinOp.SUB, r1, _cast(mid, F32))
         return [("hi", hi), ("mid", mid), ("lo", _cast(r2, ElemType.BF16))]
 
     def operands(self) -> list[tuple[str, Access, int, int]]:
@@ -390,17 +369,17 @@ class _Builder:
         """``sk_x``: element ``sk_e`` of the A or B tile of the step starting at ``k0``, read
         from global memory inside the region and zero outside."""
         if name == "a":
-            row = _add(_v("sk_row0"), _b(BinOp.DIV, _v("sk_e"), _c(cols)))
-            kk = _b(BinOp.REM, _v("sk_e"), _c(cols))
-            inside = _and(_b(BinOp.LT, _v("sk_x1"), _v("me")),
-                          _b(BinOp.LT, _v("sk_k"), _v("d")))
-            addr = self.address(access, _v("sk_x1"), _c(0), _v("sk_k"))
+            row = add(var("sk_row0"), binary(BinOp.DIV, var("sk_e"), const(cols)))
+            kk = binary(BinOp.REM, var("sk_e"), const(cols))
+            inside = _and(binary(BinOp.LT, var("sk_x1"), var("me")),
+                          binary(BinOp.LT, var("sk_k"), var("d")))
+            addr = self.address(access, var("sk_x1"), const(0), var("sk_k"))
         else:
-            kk = _b(BinOp.DIV, _v("sk_e"), _c(cols))
-            row = _add(_v("sk_col0"), _b(BinOp.REM, _v("sk_e"), _c(cols)))
-            inside = _and(_b(BinOp.LT, _v("sk_x1"), _v("ne")),
-                          _b(BinOp.LT, _v("sk_k"), _v("d")))
-            addr = self.address(access, _c(0), _v("sk_x1"), _v("sk_k"))
+            kk = binary(BinOp.DIV, var("sk_e"), const(cols))
+            row = add(var("sk_col0"), binary(BinOp.REM, var("sk_e"), const(cols)))
+            inside = _and(binary(BinOp.LT, var("sk_x1"), var("ne")),
+                          binary(BinOp.LT, var("sk_k"), var("d")))
+            addr = self.address(access, const(0), var("sk_x1"), var("sk_k"))
         load = ir.Load(array=access.array, index=addr, type=access.elem)
         # A pads with -0.0: a padded product -0.0 * +0.0 is -0.0, which leaves every sum
         # unchanged, a -0.0 one too (+0.0 would turn it into +0.0).
@@ -408,7 +387,7 @@ class _Builder:
             name == "a" and access.elem.is_float) else _zero(access.elem)
         return [
             ir.Let(name="sk_x1", type=I32, value=row),  # the output row (A) or column (B)
-            ir.Let(name="sk_k", type=I32, value=_add(k0, kk)),  # relative to k_start
+            ir.Let(name="sk_k", type=I32, value=add(k0, kk)),  # relative to k_start
             ir.Let(name="sk_x", type=access.elem,
                    value=ir.Select(cond=inside, a=load, b=pad, type=access.elem)),
         ]
@@ -416,16 +395,17 @@ class _Builder:
     def store(self, name: str, access: Access, cols: int) -> list[ir.Stmt]:
         """``sk_x``, element ``sk_e`` of the A or B tile, converted into its staged terms."""
         stride = self.a_stride if name == "a" else self.b_stride
-        major, minor = _b(BinOp.DIV, _v("sk_e"), _c(cols)), _b(BinOp.REM, _v("sk_e"), _c(cols))
+        major = binary(BinOp.DIV, var("sk_e"), const(cols))
+        minor = binary(BinOp.REM, var("sk_e"), const(cols))
         if name == "b" and self.b_layout is FragLayout.COL:
             major, minor = minor, major  # column c of B: its k are consecutive
-        at = _add(_mul(major, _c(stride)), minor)
+        at = add(mul(major, const(stride)), minor)
         return [ir.Store(array=self.staged(name, term), index=at, value=staged)
-                for term, staged in self.convert(_v("sk_x", access.elem))]
+                for term, staged in self.convert(var("sk_x", access.elem))]
 
     def stage(self) -> list[ir.Stmt]:
         """The A and B tiles of this step into shared memory, zero outside the region."""
-        return [self.per_thread(rows * cols, [*self.fetch(name, access, cols, _v("sk_k0")),
+        return [self.per_thread(rows * cols, [*self.fetch(name, access, cols, var("sk_k0")),
                                               *self.store(name, access, cols)])
                 for name, access, rows, cols in self.operands()]
 
@@ -435,14 +415,14 @@ class _Builder:
         overlap them."""
         return [self.per_thread(rows * cols, [
             *self.fetch(name, access, cols, k0),
-            ir.Store(array=f"sk_p{name}", index=_v("sk_q"), value=_v("sk_x", access.elem))])
+            ir.Store(array=f"sk_p{name}", index=var("sk_q"), value=var("sk_x", access.elem))])
             for name, access, rows, cols in self.operands()]
 
     def stage_prefetched(self) -> list[ir.Stmt]:
         """The prefetched registers into shared memory."""
         return [self.per_thread(rows * cols, [
             ir.Let(name="sk_x", type=access.elem,
-                   value=ir.Load(array=f"sk_p{name}", index=_v("sk_q"), type=access.elem)),
+                   value=ir.Load(array=f"sk_p{name}", index=var("sk_q"), type=access.elem)),
             *self.store(name, access, cols)])
             for name, access, rows, cols in self.operands()]
 
@@ -453,16 +433,17 @@ class _Builder:
         after (nobody still reads them when the next step overwrites them)."""
         if not self.prefetching:
             body = (*self.stage(), ir.Barrier(), *self.multiply(), ir.Barrier())
-            return [ir.For(var="sk_k0", start=_c(0), stop=_v("d"), step=_c(self.step),
+            return [ir.For(var="sk_k0", start=const(0), stop=var("d"), step=const(self.step),
                            body=body)]
         registers = [ir.ArrayDecl(name=f"sk_p{name}", elem=access.elem,
                                   size=rows * cols // self.threads, space=MemSpace.LOCAL)
                      for name, access, rows, cols in self.operands()]
-        nxt = _add(_v("sk_k0"), _c(self.step))
+        nxt = add(var("sk_k0"), const(self.step))
         body = (*self.stage_prefetched(), ir.Barrier(), *self.prefetch(nxt), *self.multiply(),
                 ir.Barrier())
-        return [*registers, *self.prefetch(_c(0)),
-                ir.For(var="sk_k0", start=_c(0), stop=_v("d"), step=_c(self.step), body=body)]
+        return [*registers, *self.prefetch(const(0)),
+                ir.For(var="sk_k0", start=const(0), stop=var("d"), step=const(self.step),
+                       body=body)]
 
     def multiply(self) -> list[ir.Stmt]:
         """Each wave: per sub-step of ``frag`` along k, load fragments, multiply-accumulate."""
@@ -473,14 +454,14 @@ class _Builder:
                 for i in range(self.per_wave):
                     row, _ = self.wave_origin(i, 0)
                     out.append(ir.FragLoad(frag=f"sk_fa{t}_{i}", array=self.staged("a", term),
-                                           offset=_add(_mul(row, _c(self.a_stride)), _c(kk0)),
-                                           stride=_c(self.a_stride), layout=FragLayout.ROW))
+                                           offset=add(mul(row, const(self.a_stride)), const(kk0)),
+                                           stride=const(self.a_stride), layout=FragLayout.ROW))
                     _, col = self.wave_origin(0, i)
-                    b_offset = (_add(_c(kk0 * self.b_stride), col)
+                    b_offset = (add(const(kk0 * self.b_stride), col)
                                 if self.b_layout is FragLayout.ROW
-                                else _add(_mul(col, _c(self.b_stride)), _c(kk0)))
+                                else add(mul(col, const(self.b_stride)), const(kk0)))
                     out.append(ir.FragLoad(frag=f"sk_fb{t}_{i}", array=self.staged("b", term),
-                                           offset=b_offset, stride=_c(self.b_stride),
+                                           offset=b_offset, stride=const(self.b_stride),
                                            layout=self.b_layout))
             # Products outer, fragments inner: each accumulator still takes its products in
             # the scheme's order, and every run of (i, j) is independent (a simulator batches
@@ -496,10 +477,10 @@ class _Builder:
         """Accumulators out through the exchange array, one fragment per wave at a time; each
         covered output gets the epilogue."""
         g, acc_t = self.g, self.s.acc
-        here = self.covered(_v("sk_row"), _v("sk_col"))
+        here = self.covered(var("sk_row"), var("sk_col"))
 
         def store(total: ir.Expr) -> ir.Stmt:
-            address = self.address(g.c, _v("sk_row"), _v("sk_col"), _c(0))
+            address = self.address(g.c, var("sk_row"), var("sk_col"), const(0))
             value = _cast(self.epilogue(total), g.c.elem)
             return ir.If(cond=here, then=(ir.Store(array=g.c.array, index=address,
                                                    value=value),))
@@ -516,15 +497,15 @@ class _Builder:
                         ir.Barrier()]
                 continue
             # Byte planes: sk_out[q] = init + sum_s (acc_s << 8s), wrapping.
-            total = ir.Load(array="sk_out", index=_v("sk_q"), type=I32)
+            total = ir.Load(array="sk_out", index=var("sk_q"), type=I32)
             out.append(self.per_lane([*self.fragment_coordinates(i, j), ir.Store(
-                array="sk_out", index=_v("sk_q"), value=ir.Select(
-                    cond=here, a=_cast(self.init(), I32), b=_c(0), type=I32))]))
+                array="sk_out", index=var("sk_q"), value=ir.Select(
+                    cond=here, a=_cast(self.init(), I32), b=const(0), type=I32))]))
             for a in range(self.s.accumulators):
-                shifted = _b(BinOp.SHL, exchanged, _c(8 * a)) if a else exchanged
+                shifted = binary(BinOp.SHL, exchanged, const(8 * a)) if a else exchanged
                 out += [self.through_exchange(f"sk_acc{a}_{i}_{j}"), ir.Barrier(),
-                        self.per_lane([ir.Store(array="sk_out", index=_v("sk_q"),
-                                                value=_add(total, shifted))]),
+                        self.per_lane([ir.Store(array="sk_out", index=var("sk_q"),
+                                                value=add(total, shifted))]),
                         ir.Barrier()]
             out.append(self.per_lane([*self.fragment_coordinates(i, j), store(total)]))
         return out
