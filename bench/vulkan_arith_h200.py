@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -38,7 +37,7 @@ from arith_cases import (  # type: ignore[import-not-found]  # noqa: E402
     tid,
 )
 
-from backends.spirv.run import ASSUME, device_name, run  # noqa: E402
+from backends.spirv.run import device, device_name, run  # noqa: E402
 from sarek import ir  # noqa: E402
 from sarek.dsl import numpy_dtype  # noqa: E402
 from sarek.errors import SarekError  # noqa: E402
@@ -118,7 +117,10 @@ def main(argv: list[str] | None = None) -> int:
                   + (f"{r['mismatches']} of {N} differ" if "error" not in r else
                      f"error: {r['error']}"))
     result = {"device": device_name(), "inputs_per_case": N,
-              "assumed_features": [x for x in os.environ.get(ASSUME, "").split(",") if x],
+              "float_modes_left_to_the_device": sorted(
+                  name for name, ok in device().features.items()
+                  if name.startswith(("shaderDenorm", "shaderSignedZero", "shaderRounding"))
+                  and not ok),
               "all_exact_operations_bit_exact": ok,
               "not_promised_bit_exact": sorted(loose), "rows": rows}
     out_path.write_text(json.dumps(result, indent=2) + "\n")

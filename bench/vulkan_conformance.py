@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from dataclasses import replace
@@ -32,11 +31,14 @@ from sarek.ir import ElemType  # noqa: E402
 from sarek.matrix_scheme import SUPPORTED_FRAGMENT, SUPPORTED_SUBGROUP  # noqa: E402
 
 
-def assumed() -> list[str]:
-    """The device features taken as present although not reported (``SAREK_VULKAN_ASSUME``)."""
-    from backends.spirv.run import ASSUME
+def device_defaults() -> list[str]:
+    """The float-controls properties the device lacks: modules run with its defaults there
+    (``backends.spirv.run.device_defaults``)."""
+    from backends.spirv.run import device
 
-    return [x for x in os.environ.get(ASSUME, "").split(",") if x]
+    return sorted(name for name, ok in device().features.items()
+                  if name.startswith(("shaderDenorm", "shaderSignedZero", "shaderRounding"))
+                  and not ok)
 
 
 def refusals(target: registry.Target) -> list[dict[str, object]]:
@@ -82,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         result["complete"] = complete  # False while running: a stopped run leaves its part
         result["refused"] = refusals(target)
         result["support"] = {"device": target.support().device, "note": target.support().note}
-        result["assumed_features"] = assumed()
+        result["float_modes_left_to_the_device"] = device_defaults()
         args.report.write_text(json.dumps(result, indent=2) + "\n")
         return result
 

@@ -21,9 +21,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
-FLOAT_CONTROLS = [f"shader{kind}Float{w}" for kind in
-                  ("DenormPreserve", "SignedZeroInfNanPreserve", "RoundingModeRTE")
-                  for w in (16, 32, 64)]
 
 
 def step(name: str, args: list[str], limit: int, out: Path, env: dict[str, str]) -> int:
@@ -52,11 +49,6 @@ def main() -> int:
     facts = subprocess.run([sys.executable, "-c", query], cwd=ROOT, env=env, text=True,
                            capture_output=True, timeout=60, check=False)
     print(facts.stdout.strip() or facts.stderr.strip()[-2000:], flush=True)
-    features = json.loads(facts.stdout)["features"] if facts.returncode == 0 else {}
-    assumed = [f for f in FLOAT_CONTROLS if not features.get(f, True)]
-    print(f"features assumed: {assumed or 'none'}", flush=True)
-    if assumed:
-        env["SAREK_VULKAN_ASSUME"] = ",".join(assumed)
     if "coopmat" not in opts.skip:
         step("coopmat", ["bench/vulkan_coopmat_h200.py"], 90, opts.out, env)
     model = "h200"

@@ -460,16 +460,20 @@ class _Module:
         ty = self.type_of(t)
         if not t.is_signed:
             return self.op(ty, "OpUDiv" if op is BinOp.DIV else "OpUMod", a, b)
-        name = "OpSDiv" if op is BinOp.DIV else "OpSRem"
+        # Vulkan leaves OpSRem and OpSMod undefined for negative operands (the H200 gives
+        # other answers): the remainder is a - (a / b) * b from the truncating OpSDiv.
         if isinstance(divisor, ir.Const) and int(divisor.value) not in (0, -1):
-            return self.op(ty, name, a, b)
-        # MIN / -1 is undefined in SPIR-V: divide by 1 instead and pick the wrapped answer
-        minus_one = self.op(self.type_of(T.BOOL), "OpIEqual", b, self.const(-1, t))
-        safe = self.op(ty, "OpSelect", minus_one, self.const(1, t), b)
-        quotient = self.op(ty, name, a, safe)
-        special = (self.op(ty, "OpISub", self.const(0, t), a) if op is BinOp.DIV
-                   else self.const(0, t))
-        return self.op(ty, "OpSelect", minus_one, special, quotient)
+            quotient = self.op(ty, "OpSDiv", a, b)
+        else:
+            # MIN / -1 is undefined in SPIR-V: divide by 1 instead and pick the wrapped answer
+            minus_one = self.op(self.type_of(T.BOOL), "OpIEqual", b, self.const(-1, t))
+            safe = self.op(ty, "OpSelect", minus_one, self.const(1, t), b)
+            divided = self.op(ty, "OpSDiv", a, safe)
+            quotient = self.op(ty, "OpSelect", minus_one,
+                               self.op(ty, "OpISub", self.const(0, t), a), divided)
+        if op is BinOp.DIV:
+            return quotient
+        return self.op(ty, "OpISub", a, self.op(ty, "OpIMul", quotient, b))
 
     def via_f64(self, a: str, b: str | None, opname: str) -> str:
         """An f32 division (or square root, ``b`` None) computed in f64 and rounded once to

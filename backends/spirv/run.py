@@ -38,6 +38,7 @@ from sarek.dsl import numpy_dtype
 from sarek.errors import SarekError
 
 BF16_FEATURES = 1000141000  # VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_BFLOAT16_FEATURES_KHR
+REQUIRE_FULL_SUBGROUPS = 0x2  # VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT
 EXTENSIONS = ("VK_KHR_cooperative_matrix", "VK_KHR_shader_bfloat16")
 
 
@@ -269,25 +270,39 @@ def device_name() -> str:
     return f"{d.name} (Vulkan, subgroups {d.subgroup_sizes[0]}-{d.subgroup_sizes[1]})"
 
 
-ASSUME = "SAREK_VULKAN_ASSUME"
-"""An environment variable: comma-separated device features to take as present although the
-device does not report them (for trying kernels on a software driver such as lavapipe, which
-reports no denormal preservation; the results are then compared, not trusted)."""
+FLOAT_MODES = ("DenormPreserve", "SignedZeroInfNanPreserve", "RoundingModeRTE")
+
+
+def device_defaults(text: str, d: Device) -> list[str]:
+    """The float-controls execution modes of ``text`` the device cannot be asked for (its
+    ``shader<Mode>Float<width>`` property is false): ``runnable`` leaves them to the device's
+    default behaviour, which the arithmetic probes check bit for bit (on the H200:
+    DenormPreserve for f32 and f64, whose defaults keep denormals)."""
+    return [f"{mode} {width}" for mode, width in
+            re.findall(rf"^OpExecutionMode %main ({'|'.join(FLOAT_MODES)}) (\d+)$", text, re.M)
+            if not d.features.get(f"shader{mode}Float{width}")]
+
+
+def runnable(text: str, d: Device) -> str:
+    """``text`` without the execution modes ``device_defaults`` names (a module may not ask
+    for a mode the device lacks), and without a float-controls capability none of its modes
+    needs any more."""
+    for mode in device_defaults(text, d):
+        text = text.replace(f"OpExecutionMode %main {mode}\n", "")
+    for mode in FLOAT_MODES:
+        if f"OpExecutionMode %main {mode} " not in text:
+            text = text.replace(f"OpCapability {mode}\n", "")
+    return text
 
 
 def missing(text: str, kernel: ir.Kernel) -> list[str]:
-    """What the device lacks of what the module ``text`` (the kernel's SPIR-V) needs."""
+    """What the device lacks of what the module ``text`` (the kernel's SPIR-V) needs (the
+    float-controls modes aside: ``device_defaults``)."""
     d = device()
-    assumed = {x.strip() for x in os.environ.get(ASSUME, "").split(",") if x.strip()}
-    features = d.features | dict.fromkeys(assumed, True)
+    features = d.features
     caps = set(re.findall(r"^OpCapability (\w+)", text, re.M))
     gaps = [f"{feature} (for {cap})" for cap, feature in CAPABILITY_FEATURES.items()
             if cap in caps and not features.get(feature)]
-    for width in sorted({int(w) for w in re.findall(r"DenormPreserve (\d+)", text)}):
-        for kind in ("DenormPreserve", "SignedZeroInfNanPreserve", "RoundingModeRTE"):
-            name = f"shader{kind}Float{width}"
-            if not features.get(name):
-                gaps.append(f"{name} (bit-exact float{width} arithmetic)")
     if not features.get("maintenance4"):
         gaps.append("maintenance4 (LocalSizeId)")
     if "CooperativeMatrixKHR" in caps:
@@ -369,7 +384,7 @@ class _Pipeline:
         if gaps:
             raise VulkanError(f"{d.name} cannot run kernel {kernel.name!r}: it lacks "
                               + ", ".join(gaps))
-        code = assemble(text)
+        code = assemble(runnable(text, d))
         self.objects: list[tuple[str, Any]] = []
         self.module = vk.vkCreateShaderModule(d.device, vk.VkShaderModuleCreateInfo(
             sType=vk.VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, codeSize=len(code),
@@ -401,7 +416,7 @@ class _Pipeline:
             stage_next = vk.VkPipelineShaderStageRequiredSubgroupSizeCreateInfo(
                 sType=vk.VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO,
                 requiredSubgroupSize=kernel.subgroup or 32)
-            flags = vk.VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT
+            flags = REQUIRE_FULL_SUBGROUPS
         stage = vk.VkPipelineShaderStageCreateInfo(
             sType=vk.VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, pNext=stage_next,
             flags=flags, stage=vk.VK_SHADER_STAGE_COMPUTE_BIT, module=self.module,
