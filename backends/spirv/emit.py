@@ -100,6 +100,20 @@ def _nonfinite(bits: int, t: ElemType) -> str:
     return f"{sign}0x1.{fraction:0{digits}x}p+{top}" if fraction else f"{sign}0x1p+{top}"
 
 
+UNROLL_TRIPS = 16
+"""Loops of constant bounds with at most this many trips carry the ``Unroll`` hint (the
+staging and fragment loops of a rewrite: the CUDA compiler unrolls them on its own)."""
+
+
+def _short(s: ir.For) -> bool:
+    """Whether ``s`` has constant bounds and at most ``UNROLL_TRIPS`` trips."""
+    bounds = (s.start, s.stop, s.step)
+    if not all(isinstance(x, ir.Const) for x in bounds):
+        return False
+    start, stop, step = (int(x.value) for x in bounds if isinstance(x, ir.Const))
+    return step != 0 and len(range(start, stop, step)) <= UNROLL_TRIPS
+
+
 def _risky(e: ir.Expr) -> bool:
     """Whether evaluating ``e`` where the IR would not could fault or be undefined (a load
     out of bounds, an integer division by zero): such operands are evaluated lazily."""
@@ -808,7 +822,7 @@ class _Module:
         cont, merge = self.fresh("for_next"), self.fresh("for_end")
         self.branch(header)
         self.start(header)
-        self.do("OpLoopMerge", merge, cont, "None")
+        self.do("OpLoopMerge", merge, cont, "Unroll" if _short(s) else "None")
         self.branch(check)
         self.start(check)
         i = self.op(i32, "OpLoad", var)

@@ -376,10 +376,10 @@ class _Pipeline:
     arrays in, dispatches ``repeats`` times (timestamps around each) and copies them out."""
 
     def __init__(self, d: Device, kernel: ir.Kernel, arrays: list[np.ndarray], pc: bytes,
-                 block: tuple[int, int, int]) -> None:
+                 block: tuple[int, int, int], text: str | None = None) -> None:
         vk = d.vk
         self.d, self.kernel = d, kernel
-        text = emit(kernel)
+        text = emit(kernel) if text is None else text
         gaps = missing(text, kernel)
         if gaps:
             raise VulkanError(f"{d.name} cannot run kernel {kernel.name!r}: it lacks "
@@ -577,14 +577,15 @@ def run(kernel: ir.Kernel, args: Sequence[Any] | Mapping[str, Any], grid: tuple[
 
 
 def time_kernel(kernel: ir.Kernel, args: Sequence[Any] | Mapping[str, Any],
-                grid: tuple[int, ...], block: tuple[int, ...], repeats: int = 10
-                ) -> tuple[dict[str, np.ndarray], list[float]]:
+                grid: tuple[int, ...], block: tuple[int, ...], repeats: int = 10,
+                text: str | None = None) -> tuple[dict[str, np.ndarray], list[float]]:
     """Dispatches ``kernel`` ``repeats + 1`` times over the same buffers (the first warms up)
     and returns the arrays after the last and the seconds of each timed dispatch (GPU
-    timestamps)."""
+    timestamps). ``text``: a module to run instead of the printed one (for experiments on
+    the SPIR-V a kernel is printed as; its interface must be the kernel's)."""
     d = device()
     params, arrays, pc = _prepare(kernel, args)
-    pipe = _Pipeline(d, kernel, arrays, pc, _dims(block))
+    pipe = _Pipeline(d, kernel, arrays, pc, _dims(block), text)
     try:
         out, times = pipe.execute(_dims(grid), repeats + 1)
     finally:
