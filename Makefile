@@ -11,6 +11,9 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,cuda,opencl]'
+	@# clang checks the Metal text (backends/metal/check.py): Debian's package, when root
+	@if [ "$$(id -u)" = 0 ] && ! command -v clang >/dev/null 2>&1; then \
+		apt-get update -q && apt-get install -y -q clang; fi
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -145,6 +145,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     print("\n   OpenCL: every example printed as OpenCL C and run on the first OpenCL device "
           "(PoCL on a CPU),\n   against the simulator:\n")
     print(demo.render(("example", "OpenCL C", "device vs simulator"), demo.opencl_rows(examples)))
+    print("\n   Metal: every example printed as Metal Shading Language and its rewrite onto "
+          "simdgroup matrices\n   (the selected lowering, subgroup 32, fragment 8), each "
+          "checked by clang as C++ against a stand-in\n   <metal_stdlib>: a syntax and type "
+          "check, not Apple's compiler (no Metal compiler or device\n   exists off macOS):\n")
+    print(demo.render(("example", "original", "check", "rewritten", "check"),
+                      demo.metal_rows(examples)))
     results = demo.recorded_results(examples)
     if results is None:
         print("\n4. Conformance recorded on real devices: not part of an installed package "

@@ -211,6 +211,51 @@ def opencl_rows(examples: Path) -> list[tuple[str, ...]]:
     return rows
 
 
+def metal_rows(examples: Path) -> list[tuple[str, ...]]:
+    """Each example printed as Metal Shading Language, and its rewrite onto simdgroup
+    matrices (the selected lowering, subgroup 32, fragment 8, or Metal's reason for refusing
+    it), each checked by clang as C++ against the stand-in <metal_stdlib>: a syntax and type
+    check, not Apple's compiler."""
+    from backends.metal import MetalCheckError, clang_unavailable, emit, syntax_check
+    from backends.registry import target
+    from sarek.errors import SarekError
+    from sarek.matrix_scheme import select
+
+    metal = target("metal")
+    missing = clang_unavailable()
+
+    def checked(text: str, name: str) -> str:
+        if missing:
+            return f"not checked: {missing}"
+        try:
+            syntax_check(text, name)
+        except MetalCheckError:
+            return "REJECTED by clang"
+        return "clang: no error"
+
+    rows: list[tuple[str, ...]] = []
+    for path in sorted(examples.glob("gemm_*.py")):
+        launch = load_module(path).make(70, 45, 33)
+        src = emit(launch.kernel)
+        lowering = select(recognize(launch.kernel))
+        refusal = metal.refuses(lowering, 32, 8)
+        if refusal is None:
+            try:
+                rw = emit(rewrite_launch(launch, lowering=lowering, subgroup=32, frag=8,
+                                         staging=metal.staging).launch.kernel)
+            except SarekError as e:
+                refusal = e.reason
+        if refusal is not None:
+            rewritten, verdict = f"{lowering}: refused", refusal.split(": ")[-1]
+        else:
+            rewritten = (f"{lowering}: {rw.count('simdgroup_multiply_accumulate(')} "
+                         "simdgroup_multiply_accumulate")
+            verdict = checked(rw, f"{path.stem}_rewritten.metal")
+        rows.append((path.stem, f"{len(src.splitlines())} lines",
+                     checked(src, f"{path.stem}.metal"), rewritten, verdict))
+    return rows
+
+
 def render(head: tuple[str, ...], body: Sequence[tuple[str, ...]]) -> str:
     """A plain text table."""
     widths = [max(len(x) for x in col) for col in zip(head, *body, strict=True)]

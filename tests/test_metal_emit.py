@@ -342,3 +342,18 @@ def test_a_kernel_metal_refuses_is_never_printed() -> None:
 def test_the_examples_folder_holds_what_the_suite_prints() -> None:
     assert {p.stem for p in EXAMPLES} == {n for n, _ in ORIGINALS}
     assert Path(EXAMPLES[0]).parent.name == "examples"
+
+
+def test_the_demo_row_checks_each_example_and_names_metals_refusal() -> None:
+    from sarek.demo import metal_rows
+
+    rows = {r[0]: r for r in metal_rows(EXAMPLES[0].parent)}
+    assert set(rows) == {p.stem for p in EXAMPLES}
+    verdict = "clang: no error" if MISSING is None else f"not checked: {MISSING}"
+    for name, (_, lines, original, rewritten, checked) in rows.items():
+        assert lines.endswith(" lines") and original == verdict, name
+        if name == "gemm_i32":
+            assert rewritten == "Int32_byte_planes: refused"
+            assert "no integer simdgroup matrices" in checked
+        else:
+            assert "simdgroup_multiply_accumulate" in rewritten and checked == verdict, name

@@ -7,7 +7,7 @@ prints a lowered kernel and decides nothing. The text is one ``kernel void`` fun
 * array parameters are ``device`` buffers, scalars ``constant`` references, each with its
   ``[[buffer(i)]]`` index, i the parameter's position; the builtins the body reads are the
   thread-position arguments (``[[thread_position_in_threadgroup]]`` ...), SIMD-group id and
-  lane Metal's own (its SIMD-groups are 32 consecutive threads of the threadgroup);
+  lane Metal's own (taken to be groups of 32 consecutive threads, the IR's linear order);
 * shared arrays are ``threadgroup`` arrays, the barrier
   ``threadgroup_barrier(mem_flags::mem_threadgroup)``;
 * f16 and bf16 are Metal's ``half`` and ``bfloat``, converted explicitly (``float(x)``,
