@@ -7,9 +7,8 @@ owned by a subgroup, with an opaque lane layout), so the lowered kernel keeps ``
 runs them at matrix level under the target's arithmetic model. ``lower`` checks each of them
 against the extension and Vulkan's rules and raises ``EmitError`` with the reason where one
 cannot be printed: component types a cooperative matrix cannot hold, shapes that do not
-chain or do not spread over the subgroup, loads and stores from memory a cooperative matrix
-cannot address (only storage buffers and Workgroup memory) or at offsets and strides not
-provably aligned as VUID-RuntimeSpirv-OpCooperativeMatrixLoadKHR-08986 asks, lane-explicit
+chain or do not spread over the subgroup, loads and stores at offsets and strides not provably
+aligned as VUID-RuntimeSpirv-OpCooperativeMatrixLoadKHR-08986 asks, lane-explicit
 statements (SPIR-V has no ``ldmatrix``/``mma.sync``). Which configurations a device runs is
 the gate's decision (``sarek.coopmat``), not the printer's.
 """
@@ -19,7 +18,7 @@ from __future__ import annotations
 from backends.cstyle import EmitError
 from backends.cuda.lower import divisor
 from sarek import ir
-from sarek.ir import ElemType, FragLayout, FragUse, MemSpace
+from sarek.ir import ElemType, FragLayout, FragUse
 from sarek.ir_check import walk
 from sarek.staging import Staging
 
@@ -119,10 +118,6 @@ class _Checker:
         arr = self.arrays.get(s.array)
         if arr is None:
             raise EmitError(f"{s.array!r} is not an array")
-        if arr.space is MemSpace.LOCAL:
-            raise EmitError(f"fragment {s.frag!r} {what} local array {s.array!r}: cooperative "
-                            "matrices move to and from storage buffers and Workgroup memory "
-                            "only")
         size = d.elem.bits // 8
         along = d.cols if s.layout is FragLayout.ROW else d.rows
         need = min(16, along * size)

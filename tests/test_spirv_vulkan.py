@@ -1,0 +1,156 @@
+"""The spirv and vulkan targets: the device gate decides what the vulkan target runs (the
+recorded H200 list when no device is here), ``sarek conformance --target sim-spirv`` passes,
+a missing Vulkan is a reason and never a crash, scalars travel as the push-constant block the
+printer declares; and, where a Vulkan device is here (lavapipe on a CPU machine), every example
+and every exact arithmetic probe runs bit-identically to the simulator."""
+
+from __future__ import annotations
+
+import argparse
+import struct
+
+import numpy as np
+import pytest
+from arith_cases import FLOATS, INTS, N, binary_kernel, cast_kernel, edge_values, mismatches
+from conftest import GEMM_EXAMPLES, example
+
+import backends.spirv.target as spirv_target
+from backends import conformance, registry
+from backends.spirv import run as vulkan
+from backends.spirv.emit import push_constant_layout
+from backends.spirv.tools import tools_reason
+from sarek import ir
+from sarek.dsl import numpy_dtype
+from sarek.ir import ElemType
+from sarek.matrix_rewrite import rewrite_launch
+from sarek.matrix_scheme import Lowering
+from sim import simulate
+
+
+@pytest.fixture
+def no_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The vulkan target as it is without a Vulkan device: the recorded H200 support."""
+    monkeypatch.setattr(spirv_target, "_live", lambda: False)
+
+
+def test_the_gate_permits_the_h200s_16x16x16_float_configurations(no_device: None) -> None:
+    target = registry.target("vulkan")
+    for low in (Lowering.F16_OPERANDS, Lowering.BF16_OPERANDS, Lowering.BF16X3_OPERANDS):
+        assert target.refuses(low, 32, 16) is None, low
+
+
+def test_the_gate_refuses_what_the_h200_does_not_report_with_the_reason(no_device: None
+                                                                       ) -> None:
+    target = registry.target("vulkan")
+    assert "only at 16x16x16" in str(target.refuses(Lowering.BF16_OPERANDS, 32, 8))
+    assert "runs subgroups of 32 lanes, not 64" in str(
+        target.refuses(Lowering.F16_OPERANDS, 64, 16))
+    reason = str(target.refuses(Lowering.INT32_BYTE_PLANES, 32, 16))
+    assert "16x16x16 u8 x u8 + s32" in reason and "16x16x32" in reason
+
+
+def test_the_printer_target_refuses_nothing_it_prints() -> None:
+    target = registry.target("spirv")
+    assert all(target.refuses(low, sg, frag) is None for low in Lowering
+               for sg in (32, 64) for frag in (16, 8))
+
+
+def conform(*argv: str) -> int:
+    parser = argparse.ArgumentParser()
+    conformance.add_arguments(parser)
+    return conformance.main(parser.parse_args(argv))
+
+
+def test_sim_spirv_conformance_passes(tmp_path: pytest.TempPathFactory) -> None:
+    report = tmp_path / "report.json"  # type: ignore[operator]
+    assert conform("--target", "sim-spirv", "--quick", "--example", "gemm_f16", "--example",
+                   "gemm_i32", "--report", str(report)) == 0
+
+
+def test_no_vulkan_is_a_reason_and_an_exit_status(monkeypatch: pytest.MonkeyPatch,
+                                                  tmp_path: pytest.TempPathFactory) -> None:
+    def absent() -> vulkan.Device:
+        raise vulkan.VulkanError("no Vulkan loader here")
+
+    monkeypatch.setattr(vulkan, "device", absent)
+    assert vulkan.unavailable_reason() in ("no Vulkan loader here", tools_reason())
+    report = tmp_path / "r.json"  # type: ignore[operator]
+    assert conform("--target", "vulkan", "--quick", "--report", str(report)) == 3
+
+
+def test_scalars_travel_in_the_push_constant_block_the_printer_declares() -> None:
+    params = (ir.ScalarParam(name="x", elem=ElemType.U8),
+              ir.ScalarParam(name="y", elem=ElemType.I64),
+              ir.ScalarParam(name="z", elem=ElemType.F16),
+              ir.ScalarParam(name="w", elem=ElemType.BOOL),
+              ir.ScalarParam(name="v", elem=ElemType.I8))
+    kernel = ir.Kernel(name="k", params=params, body=())
+    assert [offset for _, offset, _ in push_constant_layout(kernel)] == [0, 8, 16, 20, 24]
+    block = vulkan.push_constants(kernel, {"x": 200, "y": -3, "z": 1.5, "w": True, "v": -2})
+    assert block == (struct.pack("<I", 200) + bytes(4) + struct.pack("<q", -3)
+                     + struct.pack("<I", 0x3E00) + struct.pack("<I", 1) + struct.pack("<i", -2))
+
+
+# ----------------------------------------------------------------- on a Vulkan device
+
+needs_vulkan = pytest.mark.skipif(vulkan.unavailable_reason() is not None,
+                                  reason=f"no Vulkan device: {vulkan.unavailable_reason()}")
+
+
+@needs_vulkan
+@pytest.mark.parametrize("size", [(37, 29, 23), (9, 5, 0)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("name", GEMM_EXAMPLES)
+def test_every_example_runs_bit_identically(name: str, size: tuple[int, int, int]) -> None:
+    launch = example(name).make(*size, seed=5)
+    want = launch.simulate()
+    got = vulkan.run(launch.kernel, dict(launch.args), launch.grid, launch.block)
+    for array in want:
+        assert np.array_equal(got[array].view(np.uint8), want[array].view(np.uint8)), array
+
+
+def probe(kernel: ir.Kernel, args: dict[str, np.ndarray]) -> dict[str, int]:
+    with np.errstate(all="ignore"):
+        want = simulate(kernel, args, grid=1, block=N)
+    got = vulkan.run(kernel, args, (1,), (N,))
+    return {name: mismatches(got[name], want[name]) for name in want}
+
+
+@needs_vulkan
+@pytest.mark.parametrize("t", INTS + FLOATS, ids=str)
+def test_every_operation_is_bit_identical(t: ElemType) -> None:
+    rng = np.random.default_rng(11)
+    kernel, names = binary_kernel(t)
+    a, b = edge_values(t, rng), np.roll(edge_values(t, rng), 5)
+    if t.is_int:
+        b = np.where(b == 0, np.ones_like(b), b)  # x / 0 is undefined in the IR
+    arith = len(names) - 6
+    assert probe(kernel, {"a": a, "b": b, "out": np.zeros(arith * N, a.dtype),
+                          "flags": np.zeros(6 * N, np.bool_)}) == {"a": 0, "b": 0, "out": 0,
+                                                                   "flags": 0}
+
+
+@needs_vulkan
+@pytest.mark.parametrize("src", [*INTS, *FLOATS, ElemType.F16, ElemType.BF16], ids=str)
+def test_every_conversion_is_bit_identical(src: ElemType) -> None:
+    rng = np.random.default_rng(12)
+    kernel = cast_kernel(src)
+    with np.errstate(over="ignore"):
+        values = (edge_values(src, rng) if src not in (ElemType.F16, ElemType.BF16)
+                  else edge_values(ElemType.F32, rng).astype(numpy_dtype(src)))
+    args = {"a": values, **{p.name: np.zeros(N, numpy_dtype(p.elem))
+                            for p in kernel.params[1:]}}
+    assert {k: v for k, v in probe(kernel, args).items() if v} == {}
+
+
+@needs_vulkan
+def test_a_rewrite_runs_or_is_refused_with_the_reason() -> None:
+    launch = rewrite_launch(example("gemm_f16").make(40, 24, 20),
+                            lowering=Lowering.F16_OPERANDS).launch
+    if vulkan.device().features.get("cooperativeMatrix") and \
+            vulkan.device().subgroup_sizes[0] <= 32 <= vulkan.device().subgroup_sizes[1]:
+        want = launch.simulate(target="vulkan")
+        got = vulkan.run(launch.kernel, dict(launch.args), launch.grid, launch.block)
+        assert all(np.array_equal(got[k].view(np.uint8), want[k].view(np.uint8)) for k in want)
+    else:
+        with pytest.raises(vulkan.VulkanError, match=r"cooperativeMatrix|subgroups of 32"):
+            vulkan.run(launch.kernel, dict(launch.args), launch.grid, launch.block)
