@@ -151,6 +151,13 @@ def _cmd_demo(args: argparse.Namespace) -> int:
           "check, not Apple's compiler (no Metal compiler or device\n   exists off macOS):\n")
     print(demo.render(("example", "original", "check", "rewritten", "check"),
                       demo.metal_rows(examples)))
+    spirv, valid, modules = demo.spirv_rows(examples)
+    print("\n   SPIR-V: every example printed as SPIR-V assembly for Vulkan compute, and "
+          "rewritten onto cooperative\n   matrices under every lowering at subgroups 32 and 64 "
+          "and fragments 16 and 8, each module assembled\n   by spirv-as and validated by "
+          "spirv-val --target-env vulkan1.3:\n")
+    print(demo.render(("example", "original", "spirv-val", "rewritten", "spirv-val"), spirv))
+    print(f"\n   {valid} of {modules} SPIR-V modules valid.")
     results = demo.recorded_results(examples)
     if results is None:
         print("\n4. Conformance recorded on real devices: not part of an installed package "

@@ -169,7 +169,10 @@ def recorded_conformance(results: Path) -> list[tuple[str, str, str, str]]:
                        ("tile_patterns_h200.json", "ldmatrix/stmatrix vs simulator"),
                        ("tensor_core_h200.json", "mma.sync outputs vs the h200 model"),
                        ("arith_h200.json", "operations and conversions (exact ones)"),
-                       ("conformance_opencl_nvidia.json", "OpenCL examples and probes")):
+                       ("conformance_opencl_nvidia.json", "OpenCL examples and probes"),
+                       ("conformance_vulkan.json", "examples and rewrites, Vulkan vs simulator"),
+                       ("vulkan_coopmat_h200.json", "Vulkan cooperative matrices vs h200 model"),
+                       ("vulkan_arith_h200.json", "Vulkan operations and conversions")):
         path = results / name
         if not path.is_file():
             rows.append((what, "-", "-", f"not recorded ({name} missing)"))
@@ -178,6 +181,9 @@ def recorded_conformance(results: Path) -> list[tuple[str, str, str, str]]:
         if "h200_model_bit_exact" in data:  # the tensor-core check counts outputs
             cases = sum(r["outputs"] for r in data["rows"])
             exact = data["h200_model_bit_exact"]
+        elif "bit_exact_models" in data:  # the Vulkan cooperative-matrix probe, likewise
+            cases = sum(r.get("outputs", 0) for r in data["rows"])
+            exact = "h200" in data["bit_exact_models"]
         elif "all_exact_operations_bit_exact" in data:
             transcendental = {"exp", "log", "sin", "cos", "tanh"}
             cases = sum(r["what"] not in transcendental for r in data["rows"])
@@ -254,6 +260,44 @@ def metal_rows(examples: Path) -> list[tuple[str, ...]]:
         rows.append((path.stem, f"{len(src.splitlines())} lines",
                      checked(src, f"{path.stem}.metal"), rewritten, verdict))
     return rows
+
+
+def spirv_rows(examples: Path) -> tuple[list[tuple[str, ...]], int, int]:
+    """Each example printed as SPIR-V, and rewritten under every lowering that takes its
+    operands at subgroups 32 and 64 and fragments 16 and 8, each module assembled by spirv-as
+    and validated by ``spirv-val --target-env vulkan1.3``: the rows, and how many modules
+    validated of how many."""
+    from backends.registry import target
+    from backends.spirv import check, emit, tools_reason
+    from sarek.errors import SarekError
+
+    spirv = target("spirv")
+    missing = tools_reason()
+    rows: list[tuple[str, ...]] = []
+    passed = total = 0
+    for path in sorted(examples.glob("gemm_*.py")):
+        launch = load_module(path).make(70, 45, 33)
+        modules = [emit(launch.kernel)]
+        for lowering in lowerings_for(recognize(launch.kernel).operand_elt):
+            for subgroup, frag in CONFIGS:
+                modules.append(emit(rewrite_launch(launch, lowering=lowering, subgroup=subgroup,
+                                                   frag=frag, staging=spirv.staging
+                                                   ).launch.kernel))
+        ok = []
+        for text in modules:
+            try:
+                if not missing:
+                    check(text)
+                ok.append(not missing)
+            except SarekError:
+                ok.append(False)
+        passed, total = passed + sum(ok), total + len(ok)
+        rewrites = sum(m.count("OpCooperativeMatrixMulAddKHR ") > 0 for m in modules[1:])
+        rows.append((path.stem, f"{len(modules[0].splitlines())} lines",
+                     missing or ("valid" if ok[0] else "INVALID"),
+                     f"{rewrites} cooperative-matrix modules",
+                     missing or f"{sum(ok[1:])} of {len(ok) - 1} valid"))
+    return rows, passed, total
 
 
 def render(head: tuple[str, ...], body: Sequence[tuple[str, ...]]) -> str:
