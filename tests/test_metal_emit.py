@@ -13,14 +13,13 @@ import importlib
 import os
 import re
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
 from arith_cases import binary_kernel, math_kernel
 from hypothesis import given
 from hypothesis import strategies as st
-from test_metal_lower import CASES, EXAMPLES
+from test_metal_lower import CASES, EXAMPLES, f16_launch, frag_kernel
 
 import sarek
 from backends.metal import lower as metal_lower
@@ -30,6 +29,8 @@ from sarek import ir
 from sarek.ir import Builtin, ElemType, FragLayout
 from sarek.ir_check import walk
 from sarek.loader import load_module
+from sarek.matrix_rewrite import rewrite_launch
+from sarek.matrix_scheme import Lowering
 
 METAL = target("metal")
 # the printer module (the package's ``emit`` is its function of that name)
@@ -201,7 +202,7 @@ def test_the_printed_simdgroup_calls_are_the_lowered_statements() -> None:
 
 
 def test_a_column_major_fragment_loads_transposed() -> None:
-    kernel = __import__("test_metal_lower").frag_kernel(ElemType.F16, layout=FragLayout.COL)
+    kernel = frag_kernel(ElemType.F16, layout=FragLayout.COL)
     text = sarek.emit(kernel, "metal")
     assert "simdgroup_load(fa, s + 0, (ulong)(8), ulong2(0, 0), true);" in text
     assert "simdgroup_load(fb, s + 0, (ulong)(8), ulong2(0, 0), false);" in text
@@ -311,7 +312,7 @@ def test_storing_through_a_constant_scalar_is_caught_by_clang() -> None:
 
 def test_a_lost_transpose_is_caught_by_reading_the_text_back(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    kernel = __import__("test_metal_lower").frag_kernel(ElemType.F16, layout=FragLayout.COL)
+    kernel = frag_kernel(ElemType.F16, layout=FragLayout.COL)
     planted(monkeypatch, stmt_hook=hook_with("true);", "false);"))
     text = metal_emit.emit(kernel)
     assert printed_calls(text) != expected_calls(metal_lower.lower(kernel))
@@ -332,16 +333,9 @@ def test_swapped_multiply_operands_are_caught_by_reading_the_text_back(
 
 
 def test_a_kernel_metal_refuses_is_never_printed() -> None:
-    rw16 = __import__("test_metal_lower").rewrite_launch(
-        __import__("test_metal_lower").f16_launch(), lowering=sarek.matrix_scheme.Lowering
-        .F16_OPERANDS, frag=16).launch
+    rw16 = rewrite_launch(f16_launch(), lowering=Lowering.F16_OPERANDS, frag=16).launch
     with pytest.raises(sarek.SarekError, match="8x8"):
         metal_emit.print_kernel(rw16.kernel)
-
-
-def test_the_examples_folder_holds_what_the_suite_prints() -> None:
-    assert {p.stem for p in EXAMPLES} == {n for n, _ in ORIGINALS}
-    assert Path(EXAMPLES[0]).parent.name == "examples"
 
 
 def test_the_demo_row_checks_each_example_and_names_metals_refusal() -> None:
