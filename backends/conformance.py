@@ -153,8 +153,9 @@ def matrix(target: Target, examples: Path, *, quick: bool = False,
            only: tuple[str, ...] = ()) -> list[Case]:
     """Every case for ``target``: each ``gemm_*.py`` example in ``examples`` (those named in
     ``only``, when given) at each size, as the original and under every lowering that takes its
-    operands at every subgroup and fragment the target permits. ``quick``: the ragged size
-    alone."""
+    operands at every subgroup and fragment the target permits, and under the target's large
+    schedules at two sizes the simulator affords. ``quick``: the ragged size alone, under the
+    schedule the region gets."""
     cases = []
     for path in sorted(examples.glob("gemm_*.py")):
         if only and path.stem not in only:
@@ -169,7 +170,7 @@ def matrix(target: Target, examples: Path, *, quick: bool = False,
         # at sizes the simulator can afford: more than one large tile each way.
         large = dict(target.staging.large)
         cases += [Case(path, size, low, sg, frag, large[low.value])
-                  for size in ((LARGE_TILES,) if quick else (LARGE_TILES, RAGGED))
+                  for size in (() if quick else (LARGE_TILES, RAGGED))
                   for low, sg, frag in variants[1:] if low is not None and low.value in large]
     return cases
 
@@ -426,7 +427,9 @@ def main(args: argparse.Namespace) -> int:
               "(create it or pass --report PATH)", file=sys.stderr)
         return EXIT_USAGE
     if device:
-        reason = target.device_reason() if target.run is not None else "no device runner"
+        reason = target.device_reason()
+        if target.run is None:  # a target without a runner never has a device
+            reason = reason or "the target has no device runner"
         if reason is not None:
             print(f"sarek conformance: no device for target {name}: {reason}", file=sys.stderr)
             return EXIT_NO_DEVICE
