@@ -14,10 +14,24 @@ INTS = (ElemType.I8, ElemType.U8, ElemType.I16, ElemType.U16, ElemType.I32, Elem
         ElemType.I64, ElemType.U64)
 
 
-def helpers(fn: str, types: dict[ElemType, str]) -> str:
-    """C text of the helpers, each declared with the prefix ``fn`` (``__device__ inline``)."""
+def helpers(fn: str, types: dict[ElemType, str], clz64: str = "") -> str:
+    """C text of the helpers, each declared with the prefix ``fn`` (``__device__ inline``).
+    With ``clz64``, the target's count of leading zeros of a 64-bit integer, also the
+    conversions of 64-bit integers to f64 rounding to odd, through which they reach bf16 with
+    a single rounding."""
     out = []
     fn = f"{fn} " if fn else ""
+    if clz64:
+        u64, f64 = types[ElemType.U64], types[ElemType.F64]
+        # Keep the top 53 bits and fold every lower one into the last kept bit (round to odd):
+        # the f64 is exact, and rounding it to bf16 once more is the single correct rounding.
+        out.append(f"{fn}{f64} sk_u64_to_f64_odd({u64} a) {{ int s = 11 - (int){clz64}(a); "
+                   f"if (s > 0) {{ {u64} keep = a >> s << s; if (keep != a) keep |= "
+                   f"({u64})1 << s; a = keep; }} return ({f64})a; }}")
+        i64 = types[ElemType.I64]
+        out.append(f"{fn}{f64} sk_i64_to_f64_odd({i64} x) {{ {u64} m = x < 0 ? ({u64})0 - "
+                   f"({u64})x : ({u64})x; {f64} d = sk_u64_to_f64_odd(m); "
+                   f"return x < 0 ? -d : d; }}")
     for t in SIGNED:
         c, u = types[t], types[UNSIGNED[t]]
         out.append(f"{fn}{c} sk_div_{t.value}({c} a, {c} b) "
