@@ -14,24 +14,27 @@ INTS = (ElemType.I8, ElemType.U8, ElemType.I16, ElemType.U16, ElemType.I32, Elem
         ElemType.I64, ElemType.U64)
 
 
-def helpers(fn: str, types: dict[ElemType, str], clz64: str = "") -> str:
+def helpers(fn: str, types: dict[ElemType, str], clz: tuple[str, str] | None = None) -> str:
     """C text of the helpers, each declared with the prefix ``fn`` (``__device__ inline``).
-    With ``clz64``, the target's count of leading zeros of a 64-bit integer, also the
-    conversions of 64-bit integers to f64 rounding to odd, through which they reach bf16 with
-    a single rounding."""
+    With ``clz``, the target's counts of leading zeros of 32- and 64-bit integers, also the
+    conversions of integers wider than f32's significand to f32 rounding to odd, through which
+    they reach bf16 with a single rounding."""
     out = []
     fn = f"{fn} " if fn else ""
-    if clz64:
-        u64, f64 = types[ElemType.U64], types[ElemType.F64]
-        # Keep the top 53 bits and fold every lower one into the last kept bit (round to odd):
-        # the f64 is exact, and rounding it to bf16 once more is the single correct rounding.
-        out.append(f"{fn}{f64} sk_u64_to_f64_odd({u64} a) {{ int s = 11 - (int){clz64}(a); "
-                   f"if (s > 0) {{ {u64} keep = a >> s << s; if (keep != a) keep |= "
-                   f"({u64})1 << s; a = keep; }} return ({f64})a; }}")
-        i64 = types[ElemType.I64]
-        out.append(f"{fn}{f64} sk_i64_to_f64_odd({i64} x) {{ {u64} m = x < 0 ? ({u64})0 - "
-                   f"({u64})x : ({u64})x; {f64} d = sk_u64_to_f64_odd(m); "
-                   f"return x < 0 ? -d : d; }}")
+    if clz is not None:
+        f32 = types[ElemType.F32]
+        for (signed, unsigned), count in zip(((ElemType.I32, ElemType.U32),
+                                              (ElemType.I64, ElemType.U64)), clz, strict=True):
+            u, i, bits = types[unsigned], types[signed], unsigned.bits
+            # Keep the top 24 bits and fold every lower one into the last kept bit (round to
+            # odd): the f32 is exact, and rounding it to bf16 is the single correct rounding.
+            out.append(f"{fn}{f32} sk_{unsigned.value}_to_f32_odd({u} a) {{ int s = "
+                       f"{bits - 24} - (int){count}(({i})a); if (s > 0) {{ {u} keep = a >> s "
+                       f"<< s; if (keep != a) keep |= ({u})1 << s; a = keep; }} "
+                       f"return ({f32})a; }}")
+            out.append(f"{fn}{f32} sk_{signed.value}_to_f32_odd({i} x) {{ {u} m = x < 0 ? "
+                       f"({u})0 - ({u})x : ({u})x; {f32} f = sk_{unsigned.value}_to_f32_odd(m); "
+                       f"return x < 0 ? -f : f; }}")
     for t in SIGNED:
         c, u = types[t], types[UNSIGNED[t]]
         out.append(f"{fn}{c} sk_div_{t.value}({c} a, {c} b) "

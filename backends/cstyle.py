@@ -191,19 +191,17 @@ class Printer:
         if src.is_storage_only:
             return self.cast(self.cast(x, src, ElemType.F32), ElemType.F32, dst)
         if dst.is_storage_only:
-            # Integers wider than f32's significand go through f64, where 32-bit ones are
-            # exact, so that bf16 (whose range holds them) rounds once; 64-bit ones through
-            # the round-to-odd helper, or are refused where the dialect has none.
+            # Integers wider than f32's significand reach bf16 (whose range holds them)
+            # through f32 rounded to odd, so that they round once; through plain f32 they
+            # would round twice. A dialect without the helper refuses them.
             if src.is_int and src.bits > 24 and dst is ElemType.BF16:
-                if src.bits > 32:
-                    odd = f"sk_{src.value}_to_f64_odd"
-                    if odd not in self.d.prelude or (ElemType.F64, dst) not in self.d.casts:
-                        raise EmitError(f"{self.d.name} does not print {src} -> {dst} "
-                                        "exactly (it would round twice)")
-                    return self.d.casts[(ElemType.F64, dst)].format(x=f"{odd}({x})")
-                wide_t = ElemType.F64
-            else:
-                wide_t = ElemType.F64 if src is ElemType.F64 else ElemType.F32
+                odd = f"sk_{UNSIGNED.get(src, src).value}_to_f32_odd"
+                if odd not in self.d.prelude or (ElemType.F32, dst) not in self.d.casts:
+                    raise EmitError(f"{self.d.name} does not print {src} -> {dst} exactly "
+                                    "(it would round twice)")
+                via = f"sk_{src.value}_to_f32_odd({x})"
+                return self.d.casts[(ElemType.F32, dst)].format(x=via)
+            wide_t = ElemType.F64 if src is ElemType.F64 else ElemType.F32
             if (wide_t, dst) not in self.d.casts:
                 raise EmitError(f"{self.d.name} has no conversion from {src} to {dst}")
             wide = self.cast(x, src, wide_t) if src is not wide_t else x

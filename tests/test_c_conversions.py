@@ -1,7 +1,7 @@
-"""Integer to bf16 conversions in the C-like printers round once, as the IR says: a 32-bit
-integer goes through f64 (exact), never through f32 (which rounds first, so that a value just
-above a bf16 halfway point can land on it and round to even the wrong way); a 64-bit one
-through f64 rounded to odd."""
+"""Integer to bf16 conversions in the C-like printers round once, as the IR says: an integer
+wider than f32's significand goes through f32 rounded to odd, never through plain f32 (which
+rounds first, so that a value just above a bf16 halfway point can land on it and round to even
+the wrong way)."""
 
 from __future__ import annotations
 
@@ -40,12 +40,12 @@ def test_i32_to_bf16_rounds_once_on_an_opencl_device() -> None:
     assert np.array_equal(got.view(np.uint16), want.view(np.uint16))
 
 
-def test_i32_to_bf16_is_printed_through_f64() -> None:
-    text = sarek.emit(to_bf16(ElemType.I32), "cuda")
-    assert "sk_f64_to_bf16(((double)" in text
+@pytest.mark.parametrize("target", ["cuda", "opencl"])
+def test_i32_to_bf16_is_printed_through_f32_rounded_to_odd(target: str) -> None:
+    assert "sk_i32_to_f32_odd(" in sarek.emit(to_bf16(ElemType.I32), target)
 
 
-# 2^60 + 2^52 + 1 rounds up in one step; through f64 (RNE) it lands on the halfway value.
+# 2^60 + 2^52 + 1 rounds up in one step; through f32 (RNE) it lands on the halfway value.
 ABOVE_HALFWAY_64 = [2**60 + 2**52 + 1, -(2**60 + 2**52 + 1), 2**63 - 1, -(2**63), 2**40 + 2**32 + 1]
 
 

@@ -180,7 +180,7 @@ DIALECT = Dialect(
     global_pointer="{const}{t}*",
     shared_decl="__shared__ __align__({align}) {t} {name}[{size}];",
     barrier="__syncthreads();",
-    prelude=_CONVERSIONS + helpers("__device__ inline", TYPES, clz64="__clzll") + "\n",
+    prelude=_CONVERSIONS + helpers("__device__ inline", TYPES, clz=("__clz", "__clzll")) + "\n",
     f32_ops=F32_OPS,
     f64_ops=F64_OPS,
     math=MATH,

@@ -107,7 +107,7 @@ def _helpers() -> str:
     # The shared helpers are generated for f64 too; lowering refuses f64, so those are never
     # used, and needed_helpers drops them. Metal has no long long: 64-bit literals are UL,
     # and -2^63, which no signed literal holds, is written as the ulong 2^63 (the same bits).
-    text = helpers("inline", {**TYPES, ElemType.F64: "double"})
+    text = helpers("inline", {**TYPES, ElemType.F64: "double"}, clz=("clz", "clz"))
     text = re.sub(r"(\d)ULL\b", r"\1UL", text)
     return text.replace("(ulong)-9223372036854775808", "(ulong)9223372036854775808UL")
 
