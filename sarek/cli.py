@@ -19,7 +19,7 @@ import numpy as np
 
 from sarek import demo, ir
 from sarek.dsl import KernelFunction
-from sarek.errors import SarekError
+from sarek.errors import LaunchError, SarekError
 from sarek.ir_check import walk
 from sarek.launch import Launch, dim3
 from sarek.loader import examples_dir, load_kernel, user_error
@@ -47,7 +47,7 @@ def _triple(text: str) -> tuple[int, int, int]:
     try:
         values = [int(x) for x in text.split(",")]
         triple = dim3(values)
-    except ValueError:
+    except (ValueError, LaunchError):
         raise argparse.ArgumentTypeError(f"expected X[,Y[,Z]] integers, got {text!r}") from None
     if min(triple) < 0 or max(triple) > MAX_DIM:
         raise argparse.ArgumentTypeError(f"expected integers from 0 to {MAX_DIM}, got {text!r}")
@@ -203,16 +203,6 @@ def _launch_of(args: argparse.Namespace) -> tuple[ModuleType, KernelFunction, La
     return module, kern, launch
 
 
-def _cmd_simulate(args: argparse.Namespace) -> int:
-    module, kern, launch = _launch_of(args)
-    out = launch.simulate(limits=_limits(args))
-    print(f"{kern.name}: grid {launch.grid} block {launch.block}")
-    expected = (_user(module.reference, "reference", launch)
-                if hasattr(module, "reference") and not args.inputs else {})
-    if not isinstance(expected, dict):
-        raise SarekError(f"the module's reference() returned a {type(expected).__name__}, not a "
-                         "dict of arrays by name")
-    for name, arr in out.items():
 def _inputs(path: str, memory: int) -> dict[str, Any]:
     """The arguments an ``--inputs`` .npz holds by name (0-d arrays as scalars); refuses a file
     that is missing, not an .npz of plain arrays, or larger unpacked than ``memory``."""
@@ -237,6 +227,16 @@ def _why(e: BaseException) -> str:
     return " ".join(text.split())[:160] or type(e).__name__
 
 
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    module, kern, launch = _launch_of(args)
+    out = launch.simulate(limits=_limits(args))
+    print(f"{kern.name}: grid {launch.grid} block {launch.block}")
+    expected = (_user(module.reference, "reference", launch)
+                if hasattr(module, "reference") and not args.inputs else {})
+    if not isinstance(expected, dict):
+        raise SarekError(f"the module's reference() returned a {type(expected).__name__}, not a "
+                         "dict of arrays by name")
+    for name, arr in out.items():
         line = f"  {name}: {arr.size} x {arr.dtype}"
         if name in expected:
             line += f", vs reference: {demo.compare(arr, np.asarray(expected[name]))[1]}"
@@ -345,7 +345,7 @@ def _lowerings() -> list[Lowering]:
     return list(Lowering)
 
 
-def _launch_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str,
+def _launch_parser(sub: argparse._SubParsersAction[_Parser], name: str,
                    description: str) -> argparse.ArgumentParser:
     """A command taking ``FILE.py:KERNEL`` and a launch (``_launch_of``)."""
     p = sub.add_parser(name, help=description)
@@ -355,12 +355,6 @@ def _launch_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], nam
     p.add_argument("--inputs", help=".npz with every parameter by name (instead of make())")
     p.add_argument("--grid", type=_triple)
     p.add_argument("--block", type=_triple)
-    return p
-
-
-def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="sarek", description=__doc__)
-    sub = p.add_subparsers(dest="command", required=True)
     limits = Limits()
     p.add_argument("--max-memory", type=_count, metavar="BYTES",
                    help=f"memory the simulator and make() may use (default "
@@ -371,6 +365,12 @@ def parser() -> argparse.ArgumentParser:
                    help="trips one execution of a loop may run in the simulator (default 2^20)")
     p.add_argument("--max-trips", type=_count, metavar="N",
                    help=f"trips all loops of a simulated launch may run (default {limits.trips})")
+    return p
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="sarek", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
     d = sub.add_parser("demo", help="simulate the bundled GEMM examples and check them")
     d.add_argument("--size", type=_triple, default=(70, 45, 33), help="M,N,K (default 70,45,33)")
     d.add_argument("--examples", help="folder of gemm_*.py examples (default: the bundled ones)")
@@ -413,19 +413,6 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Runs one command; returns the exit status (0 success, 1 a check that failed or a kernel
-    refused, 2 bad input: one line on stderr, never a traceback). An exception sarek did not
-    expect is reported in one line too, as an internal error, with status 3; set
-    ``SAREK_TRACEBACK=1`` to see its traceback instead."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    try:
-        if argv[:1] == ["conformance"]:
-            return _conformance(argv[1:])
-        args = parser().parse_args(_keep_negative(argv))
-        _check_size(args)
-        return int(args.run(args))
-    except SarekError as e:
 def _keep_negative(argv: list[str]) -> list[str]:
     """``--size -1,2,3`` as ``--size=-1,2,3``: argparse would read the value as an option."""
     out: list[str] = []
@@ -442,12 +429,21 @@ def _keep_negative(argv: list[str]) -> list[str]:
     return out
 
 
+def main(argv: list[str] | None = None) -> int:
+    """Runs one command; returns the exit status (0 success, 1 a check that failed or a kernel
+    refused, 2 bad input: one line on stderr, never a traceback). An exception sarek did not
+    expect is reported in one line too, as an internal error, with status 3; set
+    ``SAREK_TRACEBACK=1`` to see its traceback instead."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        if argv[:1] == ["conformance"]:
+            return _conformance(argv[1:])
+        args = parser().parse_args(_keep_negative(argv))
+        _check_size(args)
+        return int(args.run(args))
+    except SarekError as e:
         print(f"sarek: error: {_one_line(e.reason)}", file=sys.stderr)
         return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
     except KeyboardInterrupt:
         print("sarek: interrupted", file=sys.stderr)
         return 130
@@ -480,3 +476,7 @@ def _one_line(text: str) -> str:
     """A reason that spans lines (an IRError lists its problems) folded into one."""
     return "; ".join(re.sub(r"^\s*- ", "", part).strip() for part in text.splitlines()
                      if part.strip())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

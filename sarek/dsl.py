@@ -47,6 +47,9 @@ _NUMPY_TYPES: dict[ElemType, Any] = {
 
 def numpy_dtype(elem: ElemType) -> np.dtype[Any]:
     """The NumPy dtype that holds ``elem`` values (ml_dtypes' bfloat16 for bf16)."""
+    if not isinstance(elem, str) or elem not in _NUMPY_TYPES:  # ElemType is a str enum
+        raise DslError(f"{_short(elem)} is not an element type (the types are "
+                       f"{', '.join(t.value for t in ElemType)})", *_user_line())
     dt: np.dtype[Any] = np.dtype(_NUMPY_TYPES[elem])
     return dt
 
@@ -95,12 +98,18 @@ class ReadOnly:
 
 def _scalar_type(t: object) -> ScalarType:
     if not isinstance(t, ScalarType):
-        frame = sys._getframe(1)
-        while frame.f_back is not None and frame.f_code.co_filename == __file__:
-            frame = frame.f_back  # the user's line that wrote the annotation
         raise DslError(f"an array element type must be a sarek type such as sarek.f32, not "
-                       f"{_short(t)}", frame.f_code.co_filename, frame.f_lineno)
+                       f"{_short(t)}", *_user_line())
     return t
+
+
+def _user_line() -> tuple[str, int]:
+    """The file and line of the innermost caller outside this module (the user's line that
+    misused a DSL name)."""
+    frame = sys._getframe(1)
+    while frame.f_back is not None and frame.f_code.co_filename == __file__:
+        frame = frame.f_back
+    return frame.f_code.co_filename, frame.f_lineno
 
 
 def _short(value: object) -> str:
@@ -117,6 +126,12 @@ def _hashable(obj: object) -> bool:
     return True
 
 
+class OutsideKernel(DslError, RuntimeError):
+    """A name that only means something inside a kernel (``barrier``, ``shared`` ...) called
+    from plain Python; a ``DslError`` at the caller's line (and a ``RuntimeError``, as it was
+    before it had a reason)."""
+
+
 class _Marker:
     """A name that only has a meaning inside a kernel."""
 
@@ -124,7 +139,8 @@ class _Marker:
         self.name = name
 
     def __call__(self, *args: object) -> NoReturn:
-        raise RuntimeError(f"sarek.{self.name} can only be used inside a @sarek.kernel function")
+        raise OutsideKernel(f"sarek.{self.name} can only be used inside a @sarek.kernel "
+                            "function", *_user_line())
 
     def __repr__(self) -> str:
         return f"sarek.{self.name}"

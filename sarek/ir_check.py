@@ -7,6 +7,8 @@ are those of ``specs/ir.md``.
 
 from __future__ import annotations
 
+import math
+import typing
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -516,66 +518,76 @@ def _number(v: int) -> str:
     read (Python refuses to format integers of more than 4300 digits at all)."""
     if abs(v) < 10**30:
         return str(v)
-    return f"{'-' if v < 0 else ''}~1e{int((abs(v).bit_length() - 1) * 0.30103)}"
+    return f"about {'-' if v < 0 else ''}1e{math.floor(math.log10(abs(v)))}"
 
 
 _FLOAT_INT = int(1.7976931348623157e308)  # the largest finite f64, as an integer
 
 
-def _nodes(node: BaseModel) -> Iterator[BaseModel]:
-    """The IR nodes directly inside ``node`` (its expressions, statements, layouts), found
-    through its fields so that nodes added to ``sarek.ir`` later are counted too."""
-    for name in type(node).model_fields:
-        v = getattr(node, name)
-        if isinstance(v, BaseModel):
-            yield v
-        elif isinstance(v, tuple):
-            yield from (x for x in v if isinstance(x, BaseModel))
+def _node_fields(cls: type[BaseModel]) -> tuple[str, ...]:
+    """The fields of an IR node class that hold IR nodes (or tuples of them), read from the
+    annotations once per class, so that nodes ``sarek.ir`` gains later are walked too."""
+    if cls not in _NODE_FIELDS:
+        def holds_node(t: object) -> bool:
+            if isinstance(t, type) and issubclass(t, BaseModel):
+                return True
+            return any(holds_node(a) for a in typing.get_args(t))
+
+        _NODE_FIELDS[cls] = tuple(n for n, f in cls.model_fields.items()
+                                  if holds_node(f.annotation) and n != "layout")
+    return _NODE_FIELDS[cls]
 
 
-def _is_stmt(node: BaseModel) -> bool:
-    return "line" in type(node).model_fields
+_NODE_FIELDS: dict[type[BaseModel], tuple[str, ...]] = {}
+
+
+def _too_deep(e: BaseModel, depth: int) -> bool:
+    """Whether ``e``, at ``depth``, reaches past ``MAX_EXPR_DEPTH``; the recursion stops there,
+    so it is bounded however deep ``e`` is."""
+    if depth > MAX_EXPR_DEPTH:
+        return True
+    fields = _NODE_FIELDS.get(type(e)) or _node_fields(type(e))
+    for name in fields:
+        v = getattr(e, name)
+        if type(v) is tuple:
+            for x in v:
+                if _too_deep(x, depth + 1):
+                    return True
+        elif v is not None and _too_deep(v, depth + 1):
+            return True
+    return False
+
+
+_STATEMENT = tuple(typing.get_args(typing.get_args(ir.Stmt)[0]))
 
 
 def _shape_problems(kernel: ir.Kernel) -> list[Problem]:
     """Expressions deeper than ``MAX_EXPR_DEPTH`` and statements nested deeper than
-    ``MAX_NESTING``, found without recursion (the checker proper recurses over both)."""
+    ``MAX_NESTING`` (found with recursion bounded by the limits: the checker proper recurses
+    as deep as the kernel goes)."""
     problems: list[Problem] = []
-    stack: list[tuple[BaseModel, str, int]] = [
-        (s, f"body[{i}]", 1) for i, s in reversed(list(enumerate(kernel.body)))]
-    while stack and len(problems) < 8:
-        s, path, level = stack.pop()
-        line = getattr(s, "line", None)
-        if level > MAX_NESTING:
-            problems.append(Problem(path, f"statements nest {level} deep, more than the "
-                                    f"{MAX_NESTING} the IR allows", line))
-            continue
-        inner: list[tuple[BaseModel, str, int]] = []
-        for name in type(s).model_fields:
-            v = getattr(s, name)
-            if isinstance(v, tuple) and v and all(isinstance(x, BaseModel) and _is_stmt(x)
-                                                   for x in v):
-                inner += [(x, f"{path}.{name}[{i}]", level + 1) for i, x in enumerate(v)]
-            elif isinstance(v, BaseModel) and not _is_stmt(v) and "type" in type(v).model_fields:
-                depth = _expr_depth(v)
-                if depth > MAX_EXPR_DEPTH:
-                    problems.append(Problem(path, f"the expression in {name!r} nests more than "
+
+    def block(stmts: tuple[BaseModel, ...], path: str, level: int) -> None:
+        for i, s in enumerate(stmts):
+            if len(problems) >= 8:
+                return
+            here, line = f"{path}[{i}]", getattr(s, "line", None)
+            if level > MAX_NESTING:
+                problems.append(Problem(here, f"statements nest {level} deep, more than the "
+                                        f"{MAX_NESTING} the IR allows", line))
+                return
+            for name in _node_fields(type(s)):
+                v = getattr(s, name)
+                if isinstance(v, tuple):
+                    if v and isinstance(v[0], _STATEMENT):
+                        block(v, f"{here}.{name}", level + 1)
+                elif v is not None and _too_deep(v, 1):
+                    problems.append(Problem(here, f"the expression in {name!r} nests more than "
                                             f"{MAX_EXPR_DEPTH} deep, the most the IR allows; "
                                             "compute it in several assignments", line))
-        stack += inner[::-1]
+
+    block(kernel.body, "body", 1)
     return problems
-
-
-def _expr_depth(e: BaseModel) -> int:
-    """The depth of ``e``, counted up to one past ``MAX_EXPR_DEPTH``."""
-    deepest, stack = 0, [(e, 1)]
-    while stack:
-        x, depth = stack.pop()
-        deepest = max(deepest, depth)
-        if depth > MAX_EXPR_DEPTH:
-            return depth
-        stack += [(c, depth + 1) for c in _nodes(x)]
-    return deepest
 
 
 def check(kernel: ir.Kernel) -> list[Problem]:

@@ -9,15 +9,19 @@ from typing import Any
 import numpy as np
 
 from sarek import ir
+from sarek.errors import LaunchError
 
 Dim3 = tuple[int, int, int]
 
 
 def dim3(v: int | tuple[int, ...] | list[int]) -> Dim3:
-    """``v`` as an ``(x, y, z)`` triple, missing components 1."""
-    t = (v,) if isinstance(v, int) else tuple(v)
-    if not 1 <= len(t) <= 3:
-        raise ValueError(f"a launch dimension has 1 to 3 components, got {v!r}")
+    """``v`` as an ``(x, y, z)`` triple, missing components 1; ``LaunchError`` unless it is
+    an integer or 1 to 3 of them."""
+    t = (v,) if isinstance(v, int | np.integer) else tuple(v) if isinstance(
+        v, tuple | list) else ()
+    if not 1 <= len(t) <= 3 or not all(
+            isinstance(x, int | np.integer) and not isinstance(x, bool) for x in t):
+        raise LaunchError(f"a launch dimension is 1 to 3 integers, got {str(v)[:80]}")
     x, y, z = (*t, 1, 1)[:3]
     return int(x), int(y), int(z)
 
@@ -33,7 +37,11 @@ class Launch:
     notes: Mapping[str, Any] = field(default_factory=dict)  # e.g. the sizes the launch was made for
 
     def arg_list(self) -> list[Any]:
-        """The arguments in parameter order."""
+        """The arguments in parameter order; ``LaunchError`` names a missing one."""
+        missing = [p.name for p in self.kernel.params if p.name not in self.args]
+        if missing:
+            raise LaunchError(f"the launch of {self.kernel.name!r} has no argument for "
+                              f"{', '.join(map(repr, missing))}")
         return [self.args[p.name] for p in self.kernel.params]
 
     def simulate(self, **options: Any) -> dict[str, np.ndarray]:

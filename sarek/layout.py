@@ -191,6 +191,9 @@ class TileLayout(BaseModel):
         """The same storage seen through elements of ``to_bits`` instead of ``from_bits``
         (a dtype view, not a conversion): the innermost memory mode of unit stride is
         rescaled and every other memory stride converted to the new unit."""
+        if not all(isinstance(b, int) and b > 0 for b in (from_bits, to_bits)):
+            raise LayoutError(f"element widths are positive bit counts, got {from_bits!r} and "
+                              f"{to_bits!r}")
         if from_bits == to_bits:
             return self
         if to_bits > from_bits:
@@ -283,6 +286,10 @@ def _split(group: Sequence[str], n: int, sizes: dict[str, int],
            pattern: str) -> list[tuple[int, int]]:
     """Extents of the names of a split group (the first major) and their steps within it."""
     known = [sizes.get(name) for name in group]
+    for name, k in zip(group, known, strict=True):
+        if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
+            raise LayoutError(f"the size of {name!r} in {pattern!r} must be a positive "
+                              f"integer, got {k!r}")
     missing = [i for i, k in enumerate(known) if k is None]
     if len(missing) > 1:
         raise LayoutError(f"give the sizes of {[group[i] for i in missing]} in {pattern!r}")
