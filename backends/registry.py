@@ -112,6 +112,51 @@ def _metal() -> Target:
     )
 
 
+def _opencl_nv() -> Target:
+    from backends.cuda import lower as cuda_lower
+    from backends.opencl.emit import print_nv
+    from backends.opencl.run import nv_available, run_nv
+    from sarek.coopmat import cuda_support
+
+    return Target(
+        name="opencl-nv",
+        description="OpenCL C with inline PTX (the CUDA lowering: ldmatrix + mma.sync "
+                    "m16n8k16) through NVIDIA's OpenCL",
+        lower=cuda_lower.lower,
+        print_lowered=print_nv,
+        support=lambda: cuda_support(9, 0),
+        subgroups=cuda_lower.SUBGROUPS,
+        fragments=cuda_lower.FRAGMENTS,
+        lowerings=tuple(Lowering),
+        arith="h200",
+        staging=cuda_lower.STAGING,
+        run=run_nv,
+        device_reason=nv_available,
+    )
+
+
+def _opencl() -> Target:
+    from backends.opencl import lower as opencl_lower
+    from backends.opencl.emit import print_kernel
+    from backends.opencl.run import opencl_available, run
+
+    return Target(
+        name="opencl",
+        description="portable OpenCL C 1.2: fragments emulated lane by lane in local memory "
+                    "(PoCL, or the platform $SAREK_OPENCL_PLATFORM names)",
+        lower=opencl_lower.lower,
+        print_lowered=print_kernel,
+        support=opencl_lower.support,
+        subgroups=opencl_lower.SUBGROUPS,
+        fragments=opencl_lower.FRAGMENTS,
+        lowerings=tuple(Lowering),
+        arith="sequential",
+        staging=opencl_lower.STAGING,
+        run=run,
+        device_reason=opencl_available,
+    )
+
+
 def _spirv() -> Target:
     from backends.spirv.target import spirv_target
 
@@ -125,6 +170,7 @@ def _vulkan() -> Target:
 
 
 _FACTORIES: dict[str, Callable[[], Target]] = {"cuda": _cuda, "metal": _metal,
+                                               "opencl-nv": _opencl_nv, "opencl": _opencl,
                                                "spirv": _spirv, "vulkan": _vulkan}
 
 

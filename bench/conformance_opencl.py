@@ -1,14 +1,27 @@
-"""Every GEMM example and every arithmetic probe kernel printed as OpenCL C and run on a real
-OpenCL device (by default NVIDIA's OpenCL on the GPU machine), against the simulator bit for
-bit. Writes bench/results/conformance_opencl_<platform>.json. Usage:
-``python bench/conformance_opencl.py [PLATFORM-NAME-PART]``.
+"""OpenCL on a real device, beyond what ``sarek conformance`` covers, and that command split
+across processes.
+
+``python bench/conformance_opencl.py [PLATFORM-NAME-PART] [--out-dir DIR]``: every GEMM example
+(original kernels, four sizes) and every arithmetic probe kernel (operations, conversions, math
+functions) printed as OpenCL C and run on the first device of the platform (NVIDIA's OpenCL by
+default), against the simulator bit for bit; writes ``conformance_opencl_<platform>.json``.
+
+``python bench/conformance_opencl.py --matrix TARGET [--jobs N] [--report PATH] [--quick]``:
+``sarek conformance --target TARGET`` run as one process per example (N at a time: the
+simulator side is single-threaded), the reports merged into one of the same form (cases in
+example order, totals summed) with the OpenCL device named. Exits 1 on any failure.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +48,8 @@ from sarek.loader import load_module  # noqa: E402
 from sim import simulate  # noqa: E402
 
 
-def main(platform: str) -> int:
+def probes(platform: str, out_dir: Path) -> int:
+    """The examples' original kernels and the arithmetic probes on ``platform``'s device."""
     device = find_device(platform)
     rows = []
     for path in sorted((ROOT / "examples").glob("gemm_*.py")):
@@ -60,16 +74,16 @@ def main(platform: str) -> int:
                   else edge_values(ElemType.F32, rng).astype(numpy_dtype(src)))
         probes.append((kernel, {"a": values, **{p.name: np.zeros(N, numpy_dtype(p.elem))
                                                 for p in kernel.params[1:]}}))
-    transcendental = []
+    transcendental: list[dict[str, Any]] = []
     for t in FLOATS:
         kernel = math_kernel(t)
         vals = [edge_values(t, rng) for _ in range(3)]
         args = {"a": vals[0], "b": np.roll(vals[1], 3), "c": np.roll(vals[2], 7),
                 "out": np.zeros(len(MathFn) * N, vals[0].dtype)}
-        want = simulate(kernel, args, grid=1, block=N)["out"]
-        got = run(kernel, args, (1,), (N,), platform)["out"]
+        want_out = simulate(kernel, args, grid=1, block=N)["out"]
+        got_out = run(kernel, args, (1,), (N,), platform)["out"]
         for k, fn in enumerate(MathFn):
-            bad = mismatches(got[k * N:(k + 1) * N], want[k * N:(k + 1) * N])
+            bad = mismatches(got_out[k * N:(k + 1) * N], want_out[k * N:(k + 1) * N])
             target = transcendental if fn in TRANSCENDENTAL else rows
             target.append({"case": f"{kernel.name} {fn.value}", "bit_exact": bad == 0,
                            "mismatches": bad})
@@ -88,12 +102,62 @@ def main(platform: str) -> int:
     result = {"device": device.name, "platform": device.platform.name, "all_bit_exact": ok,
               "cases": rows, "transcendental": transcendental}
     tag = "".join(c for c in device.platform.name.split()[0].lower() if c.isalnum())
-    out = ROOT / "bench" / "results" / f"conformance_opencl_{tag}.json"
+    out = out_dir / f"conformance_opencl_{tag}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"{device.platform.name} / {device.name}: {len(rows)} cases, all bit-exact: {ok}")
     return 0 if ok else 1
 
 
+def matrix(target: str, jobs: int, report: Path, quick: bool) -> int:
+    """``sarek conformance --target target`` per example in parallel, the reports merged."""
+    examples = sorted(p.stem for p in (ROOT / "examples").glob("gemm_*.py"))
+    parts = {name: report.with_name(f"{report.stem}.{name}.json") for name in examples}
+
+    def one(name: str) -> int:
+        argv = [sys.executable, "-m", "backends.conformance", "--target", target, "--example",
+                name, "--report", str(parts[name]), *(["--quick"] if quick else [])]
+        log = report.with_name(f"{report.stem}.{name}.log")
+        with log.open("w") as f:
+            return subprocess.run(argv, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
+                                  env=os.environ, check=False).returncode
+
+    with ThreadPoolExecutor(jobs) as pool:
+        codes = dict(zip(examples, pool.map(one, examples), strict=True))
+    if any(code not in (0, 1) for code in codes.values()):  # a bad request or no device
+        print(f"sarek conformance failed to run: {codes}", file=sys.stderr)
+        return 1
+    reports = [json.loads(parts[name].read_text()) for name in examples]
+    merged: dict[str, Any] = {k: reports[0][k] for k in ("target", "device", "arith", "quick")}
+    merged["cases"] = [c for r in reports for c in r["cases"]]
+    merged["totals"] = {k: sum(r["totals"][k] for r in reports) for k in reports[0]["totals"]}
+    merged["all_bit_exact"] = merged["totals"]["passed"] == merged["totals"]["cases"]
+    if target.removeprefix("sim-").startswith("opencl"):
+        from backends.opencl.run import NVIDIA, chosen_platform, device_label
+
+        merged["opencl_device"] = device_label(NVIDIA if target == "opencl-nv"
+                                               else chosen_platform())
+    merged["merged_from"] = f"{len(examples)} processes, one per example (--example NAME)"
+    report.write_text(json.dumps(merged, indent=2) + "\n")
+    for name in examples:
+        parts[name].unlink()
+    t = merged["totals"]
+    print(f"{target} on {merged.get('opencl_device', merged['device'])}: {t['passed']} of "
+          f"{t['cases']} cases bit-identical, {t['mismatches']} mismatched arrays, "
+          f"{t['canary_violations']} canary violations, {t['errors']} errors; report {report}")
+    return 0 if merged["all_bit_exact"] else 1
+
+
 if __name__ == "__main__":
     np.seterr(all="ignore")
-    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "NVIDIA"))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("platform", nargs="?", default="NVIDIA")
+    parser.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument("--matrix", metavar="TARGET")
+    parser.add_argument("--jobs", type=int, default=8)
+    parser.add_argument("--report", type=Path)
+    parser.add_argument("--quick", action="store_true")
+    a = parser.parse_args()
+    if a.matrix:
+        sys.exit(matrix(a.matrix, a.jobs, a.report or ROOT / "bench" / "results" /
+                        f"conformance_{a.matrix}.json", a.quick))
+    sys.exit(probes(a.platform, a.out_dir))

@@ -18,12 +18,10 @@ from arith_cases import (
 )
 from conftest import GEMM_EXAMPLES, example
 
-from backends.cstyle import EmitError
-from backends.opencl import emit, opencl_available, run
+from backends.opencl import opencl_available, run
 from sarek import ir
 from sarek.dsl import numpy_dtype
 from sarek.ir import ElemType
-from sarek.matrix_rewrite import rewrite_launch
 from sim import simulate
 
 pytestmark = pytest.mark.skipif(opencl_available() is not None,
@@ -87,9 +85,3 @@ def test_exact_math_functions_are_bit_identical(t: ElemType) -> None:
     for k, fn in enumerate(ir.MathFn):
         if fn not in TRANSCENDENTAL:
             assert mismatches(got[k * N:(k + 1) * N], want[k * N:(k + 1) * N]) == 0, fn
-
-
-def test_fragments_are_refused_with_the_reason() -> None:
-    rw = rewrite_launch(example("gemm_f16").make(16, 16, 16)).launch.kernel
-    with pytest.raises(EmitError, match="OpenCL does not print FragDecl statements yet"):
-        emit(rw)

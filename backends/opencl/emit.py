@@ -1,12 +1,20 @@
-"""The OpenCL C printer (portable: any OpenCL 1.2 device with double precision).
+"""The OpenCL C printers: portable OpenCL C 1.2 (``emit``) and OpenCL C with NVIDIA inline PTX
+(``emit_nv``).
 
 The semantics are kept as on CUDA (``specs/backends.md``): ``FP_CONTRACT OFF`` so that nothing
 is fused, correctly rounded division and square root (the runner builds with
 ``-cl-fp32-correctly-rounded-divide-sqrt``), integer arithmetic on unsigned types so that it
-wraps, f16 through ``vload_half``/``vstore_half_rte`` and bf16 as 16-bit patterns with
-explicit rounding to nearest even. bool is kept out of buffers and arguments (OpenCL forbids
-it there): such arrays and scalars travel as ``uchar`` 0/1. Fragments and tile patterns are not
-printed for OpenCL yet.
+wraps, f16 and bf16 as 16-bit patterns converted by integer arithmetic with rounding to
+nearest even (no ``cl_khr_fp16`` needed; ``_CONVERSIONS`` says why not ``vstore_half``).
+bool is kept out of buffers and arguments (OpenCL forbids it there): such arrays and scalars
+travel as ``uchar`` 0/1.
+
+Both print a kernel that is already lowered and decide nothing: ``emit`` lowers fragments
+with ``backends.opencl.lower`` (a lane-by-lane emulation in local memory, no extension needed);
+``emit_nv`` lowers them with the CUDA lowering (``backends.cuda.lower``) and prints its
+``Ldmatrix`` and ``Mma`` statements as the CUDA printer's inline PTX, the same text builders
+(``backends.cuda.emit.ldmatrix_asm``, ``mma_asm``, opcodes from ``sarek.atoms``), with the
+shared-window address of a ``__local`` element spelled for NVIDIA's OpenCL.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ import dataclasses
 
 from backends.c_helpers import helpers
 from backends.cstyle import Dialect, EmitError, Printer, render
+from backends.opencl.lower import lower
 from sarek import ir
 from sarek.ir import Builtin, ElemType, MathFn
 
@@ -36,12 +45,68 @@ BUILTINS = {
     Builtin.SUBGROUP_SIZE: "SK_SUBGROUP",
 }
 
+# f16 is converted by integer arithmetic, not with vload_half/vstore_half_rte on a ushort
+# reinterpreted as half: without cl_khr_fp16 no half object can exist, so that access breaks
+# C's strict aliasing, and PoCL 3.0 (LLVM 14) drops the store through the half pointer: the
+# ushort read back is stale stack, garbage and often NaN (the f16 rewrite gave all-wrong or NaN
+# outputs). Integer conversion is defined C on every device and bit-exact (test_opencl_fragments
+# checks every f16 and the rounding boundaries of f32 and f64).
 _CONVERSIONS = r"""
 #pragma OPENCL FP_CONTRACT OFF
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
-float sk_f16_to_f32(ushort h) { return vload_half(0, (const half*)&h); }
-ushort sk_f32_to_f16(float f) { ushort h; vstore_half_rte(f, 0, (half*)&h); return h; }
-ushort sk_f64_to_f16(double d) { ushort h; vstore_half_rte(d, 0, (half*)&h); return h; }
+/* f16 <-> f32/f64 by integer arithmetic: exact, nearest even, NaN payloads kept as NumPy
+   keeps them. */
+float sk_f16_to_f32(ushort h) {
+    uint s = ((uint)h & 0x8000u) << 16, e = ((uint)h >> 10) & 0x1Fu, m = (uint)h & 0x3FFu;
+    if (e == 0x1Fu) return as_float(s | 0x7F800000u | (m << 13));
+    if (e == 0u) return as_float(s | as_uint((float)m * 0x1p-24f));
+    return as_float(s | ((e + 112u) << 23) | (m << 13));
+}
+/* Directly, not through f32: converting a signalling NaN float to double would quiet it. */
+double sk_f16_to_f64(ushort h) {
+    uint m = (uint)h & 0x3FFu;
+    if ((((uint)h >> 10) & 0x1Fu) != 0x1Fu || m == 0u) return (double)sk_f16_to_f32(h);
+    return as_double(((ulong)((uint)h & 0x8000u) << 48) | 0x7FF0000000000000UL | ((ulong)m << 42));
+}
+ushort sk_f32_to_f16(float f) {
+    uint u = as_uint(f), s = (u >> 16) & 0x8000u, a = u & 0x7FFFFFFFu;
+    if (a > 0x7F800000u) {
+        uint p = (a & 0x7FFFFFu) >> 13;
+        return (ushort)(s | 0x7C00u | (p ? p : 1u));
+    }
+    if (a >= 0x477FF000u) return (ushort)(s | 0x7C00u);
+    uint r, rest, tie;
+    if (a >= 0x38800000u) {
+        r = (a - 0x38000000u) >> 13; rest = a & 0x1FFFu; tie = 0x1000u;
+    }
+    else {
+        int shift = 126 - (int)(a >> 23);
+        if (shift > 24) return (ushort)s;
+        uint m = (a & 0x7FFFFFu) | 0x800000u;
+        r = m >> shift; rest = m & ((1u << shift) - 1u); tie = 1u << (shift - 1);
+    }
+    return (ushort)(s | (r + (rest > tie || (rest == tie && (r & 1u)))));
+}
+ushort sk_f64_to_f16(double d) {
+    ulong u = as_ulong(d), a = u & 0x7FFFFFFFFFFFFFFFUL;
+    uint s = (uint)(u >> 48) & 0x8000u;
+    if (a > 0x7FF0000000000000UL) {
+        uint p = (uint)((a & 0xFFFFFFFFFFFFFUL) >> 42);
+        return (ushort)(s | 0x7C00u | (p ? p : 1u));
+    }
+    if (a >= 0x40EFFE0000000000UL) return (ushort)(s | 0x7C00u);
+    ulong r, rest, tie;
+    if (a >= 0x3F10000000000000UL) {
+        r = (a - 0x3F00000000000000UL) >> 42; rest = a & 0x3FFFFFFFFFFUL; tie = 0x20000000000UL;
+    }
+    else {
+        int shift = 1051 - (int)(a >> 52);
+        if (shift > 53) return (ushort)s;
+        ulong m = (a & 0xFFFFFFFFFFFFFUL) | 0x10000000000000UL;
+        r = m >> shift; rest = m & ((1UL << shift) - 1UL); tie = 1UL << (shift - 1);
+    }
+    return (ushort)(s | (uint)(r + (rest > tie || (rest == tie && (r & 1UL)))));
+}
 float sk_bf16_to_f32(ushort h) { return as_float((uint)h << 16); }
 /* f32 -> bf16, nearest even; a NaN stays a NaN (its quiet bit set). */
 ushort sk_f32_to_bf16(float f) {
@@ -65,6 +130,7 @@ MATH = {(fn, t): f"{name}({', '.join(f'{{{i}}}' for i in range(ir.MATH_ARITY[fn]
         for fn, name in _MATH_NAMES.items() for t in (ElemType.F32, ElemType.F64)}
 CASTS = {
     (ElemType.F16, ElemType.F32): "sk_f16_to_f32({x})",
+    (ElemType.F16, ElemType.F64): "sk_f16_to_f64({x})",
     (ElemType.F32, ElemType.F16): "sk_f32_to_f16({x})",
     (ElemType.F64, ElemType.F16): "sk_f64_to_f16({x})",
     (ElemType.BF16, ElemType.F32): "sk_bf16_to_f32({x})",
@@ -73,10 +139,45 @@ CASTS = {
 }
 
 
+_NEUTRAL = (ir.FragDecl, ir.FragFill, ir.FragLoad, ir.FragStore, ir.FragMulAdd)
+
+
 def _hook(p: Printer, s: ir.Stmt) -> list[str] | None:
-    if isinstance(s, ir.FragDecl | ir.FragFill | ir.FragLoad | ir.FragStore | ir.FragMulAdd
-                  | ir.TileApply):
-        raise EmitError(f"OpenCL does not print {type(s).__name__} statements yet")
+    """Portable OpenCL prints plain statements only: neutral fragments must have been lowered,
+    and inline PTX belongs to opencl-nv."""
+    if isinstance(s, _NEUTRAL):
+        raise EmitError(f"{s.kind} is a neutral fragment statement: lower the kernel for "
+                        "OpenCL first (backends.opencl.lower, or emit, which does)")
+    if isinstance(s, ir.Ldmatrix | ir.Mma | ir.TileApply):
+        raise EmitError(f"portable OpenCL C has no {s.kind} (inline PTX): print it for "
+                        "opencl-nv")
+    return None
+
+
+def shared_address(p: Printer, array: str, index: ir.Expr) -> str:
+    """The 32-bit shared-window address of element ``index`` of the ``__local`` array
+    ``array`` on NVIDIA's OpenCL, where ``__local`` is PTX shared memory: a ``__local``
+    pointer is already an offset into the shared window (no ``cvta``), so its integer value is
+    the address ``ldmatrix .shared`` takes."""
+    return f"(uint)(ulong)(&{array}[{p.expr(index)}])"
+
+
+def _nv_hook(p: Printer, s: ir.Stmt) -> list[str] | None:
+    """opencl-nv prints the CUDA lowering's lane-explicit instructions as inline PTX, with
+    the CUDA printer's own text builders (imported here: the portable path needs no CUDA)."""
+    from backends.cuda.emit import ldmatrix_asm, mma_asm
+
+    match s:
+        case ir.Ldmatrix():
+            return [ldmatrix_asm(s, shared_address(p, s.src, s.address))]
+        case ir.Mma():
+            return [mma_asm(s)]
+        case ir.TileApply():
+            raise EmitError("opencl-nv does not print TileApply statements (tile patterns are "
+                            "printed for CUDA)")
+        case _ if isinstance(s, _NEUTRAL):
+            raise EmitError(f"{s.kind} is a neutral fragment statement: lower the kernel for "
+                            "opencl-nv first (backends.cuda.lower, or emit_nv, which does)")
     return None
 
 
@@ -88,7 +189,7 @@ DIALECT = Dialect(
     global_pointer="__global {const}{t}*",
     shared_decl="__local {t} {name}[{size}] __attribute__((aligned({align})));",
     barrier="barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);",
-    prelude=_CONVERSIONS + helpers("", TYPES) + "\n",
+    prelude=_CONVERSIONS + helpers("", TYPES, clz=("clz", "clz")) + "\n",
     math=MATH,
     casts=CASTS,
     stmt_hook=_hook,
@@ -99,9 +200,37 @@ DIALECT = Dialect(
 BUILD_OPTIONS = ("-cl-fp32-correctly-rounded-divide-sqrt",)
 
 
-def emit(kernel: ir.Kernel) -> str:
-    """The kernel as OpenCL C (build it with ``BUILD_OPTIONS``)."""
+def _dialect(kernel: ir.Kernel, base: Dialect) -> Dialect:
     subgroup = kernel.subgroup or 32
-    dialect = dataclasses.replace(DIALECT, prelude=f"#define SK_SUBGROUP {subgroup}\n"
-                                  + DIALECT.prelude)
-    return render(kernel, dialect)
+    return dataclasses.replace(base, prelude=f"#define SK_SUBGROUP {subgroup}\n" + base.prelude)
+
+
+def print_kernel(kernel: ir.Kernel) -> str:
+    """A kernel without fragments (original, or lowered by ``backends.opencl.lower``) as
+    portable OpenCL C (build it with ``BUILD_OPTIONS``)."""
+    return render(kernel, _dialect(kernel, DIALECT))
+
+
+def emit(kernel: ir.Kernel) -> str:
+    """The kernel, original or rewritten, validated, lowered for portable OpenCL and printed
+    as OpenCL C 1.2 that needs no extension beyond double precision."""
+    ir.ensure_valid(kernel)
+    return print_kernel(lower(kernel))
+
+
+NV_DIALECT = dataclasses.replace(DIALECT, name="opencl-nv", stmt_hook=_nv_hook)
+
+
+def print_nv(kernel: ir.Kernel) -> str:
+    """A kernel lowered for CUDA (``backends.cuda.lower``) as OpenCL C for NVIDIA's OpenCL,
+    its ldmatrix and mma.sync as inline PTX."""
+    return render(kernel, _dialect(kernel, NV_DIALECT))
+
+
+def emit_nv(kernel: ir.Kernel) -> str:
+    """The kernel, original or rewritten, validated, lowered as for CUDA (tensor cores,
+    subgroup 32, fragment 16) and printed as OpenCL C with inline PTX for NVIDIA's OpenCL."""
+    from backends.cuda.lower import lower as cuda_lower
+
+    ir.ensure_valid(kernel)
+    return print_nv(cuda_lower(kernel))

@@ -1,34 +1,61 @@
 """Run a kernel on an OpenCL device through pyopencl (PoCL on the CPU, or a GPU's driver).
 
-``run`` mirrors ``sim.simulate``: the same arguments, and every array parameter's final
-contents by name.
+``run`` (portable OpenCL C) and ``run_nv`` (OpenCL C with NVIDIA inline PTX) mirror
+``sim.simulate``: the same arguments, and every array parameter's final contents by name.
+
+Which platform the portable target runs on: the ``platform`` argument, else the environment
+variable ``SAREK_OPENCL_PLATFORM`` (a part of the platform's name, any case: ``NVIDIA``,
+``Portable``), else the first platform that has a device. ``run_nv`` always takes NVIDIA's.
+
+On a CPU device (PoCL) programs are built with ``-cl-opt-disable`` unless
+``SAREK_OPENCL_OPTIMIZE`` is set: PoCL turns every barrier region of a kernel into a loop over
+the work-group's work-items and then runs LLVM's whole optimization and vectorization pipeline
+over the result, which for a rewritten kernel takes 5 to 300 s, where running it unoptimized
+takes milliseconds (``bench/opencl_speed.py``).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from backends.opencl.emit import BUILD_OPTIONS, emit
+from backends.opencl.emit import BUILD_OPTIONS, emit, emit_nv
 from sarek import ir
 from sarek.dsl import numpy_dtype
 from sarek.errors import SarekError
+
+PLATFORM_VARIABLE = "SAREK_OPENCL_PLATFORM"
+OPTIMIZE_VARIABLE = "SAREK_OPENCL_OPTIMIZE"
+NVIDIA = "NVIDIA"  # a part of the name of NVIDIA's OpenCL platform ("NVIDIA CUDA")
 
 
 class OpenCLError(SarekError):
     """No OpenCL device, or the device refused the program; ``reason`` carries its log."""
 
 
-def opencl_available(platform: str = "") -> str | None:
-    """None when pyopencl finds a device (on a platform whose name contains ``platform``),
-    else the reason it does not."""
+def chosen_platform(platform: str | None = None) -> str:
+    """The part of a platform name the portable target looks for: ``platform``, else
+    ``$SAREK_OPENCL_PLATFORM``, else "" (the first platform with a device)."""
+    return platform if platform is not None else os.environ.get(PLATFORM_VARIABLE, "")
+
+
+def opencl_available(platform: str | None = None) -> str | None:
+    """None when pyopencl finds a device (on a platform whose name contains ``platform``,
+    ``$SAREK_OPENCL_PLATFORM`` by default), else the reason it does not."""
     try:
-        find_device(platform)
+        find_device(chosen_platform(platform))
     except OpenCLError as e:
         return e.reason
     return None
+
+
+def nv_available() -> str | None:
+    """None when NVIDIA's OpenCL has a device, else the reason (opencl-nv needs it: its inline
+    PTX is for NVIDIA's compiler alone)."""
+    return opencl_available(NVIDIA)
 
 
 def find_device(platform: str = "") -> Any:
@@ -51,15 +78,47 @@ def find_device(platform: str = "") -> Any:
     raise OpenCLError(f"no OpenCL device on a platform named {platform!r} (platforms: {names})")
 
 
+def device_label(platform: str | None = None) -> str:
+    """The device the portable target runs on, as a person reads it (its platform too)."""
+    device = find_device(chosen_platform(platform))
+    return f"{device.name.strip()} ({device.platform.name.strip()})"
+
+
+def build_options(device: Any) -> list[str]:
+    """The options a program is built with on ``device`` (module docstring)."""
+    import pyopencl as cl
+
+    options = list(BUILD_OPTIONS)
+    if device.type & cl.device_type.CPU and not os.environ.get(OPTIMIZE_VARIABLE):
+        options.append("-cl-opt-disable")
+    return options
+
+
 def _memory(elem: ir.ElemType) -> np.dtype[Any]:
     return np.dtype(np.uint8) if elem is ir.ElemType.BOOL else numpy_dtype(elem)
 
 
 def run(kernel: ir.Kernel, args: Sequence[Any] | Mapping[str, Any], grid: tuple[int, ...],
-        block: tuple[int, ...], platform: str = "") -> dict[str, np.ndarray]:
-    """Builds the kernel's OpenCL C for the first device of the first platform whose name
-    contains ``platform`` (PoCL on a CPU machine), launches it once and returns every array
-    parameter's contents afterwards (bool arrays as bool)."""
+        block: tuple[int, ...], platform: str | None = None) -> dict[str, np.ndarray]:
+    """Prints ``kernel`` (original or rewritten) as portable OpenCL C, builds it for the first
+    device of the chosen platform (``chosen_platform``: PoCL on a CPU machine), launches it
+    once and returns every array parameter's contents afterwards (bool arrays as bool)."""
+    return launch(emit(kernel), kernel, args, grid, block, chosen_platform(platform))
+
+
+def run_nv(kernel: ir.Kernel, args: Sequence[Any] | Mapping[str, Any], grid: tuple[int, ...],
+           block: tuple[int, ...]) -> dict[str, np.ndarray]:
+    """Prints ``kernel`` as OpenCL C with NVIDIA inline PTX (``emit_nv``), builds it with
+    NVIDIA's OpenCL, launches it once and returns every array parameter's contents."""
+    return launch(emit_nv(kernel), kernel, args, grid, block, NVIDIA)
+
+
+def launch(source: str, kernel: ir.Kernel, args: Sequence[Any] | Mapping[str, Any],
+           grid: tuple[int, ...], block: tuple[int, ...], platform: str = ""
+           ) -> dict[str, np.ndarray]:
+    """Builds ``source`` (``kernel`` printed for OpenCL) on the first device of the first
+    platform whose name contains ``platform``, launches ``kernel`` once over ``grid`` blocks
+    of ``block`` work-items and returns every array parameter's contents afterwards."""
     import pyopencl as cl
 
     device = find_device(platform)
@@ -68,7 +127,7 @@ def run(kernel: ir.Kernel, args: Sequence[Any] | Mapping[str, Any], grid: tuple[
     ctx = cl.Context([device])
     queue = cl.CommandQueue(ctx)
     try:
-        program = cl.Program(ctx, emit(kernel)).build(options=list(BUILD_OPTIONS))
+        program = cl.Program(ctx, source).build(options=build_options(device))
     except cl.RuntimeError as e:
         raise OpenCLError(f"{kernel.name} does not build on {device.name}: {e}") from None
     launch_args: list[Any] = []
@@ -87,7 +146,10 @@ def run(kernel: ir.Kernel, args: Sequence[Any] | Mapping[str, Any], grid: tuple[
     g, b = (*grid, 1, 1)[:3], (*block, 1, 1)[:3]
     if all(g):
         kern = getattr(program, kernel.name)
-        kern(queue, tuple(x * y for x, y in zip(g, b, strict=True)), tuple(b), *launch_args)
+        try:
+            kern(queue, tuple(x * y for x, y in zip(g, b, strict=True)), tuple(b), *launch_args)
+        except cl.Error as e:
+            raise OpenCLError(f"{kernel.name} does not launch on {device.name}: {e}") from None
     out = {}
     for name, (buf, host, p) in buffers.items():
         result = np.empty_like(host)

@@ -1,0 +1,462 @@
+"""Lowering for portable OpenCL: neutral fragments emulated lane by lane in plain OpenCL C 1.2.
+
+No extension is needed (no subgroup functions, no ``cl_khr_fp16``): a subgroup is only a
+group of ``subgroup`` consecutive work-items (``subgroup_id``, ``subgroup_lane``), and lanes
+exchange data through local memory and work-group barriers.
+
+* Element ``f`` of an ``R x C`` fragment (row-major, ``f = i*C + j``) belongs to lane
+  ``f % subgroup``, as slot ``f / subgroup``: the lane map the neutral simulator uses for race
+  attribution, so the lowered kernel touches shared memory from the same lanes.
+* Fragments of one use, element type and shape are packed into one array, fragment ``n`` of
+  the group at index ``n``, so that a run of statements over many fragments is one loop.
+  Accumulators are private (``local`` space): ``R*C/subgroup`` slots per lane and fragment, and
+  every lane loads, fills, stores and updates only its own elements, so they never need a
+  barrier. A and B operands are shared (``__local``, declared at the top level of the body):
+  one ``R x C`` matrix per fragment and wave, filled by per-lane element copies of each lane's
+  own elements, and read whole (rows of A, columns of B) by a multiply-accumulate.
+* ``FragMulAdd`` makes each lane compute its own accumulator slots: the slot's value, then
+  each product ``a[i,k] * b[k,j]`` (exact: f16 and bf16 products fit f32) added in k order,
+  rounded after every addition, which is the simulator's ``sequential`` model (integers wrap,
+  exactly as the integer model does). A run of consecutive multiply-accumulates (or fills)
+  whose fragment indices are affine in the position in the run becomes one loop, in the
+  statements' order, so it computes exactly what the statements do one after another.
+* A barrier is inserted where lanes exchange data and nothing else orders it: before a
+  multiply-accumulate that reads an operand written since the last barrier, and before a write
+  of an operand that a multiply-accumulate read since the last barrier (followed around loops).
+
+Everything is loops (over runs, slots and k), never unrolled element by element: the printed
+kernel stays small, which is what keeps PoCL's compile time short (``specs/backends.md``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from backends.cstyle import EmitError
+from sarek import ir
+from sarek.coopmat import DeviceSupport
+from sarek.errors import IRError
+from sarek.ir import BinOp, Builtin, ElemType, FragLayout, FragUse, MemSpace
+from sarek.ir_build import add, binary, const, mul, var
+from sarek.ir_check import walk
+from sarek.staging import DENSE
+
+SUBGROUPS = (32, 64)
+FRAGMENTS = (16, 8)
+STAGING = DENSE
+"""The neutral dense tiles: the emulation copies element by element, so no row layout helps
+or hinders it."""
+I32 = ElemType.I32
+
+_FRAGMENT_STMTS = (ir.FragDecl, ir.FragFill, ir.FragLoad, ir.FragStore, ir.FragMulAdd)
+_ElementBody = Callable[["_Element"], list[ir.Stmt]]
+"""What runs for one of a lane's elements of a fragment."""
+
+
+def support() -> DeviceSupport:
+    """The gate's view of the emulation: any configuration runs (plain arithmetic in every
+    work-item), at the subgroups and fragments the target table lists."""
+    return DeviceSupport("portable OpenCL (lane-by-lane emulation)", universal=True,
+                         note="an emulation in plain OpenCL C: every configuration")
+
+
+def lower(kernel: ir.Kernel) -> ir.Kernel:
+    """``kernel`` with every fragment statement emulated lane by lane (kernels without
+    fragments come back unchanged); ``EmitError`` with the reason for what the emulation
+    cannot express."""
+    stmts = list(walk(kernel.body))
+    if any(isinstance(s, ir.TileApply) for s in stmts):
+        raise EmitError("portable OpenCL has no ldmatrix/stmatrix: TileApply statements are "
+                        "printed for CUDA only")
+    if not any(isinstance(s, _FRAGMENT_STMTS) for s in stmts):
+        return kernel
+    lowering = _Lowering(kernel)
+    body = lowering.top(kernel.body)
+    lowered = kernel.model_copy(update={"body": body, "subgroup": lowering.subgroup})
+    try:
+        ir.ensure_valid(lowered)
+    except IRError as e:  # a barrier the emulation needs sits under varying control
+        raise EmitError(f"the portable OpenCL emulation of {kernel.name!r} is not a valid "
+                        f"kernel: {e.reason}") from None
+    return lowered
+
+
+@dataclass
+class _Hazards:
+    """Operand fragments touched since the last barrier: written lane by lane (``written``)
+    and read whole by a multiply-accumulate (``read``)."""
+
+    written: set[str] = field(default_factory=set)
+    read: set[str] = field(default_factory=set)
+
+    def copy(self) -> _Hazards:
+        return _Hazards(set(self.written), set(self.read))
+
+    def union(self, other: _Hazards) -> _Hazards:
+        return _Hazards(self.written | other.written, self.read | other.read)
+
+
+@dataclass(frozen=True)
+class _Element:
+    """One of a lane's elements of an ``R x C`` fragment: its row ``i`` and column ``j``, the
+    lane's slot holding it and its row-major index ``flat``."""
+
+    i: ir.Expr
+    j: ir.Expr
+    slot: ir.Expr
+    flat: ir.Expr
+
+
+@dataclass(frozen=True)
+class _Group:
+    """The array holding every fragment of one use, element type and shape."""
+
+    array: str
+    use: FragUse
+    elem: ElemType
+    rows: int
+    cols: int
+    members: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _Affine:
+    """``base + outer * (r / width) + inner * (r % width)`` over a run position ``r``."""
+
+    base: int
+    outer: int
+    inner: int
+    width: int
+
+    def expr(self, r: ir.Expr) -> ir.Expr:
+        out: ir.Expr = const(self.base)
+        if self.outer:
+            out = add(mul(binary(BinOp.DIV, r, const(self.width)), const(self.outer)), out)
+        if self.inner:
+            out = add(mul(binary(BinOp.REM, r, const(self.width)), const(self.inner)), out)
+        return out
+
+
+def _fit(values: Sequence[int], width: int) -> _Affine | None:
+    """The affine form of ``values`` with ``width``, if there is one."""
+    base = values[0]
+    inner = values[1] - base if width > 1 and len(values) > 1 else 0
+    outer = values[width] - base if len(values) > width else 0
+    form = _Affine(base, outer, inner, width)
+    if all(base + outer * (r // width) + inner * (r % width) == v
+           for r, v in enumerate(values)):
+        return form
+    return None
+
+
+def _fit_all(columns: Sequence[Sequence[int]]) -> list[_Affine] | None:
+    """One width that makes every column affine, and the forms; None when none does."""
+    n = len(columns[0])
+    for width in range(1, n + 1):
+        if n % width == 0:
+            forms = [_fit(c, width) for c in columns]
+            if all(f is not None for f in forms):
+                return [f for f in forms if f is not None]
+    return None
+
+
+class _Lowering:
+    def __init__(self, kernel: ir.Kernel) -> None:
+        self.kernel = kernel
+        self.subgroup = kernel.subgroup or 32
+        if self.subgroup not in SUBGROUPS:
+            raise EmitError(f"portable OpenCL emulates subgroups of "
+                            f"{', '.join(map(str, SUBGROUPS))} lanes; kernel {kernel.name!r} "
+                            f"is written for {self.subgroup}")
+        if kernel.block is None:
+            raise EmitError(f"kernel {kernel.name!r} does not record the block it is written "
+                            "for; the portable emulation keeps one operand matrix per wave of "
+                            "the block in local memory")
+        threads = kernel.block[0] * kernel.block[1] * kernel.block[2]
+        if threads % self.subgroup:
+            raise EmitError(f"a block of {threads} work-items is not whole subgroups of "
+                            f"{self.subgroup}")
+        self.waves = threads // self.subgroup
+        self.frags: dict[str, ir.FragDecl] = {}
+        self.place: dict[str, tuple[_Group, int]] = {}
+        self.taken = _names(kernel)
+        self.lane = self.fresh("lane")
+        self.wave = self.fresh("wave")
+
+    # ---------------------------------------------------------------- names and places
+
+    def fresh(self, stem: str) -> str:
+        n = 0
+        while f"sk_{stem}{n or ''}" in self.taken:
+            n += 1
+        name = f"sk_{stem}{n or ''}"
+        self.taken.add(name)
+        return name
+
+    def frag(self, name: str) -> ir.FragDecl:
+        if name not in self.frags:
+            raise EmitError(f"{name!r} is not a fragment declared before its use")
+        return self.frags[name]
+
+    def where(self, name: str) -> tuple[_Group, int]:
+        self.frag(name)
+        return self.place[name]
+
+    def slots(self, g: _Group) -> int:
+        return g.rows * g.cols // self.subgroup
+
+    def at(self, g: _Group, index: ir.Expr, slot: ir.Expr, flat: ir.Expr) -> ir.Expr:
+        """Where a lane keeps its element ``flat`` (slot ``slot``) of fragment ``index`` of
+        ``g``."""
+        if g.use is FragUse.ACCUMULATOR:
+            return add(mul(index, const(self.slots(g))), slot)
+        return add(self.matrix(g, index), flat)
+
+    def matrix(self, g: _Group, index: ir.Expr) -> ir.Expr:
+        """Where this wave's matrix of operand fragment ``index`` of ``g`` starts."""
+        return mul(add(mul(index, const(self.waves)), var(self.wave)), const(g.rows * g.cols))
+
+    # ---------------------------------------------------------------- declarations
+
+    def top(self, body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+        decls = [s for s in walk(body) if isinstance(s, ir.FragDecl)]
+        for d in decls:
+            if d not in body:
+                raise EmitError(f"fragment {d.name!r} is declared inside a block; the "
+                                "portable emulation keeps operands in local memory, which "
+                                "OpenCL declares at the top level of a kernel")
+            if d.name in self.frags:
+                raise EmitError(f"fragment {d.name!r} is declared twice")
+            if (d.rows * d.cols) % self.subgroup:
+                raise EmitError(f"fragment {d.name!r} has {d.rows * d.cols} elements, which "
+                                f"{self.subgroup} lanes cannot share evenly")
+            self.frags[d.name] = d
+        keys: dict[tuple[FragUse, ElemType, int, int], list[str]] = {}
+        for d in decls:
+            keys.setdefault((d.use, d.elem, d.rows, d.cols), []).append(d.name)
+        for (use, elem, rows, cols), members in keys.items():
+            stem = {FragUse.A: "fa", FragUse.B: "fb", FragUse.ACCUMULATOR: "facc"}[use]
+            g = _Group(self.fresh(f"{stem}_{elem.value}_{rows}x{cols}"), use, elem, rows, cols,
+                       tuple(members))
+            for n, name in enumerate(members):
+                self.place[name] = (g, n)
+        prologue: tuple[ir.Stmt, ...] = (
+            ir.Let(name=self.lane, type=I32, value=ir.BuiltinValue(which=Builtin.SUBGROUP_LANE)),
+            ir.Let(name=self.wave, type=I32, value=ir.BuiltinValue(which=Builtin.SUBGROUP_ID)),
+        )
+        out, _ = self.block(body, _Hazards())
+        return prologue + out
+
+    def storage(self, d: ir.FragDecl) -> list[ir.Stmt]:
+        """The group's array, where its first fragment is declared."""
+        g, n = self.place[d.name]
+        if n:
+            return []
+        count = len(g.members)
+        if g.use is FragUse.ACCUMULATOR:
+            return [ir.ArrayDecl(name=g.array, elem=g.elem, size=count * self.slots(g),
+                                 space=MemSpace.LOCAL, line=d.line)]
+        return [ir.ArrayDecl(name=g.array, elem=g.elem,
+                             size=count * self.waves * g.rows * g.cols, space=MemSpace.SHARED,
+                             line=d.line)]
+
+    # ---------------------------------------------------------------- blocks and hazards
+
+    def block(self, stmts: tuple[ir.Stmt, ...], state: _Hazards
+              ) -> tuple[tuple[ir.Stmt, ...], _Hazards]:
+        out: list[ir.Stmt] = []
+        i = 0
+        while i < len(stmts):
+            s = stmts[i]
+            if isinstance(s, ir.FragMulAdd | ir.FragFill):
+                run, forms = self.run(stmts, i)
+                lowered, state = self.run_stmts(run, forms, state)
+                i += len(run)
+            else:
+                lowered, state = self.stmt(s, state)
+                i += 1
+            out.extend(lowered)
+        return tuple(out), state
+
+    def stmt(self, s: ir.Stmt, state: _Hazards) -> tuple[list[ir.Stmt], _Hazards]:
+        match s:
+            case ir.Barrier():
+                return [s], _Hazards()
+            case ir.For(body=body) | ir.While(body=body):
+                # The body may run again after its end: its hazards at the end reach its start
+                # (iterated until they no longer grow; the sets are finite).
+                start = state
+                while True:
+                    lowered, end = self.block(body, start)
+                    if start.union(end) == start:
+                        break
+                    start = start.union(end)
+                return [s.model_copy(update={"body": lowered})], state.union(end)
+            case ir.If(then=then, orelse=orelse):
+                t, t_end = self.block(then, state.copy())
+                o, o_end = self.block(orelse, state.copy())
+                return [s.model_copy(update={"then": t, "orelse": o})], t_end.union(o_end)
+            case ir.FragDecl():
+                return self.storage(s), state
+            case ir.FragLoad():
+                return self.written([s.frag], state, self.move(s))
+            case ir.FragStore():
+                return self.move(s), state
+        return [s], state
+
+    def written(self, names: list[str], state: _Hazards, stmts: list[ir.Stmt]
+                ) -> tuple[list[ir.Stmt], _Hazards]:
+        """``stmts`` write the fragments ``names`` lane by lane: a barrier first when one is
+        an operand another lane read since the last one."""
+        operands = {n for n in names if self.frag(n).use is not FragUse.ACCUMULATOR}
+        out: list[ir.Stmt] = []
+        if operands & state.read:
+            out.append(ir.Barrier())
+            state = _Hazards()
+        state = state.copy()
+        state.written |= operands
+        return [*out, *stmts], state
+
+    # ---------------------------------------------------------------- runs
+
+    def indices(self, s: ir.Stmt) -> tuple[tuple[_Group, int], ...]:
+        match s:
+            case ir.FragMulAdd(d=d, a=a, b=b, c=c):
+                return tuple(self.where(n) for n in (d, a, b, c))
+            case ir.FragFill(frag=f):
+                return (self.where(f),)
+        raise AssertionError(s)
+
+    def run(self, stmts: tuple[ir.Stmt, ...], start: int
+            ) -> tuple[list[ir.Stmt], list[_Affine]]:
+        """The longest run of statements from ``start`` of the same kind, over the same
+        groups (and, for fills, of the same value), whose fragment indices are affine in the
+        position in the run, and those affine forms."""
+        first = stmts[start]
+        groups = [g for g, _ in self.indices(first)]
+        run: list[ir.Stmt] = []
+        rows: list[list[int]] = []
+        for s in stmts[start:]:
+            if type(s) is not type(first):
+                break
+            if isinstance(s, ir.FragFill) and isinstance(first, ir.FragFill) and \
+                    s.value != first.value:
+                break
+            places = self.indices(s)
+            if [g for g, _ in places] != groups:
+                break
+            run.append(s)
+            rows.append([n for _, n in places])
+        columns = [list(c) for c in zip(*rows, strict=True)]
+        for n in range(len(run), 0, -1):
+            forms = _fit_all([c[:n] for c in columns])
+            if forms is not None:
+                return run[:n], forms
+        raise AssertionError("a run of one statement is always affine")
+
+    def run_stmts(self, run: list[ir.Stmt], forms: list[_Affine], state: _Hazards
+                  ) -> tuple[list[ir.Stmt], _Hazards]:
+        r = self.fresh("r")
+        indices = [f.expr(var(r)) for f in forms]
+        first = run[0]
+        if isinstance(first, ir.FragFill):
+            g, _ = self.where(first.frag)
+            body = self.each_element(g, lambda e: [
+                ir.Store(array=g.array, index=self.at(g, indices[0], e.slot, e.flat),
+                         value=first.value, line=first.line)])
+            names = [s.frag for s in run if isinstance(s, ir.FragFill)]
+            return self.written(names, state, self.loop(r, len(run), body, first.line))
+        assert isinstance(first, ir.FragMulAdd)
+        reads = {n for s in run if isinstance(s, ir.FragMulAdd) for n in (s.a, s.b)}
+        out: list[ir.Stmt] = []
+        if reads & state.written:
+            out.append(ir.Barrier(line=first.line))
+            state = _Hazards()
+        state = state.copy()
+        state.read |= reads
+        body = self.mul_add(first, *indices)
+        return [*out, *self.loop(r, len(run), body, first.line)], state
+
+    def loop(self, r: str, n: int, body: list[ir.Stmt], line: int | None) -> list[ir.Stmt]:
+        """``body`` for ``r`` in ``range(n)``, or once with ``r = 0``."""
+        if n == 1:
+            return [ir.Let(name=r, type=I32, value=const(0)), *body]
+        return [ir.For(var=r, start=const(0), stop=const(n), step=const(1), body=tuple(body),
+                       line=line)]
+
+    # ---------------------------------------------------------------- element loops
+
+    def each_element(self, g: _Group, body: _ElementBody) -> list[ir.Stmt]:
+        """``for slot: body(the lane's element in that slot)`` over the fragments of ``g``."""
+        slot, flat = self.fresh("slot"), self.fresh("f")
+        i, j = self.fresh("i"), self.fresh("j")
+        inner: list[ir.Stmt] = [
+            ir.Let(name=flat, type=I32, value=add(mul(var(slot), const(self.subgroup)),
+                                                  var(self.lane))),
+            ir.Let(name=i, type=I32, value=binary(BinOp.DIV, var(flat), const(g.cols))),
+            ir.Let(name=j, type=I32, value=binary(BinOp.REM, var(flat), const(g.cols))),
+            *body(_Element(var(i), var(j), var(slot), var(flat))),
+        ]
+        return [ir.For(var=slot, start=const(0), stop=const(self.slots(g)), step=const(1),
+                       body=tuple(inner))]
+
+    def move(self, s: ir.FragLoad | ir.FragStore) -> list[ir.Stmt]:
+        g, n = self.where(s.frag)
+
+        def element(e: _Element) -> list[ir.Stmt]:
+            at = self.at(g, const(n), e.slot, e.flat)
+            major, minor = (e.i, e.j) if s.layout is FragLayout.ROW else (e.j, e.i)
+            there = add(add(s.offset, mul(major, s.stride)), minor)
+            if isinstance(s, ir.FragLoad):
+                return [ir.Store(array=g.array, index=at, line=s.line,
+                                 value=ir.Load(array=s.array, index=there, type=g.elem))]
+            return [ir.Store(array=s.array, index=there, line=s.line,
+                             value=ir.Load(array=g.array, index=at, type=g.elem))]
+
+        return self.each_element(g, element)
+
+    def mul_add(self, s: ir.FragMulAdd, d: ir.Expr, a: ir.Expr, b: ir.Expr, c: ir.Expr
+                ) -> list[ir.Stmt]:
+        """One lane's share of ``d = a * b + c`` for fragment indices ``d``, ``a``, ``b``,
+        ``c`` of their groups."""
+        (gd, _), (ga, _), (gb, _), (gc, _) = (self.where(n) for n in (s.d, s.a, s.b, s.c))
+        if gd.use is not FragUse.ACCUMULATOR or gc.use is not FragUse.ACCUMULATOR:
+            raise EmitError(f"a multiply-accumulate into {s.d!r} from {s.c!r}: both must be "
+                            "accumulators")
+        acc_t, depth = gd.elem, ga.cols
+        k, acc, row, col = self.fresh("kk"), self.fresh("acc"), self.fresh("arow"), \
+            self.fresh("bcol")
+
+        def widened(x: ir.Expr) -> ir.Expr:
+            return x if x.type is acc_t else ir.Cast(x=x, type=acc_t)
+
+        def element(e: _Element) -> list[ir.Stmt]:
+            a_k = ir.Load(array=ga.array, type=ga.elem, index=add(var(row), var(k)))
+            b_k = ir.Load(array=gb.array, type=gb.elem,
+                          index=add(var(col), mul(var(k), const(gb.cols))))
+            step = ir.Assign(name=acc, line=s.line,
+                             value=add(var(acc, acc_t), mul(widened(a_k), widened(b_k))))
+            return [
+                ir.Let(name=row, type=I32, value=add(self.matrix(ga, a),
+                                                     mul(e.i, const(depth)))),
+                ir.Let(name=col, type=I32, value=add(self.matrix(gb, b), e.j)),
+                ir.Let(name=acc, type=acc_t, value=ir.Load(
+                    array=gc.array, type=acc_t, index=self.at(gc, c, e.slot, e.flat))),
+                ir.For(var=k, start=const(0), stop=const(depth), step=const(1), body=(step,)),
+                ir.Store(array=gd.array, index=self.at(gd, d, e.slot, e.flat),
+                         value=var(acc, acc_t), line=s.line),
+            ]
+
+        return self.each_element(gd, element)
+
+
+def _names(kernel: ir.Kernel) -> set[str]:
+    """Every name the kernel declares."""
+    names = {p.name for p in kernel.params}
+    for s in walk(kernel.body):
+        match s:
+            case ir.Let(name=n) | ir.ArrayDecl(name=n) | ir.FragDecl(name=n) | \
+                    ir.TensorView(name=n) | ir.For(var=n):
+                names.add(n)
+    return names

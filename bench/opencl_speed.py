@@ -1,0 +1,156 @@
+"""How long a rewritten 128^3 GEMM takes on PoCL, printed as portable OpenCL C: the build, the
+first launch (PoCL compiles the work-group function for the launch's local size there) and a
+warm launch, each kernel checked bit for bit against the simulator running the same lowered
+kernel. PoCL's and pyopencl's caches are off, so every build is cold, as in a fresh CI run.
+
+By default the runner builds for CPU devices with ``-cl-opt-disable`` (``backends.opencl.run``);
+``--optimized`` adds rows built with LLVM's optimizer on, which is what made the portable path
+take 5 to 300 s per kernel (a few kernels only: they are that slow).
+
+Usage: ``python bench/opencl_speed.py [--size N] [--optimized] [--out PATH]``; writes
+``bench/results/opencl_speed.json`` and prints a table. Exits 1 when a kernel differs from the
+simulator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("POCL_KERNEL_CACHE", "0")  # cold builds: no PoCL kernel cache,
+os.environ.setdefault("PYOPENCL_NO_CACHE", "1")  # and no pyopencl binary cache
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from backends.opencl.emit import emit  # noqa: E402
+from backends.opencl.lower import lower  # noqa: E402
+from backends.opencl.run import OPTIMIZE_VARIABLE, build_options, find_device  # noqa: E402
+from sarek import ir  # noqa: E402
+from sarek.demo import compare  # noqa: E402
+from sarek.dsl import numpy_dtype  # noqa: E402
+from sarek.launch import Launch  # noqa: E402
+from sarek.loader import load_module  # noqa: E402
+from sarek.matrix_rewrite import rewrite_launch  # noqa: E402
+from sarek.matrix_scheme import Lowering  # noqa: E402
+from sim import simulate  # noqa: E402
+
+KERNELS = (("gemm_f16", Lowering.F16_OPERANDS), ("gemm_f32", Lowering.BF16X3_OPERANDS),
+           ("gemm_f32", Lowering.BF16_OPERANDS), ("gemm_f32", Lowering.F16_OPERANDS),
+           ("gemm_i32", Lowering.INT32_BYTE_PLANES))
+CONFIGS = ((32, 16), (32, 8), (64, 16), (64, 8))
+OPTIMIZED = (("gemm_f16", Lowering.F16_OPERANDS, 32, 16), ("gemm_f16", Lowering.F16_OPERANDS,
+                                                             32, 8))
+WARM = 5
+
+
+def measure(launch: Launch, optimized: bool) -> dict[str, Any]:
+    """Cold build, first launch and the median warm launch of ``launch`` on the first OpenCL
+    device, and whether its arrays equal the simulator's."""
+    import pyopencl as cl
+
+    device = find_device("")
+    kernel = launch.kernel
+    source = emit(kernel)
+    if optimized:
+        os.environ[OPTIMIZE_VARIABLE] = "1"
+    try:
+        options = build_options(device)
+    finally:
+        os.environ.pop(OPTIMIZE_VARIABLE, None)
+    ctx = cl.Context([device])
+    queue = cl.CommandQueue(ctx)
+    start = time.perf_counter()
+    program = cl.Program(ctx, source).build(options=options)
+    built = time.perf_counter()
+    args: list[Any] = []
+    buffers: dict[str, tuple[Any, np.ndarray]] = {}
+    for p in kernel.params:
+        value = launch.args[p.name]
+        if isinstance(p, ir.ArrayParam):
+            host = np.ascontiguousarray(np.asarray(value, numpy_dtype(p.elem)).ravel())
+            buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR,
+                            hostbuf=host)
+            buffers[p.name] = (buf, host)
+            args.append(buf)
+        else:
+            args.append(numpy_dtype(p.elem).type(value))
+    run = getattr(program, kernel.name)
+    size = tuple(g * b for g, b in zip(launch.grid, launch.block, strict=True))
+    first_start = time.perf_counter()
+    run(queue, size, launch.block, *args)
+    queue.finish()
+    first = time.perf_counter() - first_start
+    got = {}
+    for name, (buf, host) in buffers.items():
+        out = np.empty_like(host)
+        cl.enqueue_copy(queue, out, buf)
+        got[name] = out
+    warm = []
+    for _ in range(WARM):
+        t = time.perf_counter()
+        run(queue, size, launch.block, *args)
+        queue.finish()
+        warm.append(time.perf_counter() - t)
+    want = simulate(lower(kernel), dict(launch.args), launch.grid, launch.block)
+    same = all(compare(got[k], want[k])[0] for k in want)
+    return {"lines": len(source.splitlines()), "build_s": built - start, "first_launch_s": first,
+            "cold_total_s": built - start + first, "warm_launch_s": statistics.median(warm),
+            "options": options, "bit_identical": same}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", type=int, default=128)
+    parser.add_argument("--optimized", action="store_true",
+                        help="also time a few kernels with LLVM's optimizer on (minutes)")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" /
+                        "opencl_speed.json")
+    args = parser.parse_args()
+    device = find_device("")
+    n = args.size
+    jobs = [(ex, low, sg, frag, False) for ex, low in KERNELS for sg, frag in CONFIGS]
+    if args.optimized:
+        jobs += [(ex, low, sg, frag, True) for ex, low, sg, frag in OPTIMIZED]
+    rows = []
+    print(f"{device.platform.name.strip()} / {device.name.strip()}, {n}^3, cold builds")
+    print(f"{'kernel':34} {'sg':>3} {'frag':>4} {'opt':>4} {'lines':>6} {'build':>8} "
+          f"{'1st run':>8} {'total':>8} {'warm':>8}  result")
+    for ex, low, sg, frag, optimized in jobs:
+        original = load_module(ROOT / "examples" / f"{ex}.py").make(n, n, n)
+        launch = rewrite_launch(original, lowering=low, subgroup=sg, frag=frag).launch
+        with np.errstate(all="ignore"):
+            m = measure(launch, optimized)
+        row = {"example": ex, "lowering": low.value, "subgroup": sg, "frag": frag,
+               "optimized": optimized, "size": n, **m}
+        rows.append(row)
+        print(f"{ex + ' ' + low.value:34} {sg:>3} {frag:>4} {'on' if optimized else 'off':>4} "
+              f"{m['lines']:>6} {m['build_s']:>7.2f}s {m['first_launch_s']:>7.2f}s "
+              f"{m['cold_total_s']:>7.2f}s {m['warm_launch_s'] * 1e3:>6.1f}ms  "
+              f"{'bit-identical' if m['bit_identical'] else 'DIFFERS'}", flush=True)
+    plain = [r["cold_total_s"] for r in rows if not r["optimized"]]
+    summary = {"kernels": len(plain), "median_cold_total_s": statistics.median(plain),
+               "max_cold_total_s": max(plain),
+               "all_under_2_s": all(t < 2.0 for t in plain),
+               "all_bit_identical": all(r["bit_identical"] for r in rows)}
+    result = {"device": device.name.strip(), "platform": device.platform.name.strip(),
+              "platform_version": device.platform.version.strip(), "size": n,
+              "summary": summary, "rows": rows}
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"{summary['kernels']} kernels at {n}^3 without the optimizer: cold build + first "
+          f"launch median {summary['median_cold_total_s']:.2f} s, max "
+          f"{summary['max_cold_total_s']:.2f} s; all bit-identical: "
+          f"{summary['all_bit_identical']}; wrote {args.out}")
+    return 0 if summary["all_bit_identical"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,202 @@
+"""The portable OpenCL lowering, executed as printed: fragments emulated lane by lane in local
+memory give, in the simulator, the bits the neutral kernel gives under the ``sequential`` model
+(the target's arithmetic model), for every example, lowering, subgroup and fragment. Planted
+errors in the lowering (a missing barrier, a wrong element, products out of k order, a run loop
+off by one fragment) are caught without any OpenCL device."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import EXAMPLES
+
+import sarek
+from backends import conformance, registry
+from backends.cstyle import EmitError
+from backends.opencl import lower as opencl_lower
+from backends.opencl.emit import emit, print_kernel
+from sarek import ir
+from sarek.ir_check import walk
+from sarek.launch import Launch
+from sarek.loader import load_module
+from sarek.matrix_rewrite import rewrite_launch
+from sarek.matrix_scheme import Lowering
+
+OPENCL = registry.target("opencl")
+CONFIGS = ((32, 16), (32, 8), (64, 16), (64, 8))
+
+
+def rewrite(example: str, lowering: Lowering, subgroup: int = 32, frag: int = 16,
+            size: tuple[int, int, int] = (70, 45, 33)) -> Launch:
+    launch = load_module(EXAMPLES / f"{example}.py").make(*size)
+    return rewrite_launch(launch, lowering=lowering, subgroup=subgroup, frag=frag,
+                          staging=OPENCL.staging).launch
+
+
+def same_bits(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
+    return a.keys() == b.keys() and all(
+        np.array_equal(a[k].view(np.uint8), b[k].view(np.uint8)) for k in a)
+
+
+def lowered_matches_neutral(rw: Launch) -> bool:
+    return same_bits(rw.simulate(arith="sequential"), rw.simulate(target="opencl"))
+
+
+def conform(*argv: str) -> int:
+    parser = argparse.ArgumentParser()
+    conformance.add_arguments(parser)
+    return conformance.main(parser.parse_args(argv))
+
+
+@pytest.mark.slow
+def test_sim_opencl_quick_every_example_lowering_subgroup_and_fragment(tmp_path: Path) -> None:
+    path = tmp_path / "report.json"
+    assert conform("--target", "sim-opencl", "--quick", "--report", str(path)) == 0
+    data = json.loads(path.read_text())
+    # 8 originals; 6 f32 examples x 3 lowerings, f16 and i32 x 1, each at 4 configurations
+    assert data["totals"] == {"cases": 88, "passed": 88, "mismatches": 0,
+                              "canary_violations": 0, "errors": 0}
+    rewritten = {(c["subgroup"], c["frag"]) for c in data["cases"] if c["lowering"]}
+    assert rewritten == set(CONFIGS)
+
+
+@pytest.mark.parametrize("subgroup,frag", CONFIGS, ids=lambda v: str(v))
+def test_byte_planes_lowered_equal_the_neutral_kernel_exactly(subgroup: int, frag: int) -> None:
+    assert lowered_matches_neutral(rewrite("gemm_i32", Lowering.INT32_BYTE_PLANES, subgroup,
+                                           frag))
+
+
+def test_the_lowered_kernel_is_plain_lane_explicit_ir() -> None:
+    rw = rewrite("gemm_f32", Lowering.BF16X3_OPERANDS, 64, 8)
+    lowered = opencl_lower.lower(rw.kernel)
+    kinds = {s.kind for s in walk(lowered.body)}
+    assert not kinds & {"frag_decl", "frag_fill", "frag_load", "frag_store", "frag_mul_add",
+                        "ldmatrix", "mma"}
+    assert ir.Kernel.model_validate_json(lowered.model_dump_json()) == lowered
+    shared = [s for s in lowered.body if isinstance(s, ir.ArrayDecl)
+              and s.space is ir.MemSpace.SHARED]
+    assert any(s.name.startswith("sk_fa_") for s in shared)  # operands: local memory
+    private = [s for s in walk(lowered.body) if isinstance(s, ir.ArrayDecl)
+               and s.space is ir.MemSpace.LOCAL and s.name.startswith("sk_facc_")]
+    assert [s.size for s in private] == [16 * 64 // 64]  # 16 accumulators of 1 slot a lane
+
+
+def test_a_run_of_multiply_accumulates_is_one_loop() -> None:
+    rw = rewrite("gemm_i32", Lowering.INT32_BYTE_PLANES, 32, 8)
+    lowered = opencl_lower.lower(rw.kernel)
+    products = 10 * 2  # ten plane products per sub-step, two sub-steps of 8 per step of 16
+    step = next(s for s in lowered.body if isinstance(s, ir.For) and s.var == "sk_k0")
+    runs = [s for s in step.body if isinstance(s, ir.For) and s.var.startswith("sk_r")]
+    assert len(runs) == products
+    assert all(isinstance(r.stop, ir.Const) and r.stop.value == 16 for r in runs)  # 4x4 frags
+
+
+def test_the_printed_kernel_needs_no_extension_and_contracts_nothing() -> None:
+    text = emit(rewrite("gemm_f16", Lowering.F16_OPERANDS).kernel)
+    assert "#pragma OPENCL FP_CONTRACT OFF" in text
+    assert "cl_khr_fp16" not in text and "cl_khr_subgroups" not in text
+    assert "sub_group" not in text and "asm" not in text
+    # f16 by integer arithmetic: no half object is ever read through a pointer (the NaN case)
+    assert "half*" not in text and "vload_half" not in text and "vstore_half" not in text
+    assert "barrier(CLK_LOCAL_MEM_FENCE" in text
+
+
+def test_sarek_emit_prints_the_lowered_kernel() -> None:
+    rw = rewrite("gemm_f32", Lowering.BF16_OPERANDS)
+    assert sarek.emit(rw.kernel, "opencl") == print_kernel(opencl_lower.lower(rw.kernel))
+
+
+def test_printing_neutral_fragments_without_lowering_is_refused() -> None:
+    rw = rewrite("gemm_f16", Lowering.F16_OPERANDS)
+    with pytest.raises(EmitError, match="lower the kernel for OpenCL first"):
+        print_kernel(rw.kernel)
+
+
+def test_the_portable_target_offers_subgroups_32_64_and_fragments_16_8() -> None:
+    cases = conformance.matrix(OPENCL, EXAMPLES, quick=True)
+    assert {(c.subgroup, c.frag) for c in cases if c.lowering} == set(CONFIGS)
+    assert OPENCL.arith == "sequential" and OPENCL.support().universal
+
+
+def test_a_kernel_for_another_subgroup_is_refused_with_the_reason() -> None:
+    rw = rewrite("gemm_f16", Lowering.F16_OPERANDS)
+    with pytest.raises(EmitError, match="subgroups of 32, 64 lanes"):
+        opencl_lower.lower(rw.kernel.model_copy(update={"subgroup": 16}))
+
+
+def test_tile_patterns_are_refused_with_the_reason() -> None:
+    seed = load_module(EXAMPLES / "ldmatrix_interleaved.py").make()
+    with pytest.raises(EmitError, match="no ldmatrix/stmatrix"):
+        sarek.emit(seed.kernel, "opencl")
+
+
+# ----------------------------------------------------------------- planted lowering errors
+
+PLANT = ("gemm_f16", Lowering.F16_OPERANDS, 32, 8)
+
+
+def test_a_missing_barrier_is_a_shared_race(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = opencl_lower._Lowering.run_stmts
+
+    def no_barrier(self: opencl_lower._Lowering, *args: object) -> object:
+        out, state = real(self, *args)  # type: ignore[arg-type]
+        return [s for s in out if not isinstance(s, ir.Barrier)], state
+
+    monkeypatch.setattr(opencl_lower._Lowering, "run_stmts", no_barrier)
+    with pytest.raises(sarek.SharedRace, match="read-after-write"):
+        rewrite(*PLANT).simulate(target="opencl")
+
+
+def test_an_operand_loaded_transposed_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = opencl_lower._Lowering.move
+
+    def transposed(self: opencl_lower._Lowering, s: ir.FragLoad | ir.FragStore
+                   ) -> list[ir.Stmt]:
+        if isinstance(s, ir.FragLoad) and self.frag(s.frag).use is ir.FragUse.A:
+            s = s.model_copy(update={"layout": ir.FragLayout.COL})
+        return real(self, s)
+
+    monkeypatch.setattr(opencl_lower._Lowering, "move", transposed)
+    assert not lowered_matches_neutral(rewrite(*PLANT))
+
+
+def test_products_out_of_k_order_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = opencl_lower._Lowering.mul_add
+
+    def reversed_k(self: opencl_lower._Lowering, *args: object) -> list[ir.Stmt]:
+        return [_reverse_k_loops(s) for s in real(self, *args)]  # type: ignore[arg-type]
+
+    monkeypatch.setattr(opencl_lower._Lowering, "mul_add", reversed_k)
+    assert not lowered_matches_neutral(rewrite("gemm_f32", Lowering.BF16X3_OPERANDS))
+
+
+def _reverse_k_loops(s: ir.Stmt) -> ir.Stmt:
+    """The loops over the products (``sk_kk...``) run k from the last to the first."""
+    if isinstance(s, ir.For) and s.var.startswith("sk_kk"):
+        assert isinstance(s.stop, ir.Const)
+        return s.model_copy(update={
+            "start": ir.Const(value=int(s.stop.value) - 1, type=ir.ElemType.I32),
+            "stop": ir.Const(value=-1, type=ir.ElemType.I32),
+            "step": ir.Const(value=-1, type=ir.ElemType.I32)})
+    if isinstance(s, ir.For):
+        return s.model_copy(update={"body": tuple(_reverse_k_loops(x) for x in s.body)})
+    return s
+
+
+def test_a_run_loop_pairing_the_wrong_accumulators_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    real = opencl_lower._fit_all
+
+    def transposed(columns: list[list[int]]) -> list[opencl_lower._Affine] | None:
+        forms = real(columns)
+        if forms is None:
+            return None
+        d, *rest = forms  # the accumulator's index: row and column of the 4x4 grid swapped
+        return [opencl_lower._Affine(d.base, d.inner, d.outer, d.width), *rest]
+
+    monkeypatch.setattr(opencl_lower, "_fit_all", transposed)
+    assert not lowered_matches_neutral(rewrite(*PLANT))

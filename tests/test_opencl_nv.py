@@ -1,0 +1,137 @@
+"""opencl-nv: one lowering (CUDA's), two printers. The OpenCL C text carries exactly the CUDA
+printer's inline PTX for every lowered ldmatrix and mma.sync (opcodes from ``sarek.atoms``),
+with the shared-window address of a ``__local`` element instead of ``__cvta_generic_to_shared``;
+where clang can compile OpenCL C for NVPTX, the text compiles to PTX with those instructions and
+no address conversion. The device run is on the H200 (``bench/results``)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import EXAMPLES
+
+import sarek
+from backends import registry
+from backends.cstyle import EmitError
+from backends.cuda import lower as cuda_lower
+from backends.cuda.emit import print_kernel as print_cuda
+from backends.opencl.emit import emit_nv, print_nv
+from sarek import atoms, ir
+from sarek.demo import lowerings_for
+from sarek.ir_check import walk
+from sarek.launch import Launch
+from sarek.loader import load_module
+from sarek.matrix_pattern import recognize
+from sarek.matrix_rewrite import rewrite_launch
+from sarek.matrix_scheme import Lowering
+
+NV = registry.target("opencl-nv")
+
+
+def rewrites() -> list[tuple[str, Launch]]:
+    out = []
+    for path in sorted(EXAMPLES.glob("gemm_*.py")):
+        launch = load_module(path).make(70, 45, 33)
+        for lowering in lowerings_for(recognize(launch.kernel).operand_elt):
+            rw = rewrite_launch(launch, lowering=lowering, staging=NV.staging).launch
+            out.append((f"{path.stem}-{lowering}", rw))
+    return out
+
+
+CASES = rewrites()
+_ASM = re.compile(r"^\s*(asm(?: volatile)?\(.*\);)$", re.M)
+_ADDRESS = re.compile(r'"r"\(\(uint\)\(ulong\)\(&(\w+)\[(.*)\]\)\)')
+_CUDA_ADDRESS = re.compile(r'"r"\(\(unsigned\)__cvta_generic_to_shared\(&(\w+)\[(.*)\]\)\)')
+
+
+def test_one_lowering_for_cuda_and_opencl_nv() -> None:
+    assert NV.lower is registry.target("cuda").lower is cuda_lower.lower
+    assert NV.staging == registry.target("cuda").staging and NV.arith == "h200"
+    assert (NV.subgroups, NV.fragments) == ((32,), (16,))
+
+
+@pytest.mark.parametrize("rw", [rw for _, rw in CASES], ids=[name for name, _ in CASES])
+def test_the_inline_ptx_is_the_cuda_printers_with_a_local_address(rw: Launch) -> None:
+    lowered = cuda_lower.lower(rw.kernel)
+    ocl = _ASM.findall(print_nv(lowered))
+    cuda = _ASM.findall(print_cuda(lowered))
+    stmts = [s for s in walk(lowered.body) if isinstance(s, ir.Ldmatrix | ir.Mma)]
+    assert len(ocl) == len(cuda) == len(stmts) > 0
+    cuda_text = print_cuda(lowered)
+    for o, c in zip(ocl, cuda, strict=True):
+        # the CUDA printer's text, but for the address: the __local pointer's value (the index
+        # expression is the same IR, printed with each dialect's type names)
+        assert _ADDRESS.sub(r'"r"(ADDRESS of \1)', o) == \
+            _CUDA_ADDRESS.sub(r'"r"(ADDRESS of \1)', c)
+        assert "cvta" not in o
+    for s in stmts:
+        if isinstance(s, ir.Mma):
+            assert atoms.MMA[s.atom].ptx in cuda_text
+    assert emit_nv(rw.kernel) == print_nv(lowered) == sarek.emit(rw.kernel, "opencl-nv")
+
+
+def test_the_address_is_of_a_local_array() -> None:
+    _, rw = CASES[0]
+    text = emit_nv(rw.kernel)
+    arrays = {m[1] for m in _ADDRESS.finditer(text)}
+    assert arrays and all(re.search(rf"__local \w+ {a}\[", text) for a in arrays)
+
+
+def test_fragment_8_and_subgroup_64_are_refused_with_the_reason() -> None:
+    assert NV.refuses(Lowering.F16_OPERANDS, 64, 16) == "opencl-nv runs subgroups of 32 " \
+        "lanes, not 64"
+    assert "fragments of 16, not 8" in str(NV.refuses(Lowering.F16_OPERANDS, 32, 8))
+    launch = load_module(EXAMPLES / "gemm_f16.py").make(16, 16, 16)
+    rw = rewrite_launch(launch, lowering=Lowering.F16_OPERANDS, frag=8).launch
+    with pytest.raises(EmitError, match="no 8x8x8 float shape"):
+        sarek.emit(rw.kernel, "opencl-nv")
+
+
+def test_printing_neutral_fragments_for_opencl_nv_is_refused() -> None:
+    _, rw = CASES[0]
+    with pytest.raises(EmitError, match="lower the kernel for opencl-nv first"):
+        print_nv(rw.kernel)
+
+
+def test_without_nvidias_opencl_the_reason_names_it() -> None:
+    reason = NV.device_reason()
+    if reason is not None:
+        assert "NVIDIA" in reason
+
+
+CLANG = shutil.which("clang-14") or shutil.which("clang")
+
+
+def _nvptx(source: str, tmp: Path) -> str | None:
+    """PTX clang makes of ``source`` (``asm`` spelled ``__asm__``, which clang's OpenCL mode
+    wants), or None when this clang has no NVPTX target."""
+    assert CLANG is not None
+    (tmp / "k.cl").write_text(source)
+    done = subprocess.run([CLANG, "-x", "cl", "-cl-std=CL1.2", "-target", "nvptx64-nvidia-nvcl",
+                           "-Xclang", "-finclude-default-header", "-march=sm_80",
+                           "-Dasm=__asm__", "-O2", "-S", "-o", str(tmp / "k.ptx"),
+                           str(tmp / "k.cl")], capture_output=True, text=True, check=False)
+    if done.returncode and "unknown target" in done.stderr.lower():
+        return None
+    assert done.returncode == 0, done.stderr[-2000:]
+    return (tmp / "k.ptx").read_text()
+
+
+@pytest.mark.skipif(CLANG is None, reason="no clang to compile OpenCL C for NVPTX")
+@pytest.mark.parametrize("name", ["gemm_f16-F16_operands", "gemm_i32-Int32_byte_planes",
+                                  "gemm_f32-Bf16x3_operands"])
+def test_the_text_compiles_to_ptx_with_shared_window_addresses(name: str, tmp_path: Path
+                                                               ) -> None:
+    rw = dict(CASES)[name]
+    lowered = cuda_lower.lower(rw.kernel)
+    ptx = _nvptx(print_nv(lowered), tmp_path)
+    if ptx is None:
+        pytest.skip("this clang has no NVPTX target")
+    count = sum(isinstance(s, ir.Ldmatrix | ir.Mma) for s in walk(lowered.body))
+    assert len(re.findall(r"^\s*(ldmatrix|mma)\.sync", ptx, re.M)) == count
+    # a __local pointer is already a shared-window address: nothing converts it
+    assert "cvta" not in ptx and ".shared .align 16" in ptx
