@@ -26,7 +26,7 @@ from typing import Any
 os.environ.setdefault("POCL_KERNEL_CACHE", "0")  # cold builds: no PoCL kernel cache,
 os.environ.setdefault("PYOPENCL_NO_CACHE", "1")  # and no pyopencl binary cache
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
