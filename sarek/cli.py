@@ -145,6 +145,14 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     print("\n   OpenCL: every example printed as OpenCL C and run on the first OpenCL device "
           "(PoCL on a CPU),\n   against the simulator:\n")
     print(demo.render(("example", "OpenCL C", "device vs simulator"), demo.opencl_rows(examples)))
+    opencl, same, ran, device = demo.opencl_rewrite_rows(examples, args.size)
+    print("\n   Portable OpenCL: every example rewritten under every lowering at subgroups 32 and "
+          "64 and\n   fragments 16 and 8 (fragments emulated lane by lane in local memory), run "
+          "on the same device\n   against the simulator running the same lowered kernel:\n")
+    print(demo.render(("example", "lowering", *(f"sg {s} frag {f}" for s, f in demo.CONFIGS)),
+                      opencl))
+    print(f"\n   {same} of {ran} rewritten kernels run on {device} bit-identical to the "
+          "simulator.")
     print("\n   Metal: every example printed as Metal Shading Language and its rewrite onto "
           "simdgroup matrices\n   (the selected lowering, subgroup 32, fragment 8), each "
           "checked by clang as C++ against a stand-in\n   <metal_stdlib>: a syntax and type "
@@ -169,6 +177,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         print(demo.render(("check", "device", "cases", "result"),
                           demo.recorded_conformance(results)))
     failed = [r.example for r in rows if not r.ok] + [r.example for r in rewrites if not r.ok]
+    failed += ["portable OpenCL"] if same < ran else []
     print(f"\n{len(rows) - sum(not r.ok for r in rows)} of {len(rows)} examples agree with "
           f"NumPy; {sum(r.ok for r in rewrites)} of {len(rewrites)} rewrites keep their promise "
           "(int32 and f16 operands exact, f32 within\na sanity bound per lowering: bf16x3 1e-5, "

@@ -170,6 +170,10 @@ def recorded_conformance(results: Path) -> list[tuple[str, str, str, str]]:
                        ("tensor_core_h200.json", "mma.sync outputs vs the h200 model"),
                        ("arith_h200.json", "operations and conversions (exact ones)"),
                        ("conformance_opencl_nvidia.json", "OpenCL examples and probes"),
+                       ("conformance_opencl-nv.json",
+                        "examples and rewrites, OpenCL inline PTX vs simulator"),
+                       ("conformance_opencl.json",
+                        "examples and rewrites, portable OpenCL vs simulator"),
                        ("conformance_vulkan.json", "examples and rewrites, Vulkan vs simulator"),
                        ("vulkan_coopmat_h200.json", "Vulkan cooperative matrices vs h200 model"),
                        ("vulkan_arith_h200.json", "Vulkan operations and conversions")):
@@ -191,7 +195,8 @@ def recorded_conformance(results: Path) -> list[tuple[str, str, str, str]]:
         else:
             cases, exact = len(data["cases"]), data["all_bit_exact"]
         where = data.get("arch") or data.get("platform", "")
-        rows.append((what, f"{data['device']} ({where})", str(cases),
+        device = data.get("opencl_device") or f"{data['device']} ({where})"  # OpenCL: named
+        rows.append((what, device, str(cases),
                      "all bit-exact" if exact else "MISMATCHES"))
     return rows
 
@@ -215,6 +220,44 @@ def opencl_rows(examples: Path) -> list[tuple[str, ...]]:
         rows.append((path.stem, f"{len(src.splitlines())} lines",
                      "bit-identical" if same else "DIFFERS"))
     return rows
+
+
+def opencl_rewrite_rows(examples: Path, size: tuple[int, int, int] = (70, 45, 33)
+                        ) -> tuple[list[tuple[str, ...]], int, int, str]:
+    """Each example rewritten under every lowering that takes its operands at subgroups 32 and
+    64 and fragments 16 and 8, printed as portable OpenCL C (fragments emulated in local
+    memory), run on the first OpenCL device (PoCL on a CPU) and compared bit for bit with the
+    simulator running the same lowered kernel: the rows, how many were bit-identical of how
+    many ran (none ran when there is no device: the rows say why), and the device."""
+    from backends.opencl import opencl_available
+    from backends.opencl.run import device_label
+    from backends.registry import target
+
+    opencl = target("opencl")
+    missing = opencl_available()
+    rows: list[tuple[str, ...]] = []
+    same_count = ran = 0
+    for path in sorted(examples.glob("gemm_*.py")):
+        launch = load_module(path).make(*size)
+        for lowering in lowerings_for(recognize(launch.kernel).operand_elt):
+            cells = []
+            for subgroup, frag in CONFIGS:
+                rw = rewrite_launch(launch, lowering=lowering, subgroup=subgroup, frag=frag,
+                                    staging=opencl.staging).launch
+                if missing:
+                    cells.append(f"{len(opencl.emit(rw.kernel).splitlines())} lines")
+                    continue
+                assert opencl.run is not None
+                got = opencl.run(rw.kernel, dict(rw.args), rw.grid, rw.block)
+                want = rw.simulate(target="opencl")
+                same = all(compare(got[k], want[k])[0] for k in want)
+                ran += 1
+                same_count += same
+                cells.append("bit-identical" if same else "DIFFERS")
+            rows.append((path.stem, lowering.value, *cells))
+    if missing:
+        rows.append(("(not run)", missing, "", "", "", ""))
+    return rows, same_count, ran, "no OpenCL device" if missing else device_label()
 
 
 def metal_rows(examples: Path) -> list[tuple[str, ...]]:
