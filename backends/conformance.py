@@ -303,7 +303,18 @@ def _cuda_device() -> str:
     return f"{device_name()} ({device_arch()})"
 
 
-DEVICE_NAMES: dict[str, Callable[[], str]] = {"cuda": _cuda_device}
+def _opencl_device(platform: str | None) -> Callable[[], str]:
+    def name() -> str:
+        from backends.opencl.run import device_label
+
+        return device_label(platform)
+
+    return name
+
+
+DEVICE_NAMES: dict[str, Callable[[], str]] = {
+    "cuda": _cuda_device, "opencl": _opencl_device(None), "opencl-nv": _opencl_device("NVIDIA"),
+}
 
 
 def device_name(target: Target, device: bool) -> str:

@@ -195,7 +195,8 @@ def recorded_conformance(results: Path) -> list[tuple[str, str, str, str]]:
         else:
             cases, exact = len(data["cases"]), data["all_bit_exact"]
         where = data.get("arch") or data.get("platform", "")
-        device = data.get("opencl_device") or f"{data['device']} ({where})"  # OpenCL: named
+        device = data.get("opencl_device") or (  # OpenCL reports name their device
+            f"{data['device']} ({where})" if where else data["device"])
         rows.append((what, device, str(cases),
                      "all bit-exact" if exact else "MISMATCHES"))
     return rows
