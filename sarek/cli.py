@@ -111,7 +111,8 @@ def _check_size(args: argparse.Namespace) -> None:
     """Refuses a ``--size`` whose arrays could not be held, before ``make(m, n, k)`` builds
     them: the bundled examples allocate about m*k + k*n + m*n elements per batch."""
     size = getattr(args, "size", None)
-    if not isinstance(size, tuple) or getattr(args, "inputs", None):
+    if not isinstance(size, tuple) or getattr(args, "inputs", None) or getattr(
+            args, "original", False):  # make() is not called
         return
     m, n, k = size
     need = (m * k + k * n + m * n) * _MAKE_BYTES_PER_ELEMENT

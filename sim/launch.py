@@ -36,7 +36,8 @@ class Limits:
     one is refused with a ``LimitError`` naming the field, before anything is allocated for
     the sizes and while it runs for the loops; raise a limit by passing
     ``limits=sim.launch.Limits(memory=16 << 30)`` (``sarek.simulate`` and ``Launch.simulate``
-    take it too; the CLI has ``--max-invocations``, ``--max-memory`` and ``--max-trips``).
+    take it too; the CLI has ``--max-invocations``, ``--max-memory``, ``--max-loop-trips``
+    and ``--max-trips``).
 
     ``invocations``: blocks times invocations per block. ``memory``: bytes the launch's copies
     of the arrays, its shared, local and fragment storage and its per-invocation values are

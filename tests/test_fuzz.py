@@ -42,19 +42,19 @@ def test_mutated_ir_json_is_parsed_or_refused_and_every_stage_runs_or_refuses(
     run("json", seed)
 
 
-@budget(500)
+@budget(1000)
 @given(SEEDS)
 def test_random_dsl_sources_build_a_kernel_or_raise_dsl_error(seed: int) -> None:
     run("dsl", seed)
 
 
-@budget(250)
+@budget(400)
 @given(SEEDS)
 def test_random_launches_and_argument_lists_run_or_are_refused(seed: int) -> None:
     run("launch", seed)
 
 
-@budget(250)
+@budget(400)
 @given(SEEDS)
 def test_bad_command_lines_are_one_line_on_stderr(seed: int) -> None:
     run("cli", seed)
@@ -66,7 +66,7 @@ def test_mutated_gemm_kernels_are_refused_or_rewritten_exactly(seed: int) -> Non
     run("gemm", seed)
 
 
-@budget(300)
+@budget(500)
 @given(SEEDS)
 def test_random_tile_layouts_build_and_transform_or_raise_layout_error(seed: int) -> None:
     run("layout", seed)
