@@ -14,7 +14,7 @@ simulator, and the staging policy it hands the rewrite.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
@@ -113,26 +113,15 @@ def _metal() -> Target:
 
 
 def _opencl_nv() -> Target:
-    from backends.cuda import lower as cuda_lower
+    """CUDA's target with another printer and runner: one lowering, two printers."""
     from backends.opencl.emit import print_nv
     from backends.opencl.run import nv_available, run_nv
-    from sarek.coopmat import cuda_support
 
-    return Target(
-        name="opencl-nv",
+    return replace(
+        _made("cuda"), name="opencl-nv",
         description="OpenCL C with inline PTX (the CUDA lowering: ldmatrix + mma.sync "
                     "m16n8k16) through NVIDIA's OpenCL",
-        lower=cuda_lower.lower,
-        print_lowered=print_nv,
-        support=lambda: cuda_support(9, 0),
-        subgroups=cuda_lower.SUBGROUPS,
-        fragments=cuda_lower.FRAGMENTS,
-        lowerings=tuple(Lowering),
-        arith="h200",
-        staging=cuda_lower.STAGING,
-        run=run_nv,
-        device_reason=nv_available,
-    )
+        print_lowered=print_nv, run=run_nv, device_reason=nv_available)
 
 
 def _opencl() -> Target:
