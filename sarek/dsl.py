@@ -25,10 +25,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-import ml_dtypes
 import numpy as np
 
-from sarek import ir, tile
+from sarek import dtypes, ir, tile
 from sarek.errors import DslError
 from sarek.ir import BinOp, Builtin, ElemType, MathFn, MemSpace, UnOp
 from sarek.ir_check import MAX_EXPR_DEPTH
@@ -36,22 +35,12 @@ from sarek.layout import Axis, LayoutError, TileLayout
 
 # --------------------------------------------------------------------------- the vocabulary
 
-_NUMPY_TYPES: dict[ElemType, Any] = {
-    ElemType.I8: np.int8, ElemType.U8: np.uint8, ElemType.I16: np.int16,
-    ElemType.U16: np.uint16, ElemType.I32: np.int32, ElemType.U32: np.uint32,
-    ElemType.I64: np.int64, ElemType.U64: np.uint64, ElemType.F16: np.float16,
-    ElemType.BF16: ml_dtypes.bfloat16, ElemType.F32: np.float32, ElemType.F64: np.float64,
-    ElemType.BOOL: np.bool_,
-}
-
-
 def numpy_dtype(elem: ElemType) -> np.dtype[Any]:
     """The NumPy dtype that holds ``elem`` values (ml_dtypes' bfloat16 for bf16)."""
-    if not isinstance(elem, str) or elem not in _NUMPY_TYPES:  # ElemType is a str enum
+    if not isinstance(elem, str) or elem not in dtypes.NUMPY_DTYPES:  # ElemType is a str enum
         raise DslError(f"{_short(elem)} is not an element type (the types are "
                        f"{', '.join(t.value for t in ElemType)})", *_user_line())
-    dt: np.dtype[Any] = np.dtype(_NUMPY_TYPES[elem])
-    return dt
+    return dtypes.numpy_dtype(ElemType(elem))
 
 
 class ScalarType:

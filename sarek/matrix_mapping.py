@@ -18,7 +18,7 @@ from typing import Any, TypeAlias, cast
 import numpy as np
 
 from sarek import ir
-from sarek.dsl import numpy_dtype
+from sarek.dtypes import numpy_dtype
 from sarek.errors import SarekError
 from sarek.ir import BinOp, ElemType, MathFn, UnOp
 from sarek.launch import Dim3

@@ -14,48 +14,19 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Any, TypeAlias
 
-import ml_dtypes
 import numpy as np
 
+from sarek.dtypes import NUMPY_DTYPES, int_range
 from sarek.ir import BinOp, ElemType, MathFn, UnOp
 
 Value: TypeAlias = Any  # np.ndarray of shape (invocations,) or np.generic; see the module doc
-
-_DTYPES: dict[ElemType, np.dtype[Any]] = {
-    ElemType.I8: np.dtype(np.int8), ElemType.U8: np.dtype(np.uint8),
-    ElemType.I16: np.dtype(np.int16), ElemType.U16: np.dtype(np.uint16),
-    ElemType.I32: np.dtype(np.int32), ElemType.U32: np.dtype(np.uint32),
-    ElemType.I64: np.dtype(np.int64), ElemType.U64: np.dtype(np.uint64),
-    ElemType.F16: np.dtype(np.float16), ElemType.BF16: np.dtype(ml_dtypes.bfloat16),
-    ElemType.F32: np.dtype(np.float32), ElemType.F64: np.dtype(np.float64),
-    ElemType.BOOL: np.dtype(np.bool_),
-}
-_ELEMS = {dt: t for t, dt in _DTYPES.items()}
-
-
-def dtype(t: ElemType) -> np.dtype[Any]:
-    """The NumPy dtype holding ``t`` values (ml_dtypes' bfloat16 for bf16)."""
-    return _DTYPES[t]
-
-
-def elem_of(dt: np.dtype[Any]) -> ElemType | None:
-    """The element type whose dtype is ``dt``, or None."""
-    return _ELEMS.get(np.dtype(dt))
-
-
-def int_range(t: ElemType) -> tuple[int, int]:
-    """The smallest and largest value of an integer type."""
-    if t.is_signed:
-        return -(1 << (t.bits - 1)), (1 << (t.bits - 1)) - 1
-    return 0, (1 << t.bits) - 1
-
 
 def canary(t: ElemType) -> np.generic:
     """The value fresh shared and local arrays are filled with: NaN for floats, True for bool,
     the byte 0x5A repeated for integers (0x5A5A5A5A = 1515870810 for i32 and u32)."""
     if t is ElemType.BOOL:
         return np.True_
-    value: np.generic = _DTYPES[t].type(
+    value: np.generic = NUMPY_DTYPES[t].type(
         np.nan if t.is_float else int.from_bytes(b"\x5a" * (t.bits // 8), "little"))
     return value
 
@@ -78,17 +49,17 @@ def convert(x: Value, src: ElemType, dst: ElemType) -> Value:
     if dst is ElemType.BOOL:
         return scalar(np.not_equal(_widen(x, src), 0))
     if src is ElemType.BOOL or (src.is_int and dst.is_int):
-        return x.astype(_DTYPES[dst])
+        return x.astype(NUMPY_DTYPES[dst])
     if dst.is_int:
         return _float_to_int(x, src, dst)
     if src in _WIDENS_TO_F32 and dst is not ElemType.F64:
         # f16, bf16 and f32 hold exactly in f32, and NumPy / ml_dtypes round f32 once.
-        return x.astype(np.float32).astype(_DTYPES[dst])
+        return x.astype(np.float32).astype(NUMPY_DTYPES[dst])
     wide = _round_to_f64(x, src, odd=dst is not ElemType.F64)
     if dst is ElemType.BF16:
         # ml_dtypes converts f64 through f32 (two roundings): round to odd in f32 first.
-        return _round_to_odd_f32(wide).astype(_DTYPES[dst])
-    return wide.astype(_DTYPES[dst])
+        return _round_to_odd_f32(wide).astype(NUMPY_DTYPES[dst])
+    return wide.astype(NUMPY_DTYPES[dst])
 
 
 _WIDENS_TO_F32 = frozenset({ElemType.F16, ElemType.BF16, ElemType.F32})
@@ -109,8 +80,9 @@ def _float_to_int(x: Value, src: ElemType, dst: ElemType) -> Value:
     lo, hi = int_range(dst)
     over = t >= float(hi + 1)  # hi + 1 and lo are powers of two, exact in f64
     under = t < float(lo)
-    exact = np.where(over | under | np.isnan(t), 0.0, t).astype(_DTYPES[dst])
-    out = np.where(over, _DTYPES[dst].type(hi), np.where(under, _DTYPES[dst].type(lo), exact))
+    dt = NUMPY_DTYPES[dst]
+    exact = np.where(over | under | np.isnan(t), 0.0, t).astype(dt)
+    out = np.where(over, dt.type(hi), np.where(under, dt.type(lo), exact))
     return scalar(out)
 
 
@@ -164,7 +136,7 @@ def constant(value: bool | int | float, t: ElemType) -> np.generic:
         lo, hi = int_range(t)
         if isinstance(value, float) or not lo <= value <= hi:
             raise ValueError(f"constant {value!r} does not fit {t} [{lo}, {hi}]")
-        integer: np.generic = _DTYPES[t].type(value)
+        integer: np.generic = NUMPY_DTYPES[t].type(value)
         return integer
     result: np.generic = convert(np.float64(value), ElemType.F64, t)
     return result

@@ -16,7 +16,7 @@ from typing import NoReturn, TypeAlias
 
 import numpy as np
 
-from sarek import atoms, ir, tile
+from sarek import atoms, dtypes, ir, tile
 from sarek.errors import (
     BarrierDivergence,
     IRError,
@@ -201,7 +201,7 @@ class _Compiler:
                 fx, src = self.expr(x, scope, site), x.type
                 return lambda st, m: arith.convert(fx(st, m), src, dst)
             case ir.Bitcast(x=x, type=dst):
-                fx, as_type = self.expr(x, scope, site), arith.dtype(dst)
+                fx, as_type = self.expr(x, scope, site), dtypes.numpy_dtype(dst)
                 return lambda st, m: arith.reinterpret(fx(st, m), as_type)
             case ir.Load(array=name, index=index):
                 return self.load(self._array(scope, name, site), self.expr(index, scope, site),
@@ -582,7 +582,7 @@ class _Compiler:
                 shape = (self.n // sg, rows, cols)
 
                 def declare(st: State, m: Mask) -> None:
-                    st.frags[slot] = np.full(shape, arith.canary(elem), arith.dtype(elem))
+                    st.frags[slot] = np.full(shape, arith.canary(elem), dtypes.numpy_dtype(elem))
 
                 return declare
             case ir.FragFill(frag=name, value=value):
@@ -750,16 +750,16 @@ class _Compiler:
             arr, layout, offset = sym, sym.layout, 0
         else:
             self._ill_formed(site, f"{name!r} is not a tensor")
-        if arith.dtype(arr.elem).itemsize > 4:
+        if dtypes.numpy_dtype(arr.elem).itemsize > 4:
             raise tile.ContractError(f"tile operand {name!r} views {arr.elem} storage; tile "
                                      "patterns take storage of 32-bit or narrower elements")
-        return tile_sim.Operand(name, arr.slot, arr.size, arith.dtype(arr.elem).itemsize * 8,
+        return tile_sim.Operand(name, arr.slot, arr.size, dtypes.numpy_dtype(arr.elem).itemsize * 8,
                                 layout, offset)
 
     def for_loop(self, s: ir.For, scope: _Scope, site: Site) -> tuple[StmtFn, bool]:
         bounds = [self.expr(x, scope, site) for x in (s.start, s.stop, s.step)]
         inner = scope.new_child()
-        var_type = arith.dtype(s.start.type).type
+        var_type = dtypes.numpy_dtype(s.start.type).type
         inner[s.var] = _Scalar(slot := self._slot(), s.start.type)
         body, returns = self.block(s.body, inner, f"{site.path}.body")
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sarek import atoms, tile
-from sim import arith, fragments
+from sarek import atoms, dtypes, tile
+from sim import fragments
 from sim.launch import Geometry
 from sim.memory import LocalArray, SharedArray, Site
 
@@ -80,10 +80,10 @@ def mma(facts: atoms.MmaAtomFacts, model: fragments.Model,
         flat = lanes[..., None] * size + first + np.arange(count)
         return np.ascontiguousarray(array.data[flat]).view(dtype)
 
-    operand = arith.dtype(facts.operand)
+    operand = dtypes.numpy_dtype(facts.operand)
     a = facts.a.scatter(read("a", facts.registers("a"), operand))
     b = facts.b.scatter(read("b", facts.registers("b"), operand))
-    accumulator = arith.dtype(facts.accumulator)
+    accumulator = dtypes.numpy_dtype(facts.accumulator)
     c = facts.c.scatter(read("c", facts.c.values, accumulator))
     d = fragments.mul_add(a, b, c, model)
     array, size, first = registers["d"]

@@ -12,7 +12,7 @@ from functools import cached_property
 
 import numpy as np
 
-from sarek import ir
+from sarek import dtypes, ir
 from sarek.errors import LaunchError, LimitError
 from sarek.ir import Builtin, ElemType
 from sarek.ir_check import walk
@@ -231,7 +231,7 @@ def check_size(kernel: ir.Kernel, geo: Geometry, values: Sequence[object],
     for s in walk(kernel.body):
         match s:
             case ir.ArrayDecl(name=name, elem=elem, size=size, space=space):
-                item = arith.dtype(elem).itemsize
+                item = dtypes.numpy_dtype(elem).itemsize
                 if space is ir.MemSpace.SHARED:
                     shared = True
                     # data, and three i32 records of the race detector per element
@@ -243,7 +243,7 @@ def check_size(kernel: ir.Kernel, geo: Geometry, values: Sequence[object],
             case ir.FragDecl(name=name, rows=rows, cols=cols, elem=elem):
                 # the fragment and the float64 operands of its multiply
                 groups = -(-n // geo.subgroup)
-                parts.append((groups * rows * cols * (arith.dtype(elem).itemsize + 16),
+                parts.append((groups * rows * cols * (dtypes.numpy_dtype(elem).itemsize + 16),
                               f"fragment {name!r} ({rows}x{cols} per subgroup)"))
     if shared:
         parts.append((SHARED_LOG_ELEMENTS * 12, "the race detector's log of shared reads"))
@@ -310,7 +310,7 @@ def convert(kernel: ir.Kernel, values: Sequence[object]
 
 
 def _array(p: ir.ArrayParam, v: object) -> np.ndarray:
-    want = arith.dtype(p.elem)
+    want = dtypes.numpy_dtype(p.elem)
     if not isinstance(v, np.ndarray):
         raise LaunchError(f"parameter {p.name!r} expects a NumPy array of {want} ({p.elem}), "
                           f"got {type(v).__name__}")
@@ -335,20 +335,20 @@ def _scalar(p: ir.ScalarParam, v: object) -> np.generic:
         if given.is_float:
             raise LaunchError(f"parameter {p.name!r} is {t} and cannot take the float {v!r}")
         assert isinstance(v, (int, np.integer))  # given is an integer type: see _scalar_elem
-        lo, hi = arith.int_range(t)
+        lo, hi = dtypes.int_range(t)
         if not lo <= int(v) <= hi:
             raise LaunchError(f"parameter {p.name!r} is {t}: {int(v)} is outside "
                               f"[{lo}, {hi}]")
-        exact: np.generic = arith.dtype(t).type(int(v))
+        exact: np.generic = dtypes.numpy_dtype(t).type(int(v))
         return exact
     if given.is_int:
         assert isinstance(v, (int, np.integer))  # as above
         # A Python int of any size: i64 or u64 hold it when a float parameter can.
         source = ElemType.I64 if int(v) < 0 else ElemType.U64
-        lo, hi = arith.int_range(source)
+        lo, hi = dtypes.int_range(source)
         if not lo <= int(v) <= hi:
             raise LaunchError(f"parameter {p.name!r} is {t}: {v} is too large")
-        value = arith.dtype(source).type(int(v))
+        value = dtypes.numpy_dtype(source).type(int(v))
         rounded: np.generic = arith.convert(value, source, t)  # a scalar in, a scalar out
         return rounded
     value = np.float64(v) if isinstance(v, float) else v
@@ -365,5 +365,5 @@ def _scalar_elem(v: object) -> ElemType | None:
     if isinstance(v, float):
         return ElemType.F64
     if isinstance(v, np.generic):
-        return arith.elem_of(v.dtype)
+        return dtypes.elem_of(v.dtype)
     return None

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sarek import dtypes
 from sarek.errors import SharedRace
 from sarek.ir import ElemType
 from sim import arith
@@ -33,7 +34,7 @@ class LocalArray:
     """A local array: ``size`` elements per invocation, filled with the canary."""
 
     def __init__(self, elem: ElemType, size: int, geo: Geometry) -> None:
-        self.data = np.full(geo.invocations * size, arith.canary(elem), arith.dtype(elem))
+        self.data = np.full(geo.invocations * size, arith.canary(elem), dtypes.numpy_dtype(elem))
 
 
 class SharedArray:
@@ -48,7 +49,7 @@ class SharedArray:
     def __init__(self, name: str, elem: ElemType, size: int, geo: Geometry) -> None:
         self.name, self.size, self.geo = name, size, geo
         total = geo.num_blocks * size
-        self.data = np.full(total, arith.canary(elem), arith.dtype(elem))
+        self.data = np.full(total, arith.canary(elem), dtypes.numpy_dtype(elem))
         self.writer = np.full(total, NOBODY, np.int32)
         self.first_reader = np.full(total, _NO_READER, np.int32)
         self.last_reader = np.full(total, NOBODY, np.int32)

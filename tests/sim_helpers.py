@@ -6,6 +6,7 @@ from fractions import Fraction
 
 import numpy as np
 
+import sarek.dtypes
 import sim
 import sim.arith
 from sarek import ir
@@ -173,7 +174,7 @@ def run_binary(op: BinOp, x: np.ndarray, y: np.ndarray, out_dtype: object = None
 
 def run_unary(t_in: ElemType, t_out: ElemType, f: ir.Expr, x: np.ndarray) -> np.ndarray:
     """Runs ``elementwise(t_in, t_out, f)`` over ``x``."""
-    out = np.zeros(len(x), sim.arith.dtype(t_out))
+    out = np.zeros(len(x), sarek.dtypes.numpy_dtype(t_out))
     return launch_1d(elementwise(t_in, t_out, f), [x, out, len(x)])["out"]
 
 
@@ -186,6 +187,6 @@ def launch_1d(k: ir.Kernel, args: list[object], n: int | None = None, block: int
 
 
 def elem_of(dt: np.dtype) -> ElemType:
-    t = sim.arith.elem_of(dt)
+    t = sarek.dtypes.elem_of(dt)
     assert t is not None, dt
     return t

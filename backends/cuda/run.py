@@ -16,7 +16,7 @@ import numpy as np
 from backends.cuda.emit import emit
 from backends.cuda.nvrtc import compile_cubin, nvrtc_available
 from sarek import ir
-from sarek.dsl import numpy_dtype
+from sarek.dtypes import numpy_dtype
 from sarek.errors import SarekError
 
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from backends.opencl.emit import BUILD_OPTIONS, emit, emit_nv
 from sarek import ir
-from sarek.dsl import numpy_dtype
+from sarek.dtypes import numpy_dtype
 from sarek.errors import SarekError
 
 PLATFORM_VARIABLE = "SAREK_OPENCL_PLATFORM"

@@ -34,7 +34,7 @@ from backends.spirv.emit import emit, push_constant_layout
 from backends.spirv.tools import assemble, tools_reason
 from sarek import ir
 from sarek.coopmat import DeviceSupport, from_vulkan_properties
-from sarek.dsl import numpy_dtype
+from sarek.dtypes import numpy_dtype
 from sarek.errors import SarekError
 
 BF16_FEATURES = 1000141000  # VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_BFLOAT16_FEATURES_KHR
