@@ -11,7 +11,7 @@ and are never contracted, f16/bf16 are 16-bit storage converted with round to ne
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from backends.c_helpers import UNSIGNED
@@ -56,6 +56,36 @@ class Dialect:
     # Printed before a loop of constant bounds with at most UNROLL_TRIPS trips, so that local
     # arrays indexed by its variable (a lowering's registers) can live in registers.
     unroll_pragma: str = ""
+
+
+# ------------------------------------------------------------------ tables the dialects share
+
+# C99's names of the math functions, for f64 (CUDA adds "f" for f32; OpenCL overloads them).
+C_MATH_NAMES = {MathFn.ABS: "fabs", MathFn.MIN: "fmin", MathFn.MAX: "fmax", MathFn.EXP: "exp",
+                MathFn.LOG: "log", MathFn.SIN: "sin", MathFn.COS: "cos", MathFn.TANH: "tanh",
+                MathFn.FLOOR: "floor", MathFn.CEIL: "ceil", MathFn.SQRT: "sqrt",
+                MathFn.FMA: "fma"}
+
+
+def math_calls(names: dict[tuple[MathFn, ElemType], str]) -> dict[tuple[MathFn, ElemType], str]:
+    """A dialect's ``math`` table from the function each (function, type) calls: the call
+    with the function's arity in arguments ``{0}``, ``{1}`` ..."""
+    return {(fn, t): f"{name}({', '.join(f'{{{i}}}' for i in range(ir.MATH_ARITY[fn]))})"
+            for (fn, t), name in names.items()}
+
+
+def conversion_casts(pairs: Iterable[tuple[ElemType, ElemType]]
+                     ) -> dict[tuple[ElemType, ElemType], str]:
+    """The ``casts`` entries for conversions a prelude defines as ``sk_<from>_to_<to>``."""
+    return {(src, dst): f"sk_{src.value}_to_{dst.value}({{x}})" for src, dst in pairs}
+
+
+def dim3_builtins(component: Callable[[str, int], str]) -> dict[ir.Builtin, str]:
+    """The launch coordinates and sizes (``thread_idx.x`` ...) from how the dialect reads
+    component ``axis`` (0, 1, 2) of one of them (``thread_idx``, ``block_idx``, ``block_dim``,
+    ``grid_dim``), each as an int."""
+    return {b: f"((int){component(b.value.split('.')[0], 'xyz'.index(b.value[-1]))})"
+            for b in ir.Builtin if "." in b.value}
 
 
 _C_OPS = {

@@ -12,7 +12,16 @@ so that nothing is contracted into an FMA, tile patterns become one inline-PTX
 from __future__ import annotations
 
 from backends.c_helpers import helpers
-from backends.cstyle import Dialect, EmitError, Printer, render
+from backends.cstyle import (
+    C_MATH_NAMES,
+    Dialect,
+    EmitError,
+    Printer,
+    conversion_casts,
+    dim3_builtins,
+    math_calls,
+    render,
+)
 from backends.cuda.lower import lower
 from sarek import atoms, ir, tile
 from sarek.ir import BinOp, Builtin, ElemType, MathFn
@@ -30,8 +39,7 @@ _LINEAR = "((int)(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadI
 _CUDA_NAMES = {"thread_idx": "threadIdx", "block_idx": "blockIdx", "block_dim": "blockDim",
                "grid_dim": "gridDim"}
 BUILTINS = {
-    **{b: "((int){}.{})".format(_CUDA_NAMES[b.value.split(".")[0]], b.value[-1])
-       for b in Builtin if "." in b.value},
+    **dim3_builtins(lambda vector, axis: f"{_CUDA_NAMES[vector]}.{'xyz'[axis]}"),
     Builtin.SUBGROUP_ID: f"({_LINEAR} >> 5)",
     Builtin.SUBGROUP_LANE: f"({_LINEAR} & 31)",
     Builtin.SUBGROUP_SIZE: "32",
@@ -55,26 +63,16 @@ F32_OPS = {BinOp.ADD: "__fadd_rn({a}, {b})", BinOp.SUB: "__fsub_rn({a}, {b})",
            BinOp.MUL: "__fmul_rn({a}, {b})", BinOp.DIV: "__fdiv_rn({a}, {b})"}
 F64_OPS = {BinOp.ADD: "__dadd_rn({a}, {b})", BinOp.SUB: "__dsub_rn({a}, {b})",
            BinOp.MUL: "__dmul_rn({a}, {b})", BinOp.DIV: "__ddiv_rn({a}, {b})"}
-_MATH_NAMES = {MathFn.ABS: "fabs", MathFn.MIN: "fmin", MathFn.MAX: "fmax", MathFn.EXP: "exp",
-               MathFn.LOG: "log", MathFn.SIN: "sin", MathFn.COS: "cos", MathFn.TANH: "tanh",
-               MathFn.FLOOR: "floor", MathFn.CEIL: "ceil"}
-MATH = {
-    **{(fn, ElemType.F32): f"{name}f({{0}}{', {1}' if fn in (MathFn.MIN, MathFn.MAX) else ''})"
-       for fn, name in _MATH_NAMES.items()},
-    **{(fn, ElemType.F64): f"{name}({{0}}{', {1}' if fn in (MathFn.MIN, MathFn.MAX) else ''})"
-       for fn, name in _MATH_NAMES.items()},
-    (MathFn.SQRT, ElemType.F32): "__fsqrt_rn({0})", (MathFn.SQRT, ElemType.F64): "__dsqrt_rn({0})",
-    (MathFn.FMA, ElemType.F32): "__fmaf_rn({0}, {1}, {2})",
-    (MathFn.FMA, ElemType.F64): "__fma_rn({0}, {1}, {2})",
-}
-CASTS = {
-    (ElemType.F16, ElemType.F32): "sk_f16_to_f32({x})",
-    (ElemType.F32, ElemType.F16): "sk_f32_to_f16({x})",
-    (ElemType.F64, ElemType.F16): "sk_f64_to_f16({x})",
-    (ElemType.BF16, ElemType.F32): "sk_bf16_to_f32({x})",
-    (ElemType.F32, ElemType.BF16): "sk_f32_to_bf16({x})",
-    (ElemType.F64, ElemType.BF16): "sk_f64_to_bf16({x})",
-}
+# Correctly rounded sqrt and fma are intrinsics; the others are the C names, "f" for f32.
+MATH = math_calls({
+    **{(fn, t): name + ("f" if t is ElemType.F32 else "") for fn, name in C_MATH_NAMES.items()
+       if fn not in (MathFn.SQRT, MathFn.FMA) for t in (ElemType.F32, ElemType.F64)},
+    (MathFn.SQRT, ElemType.F32): "__fsqrt_rn", (MathFn.SQRT, ElemType.F64): "__dsqrt_rn",
+    (MathFn.FMA, ElemType.F32): "__fmaf_rn", (MathFn.FMA, ElemType.F64): "__fma_rn",
+})
+CASTS = conversion_casts([(ElemType.F16, ElemType.F32), (ElemType.F32, ElemType.F16),
+                          (ElemType.F64, ElemType.F16), (ElemType.BF16, ElemType.F32),
+                          (ElemType.F32, ElemType.BF16), (ElemType.F64, ElemType.BF16)])
 
 
 def _hook(p: Printer, s: ir.Stmt) -> list[str] | None:

@@ -33,7 +33,7 @@ import re
 import numpy as np
 
 from backends.c_helpers import helpers
-from backends.cstyle import Dialect, EmitError, Printer
+from backends.cstyle import Dialect, EmitError, Printer, dim3_builtins
 from backends.metal.lower import EDGE, MATRIX_TYPES, check, lower
 from sarek import ir
 from sarek.ir import BinOp, Builtin, ElemType, FragLayout, MathFn
@@ -59,8 +59,7 @@ POSITIONS = {
 _VECTORS = {"thread_idx": "sk_mtl_thread", "block_idx": "sk_mtl_group",
             "block_dim": "sk_mtl_threads", "grid_dim": "sk_mtl_groups"}
 BUILTINS = {
-    **{b: f"((int){_VECTORS[b.value.split('.')[0]]}.{b.value[-1]})"
-       for b in Builtin if "." in b.value},
+    **dim3_builtins(lambda vector, axis: f"{_VECTORS[vector]}.{'xyz'[axis]}"),
     Builtin.SUBGROUP_ID: "((int)sk_mtl_simd)",
     Builtin.SUBGROUP_LANE: "((int)sk_mtl_simd_lane)",
     Builtin.SUBGROUP_SIZE: "((int)sk_mtl_simd_width)",

@@ -22,10 +22,19 @@ from __future__ import annotations
 import dataclasses
 
 from backends.c_helpers import helpers
-from backends.cstyle import Dialect, EmitError, Printer, render
+from backends.cstyle import (
+    C_MATH_NAMES,
+    Dialect,
+    EmitError,
+    Printer,
+    conversion_casts,
+    dim3_builtins,
+    math_calls,
+    render,
+)
 from backends.opencl.lower import lower
 from sarek import ir
-from sarek.ir import Builtin, ElemType, MathFn
+from sarek.ir import Builtin, ElemType
 
 TYPES = {
     ElemType.I8: "char", ElemType.U8: "uchar", ElemType.I16: "short", ElemType.U16: "ushort",
@@ -38,8 +47,7 @@ _IDS = {"thread_idx": "get_local_id", "block_idx": "get_group_id",
 _LINEAR = ("((int)(get_local_id(0) + get_local_size(0) * (get_local_id(1) + "
            "get_local_size(1) * get_local_id(2))))")
 BUILTINS = {
-    **{b: "((int){}({}))".format(_IDS[b.value.split(".")[0]], "xyz".index(b.value[-1]))
-       for b in Builtin if "." in b.value},
+    **dim3_builtins(lambda vector, axis: f"{_IDS[vector]}({axis})"),
     Builtin.SUBGROUP_ID: f"({_LINEAR} / SK_SUBGROUP)",
     Builtin.SUBGROUP_LANE: f"({_LINEAR} % SK_SUBGROUP)",
     Builtin.SUBGROUP_SIZE: "SK_SUBGROUP",
@@ -122,21 +130,12 @@ ushort sk_f64_to_bf16(double d) {
 }
 """
 
-_MATH_NAMES = {MathFn.ABS: "fabs", MathFn.MIN: "fmin", MathFn.MAX: "fmax", MathFn.EXP: "exp",
-               MathFn.LOG: "log", MathFn.SIN: "sin", MathFn.COS: "cos", MathFn.TANH: "tanh",
-               MathFn.FLOOR: "floor", MathFn.CEIL: "ceil", MathFn.SQRT: "sqrt",
-               MathFn.FMA: "fma"}
-MATH = {(fn, t): f"{name}({', '.join(f'{{{i}}}' for i in range(ir.MATH_ARITY[fn]))})"
-        for fn, name in _MATH_NAMES.items() for t in (ElemType.F32, ElemType.F64)}
-CASTS = {
-    (ElemType.F16, ElemType.F32): "sk_f16_to_f32({x})",
-    (ElemType.F16, ElemType.F64): "sk_f16_to_f64({x})",
-    (ElemType.F32, ElemType.F16): "sk_f32_to_f16({x})",
-    (ElemType.F64, ElemType.F16): "sk_f64_to_f16({x})",
-    (ElemType.BF16, ElemType.F32): "sk_bf16_to_f32({x})",
-    (ElemType.F32, ElemType.BF16): "sk_f32_to_bf16({x})",
-    (ElemType.F64, ElemType.BF16): "sk_f64_to_bf16({x})",
-}
+MATH = math_calls({(fn, t): name for fn, name in C_MATH_NAMES.items()
+                   for t in (ElemType.F32, ElemType.F64)})  # OpenCL C overloads them
+CASTS = conversion_casts([(ElemType.F16, ElemType.F32), (ElemType.F16, ElemType.F64),
+                          (ElemType.F32, ElemType.F16), (ElemType.F64, ElemType.F16),
+                          (ElemType.BF16, ElemType.F32), (ElemType.F32, ElemType.BF16),
+                          (ElemType.F64, ElemType.BF16)])
 
 
 _NEUTRAL = (ir.FragDecl, ir.FragFill, ir.FragLoad, ir.FragStore, ir.FragMulAdd)
