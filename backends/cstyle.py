@@ -111,7 +111,7 @@ class Printer:
 
     def __init__(self, kernel: ir.Kernel, dialect: Dialect) -> None:
         self.kernel = kernel
-        self.d = dialect
+        self.dialect = dialect
         self.lines: list[str] = []
         self.depth = 1
         self.arrays: dict[str, ir.ArrayDecl | ir.ArrayParam] = {
@@ -122,12 +122,13 @@ class Printer:
 
     # ------------------------------------------------------------------ helpers
 
-    def t(self, e: ElemType) -> str:
-        return self.d.types[e]
+    def type_name(self, e: ElemType) -> str:
+        """The dialect's name of ``e`` in registers."""
+        return self.dialect.types[e]
 
     def mem_t(self, e: ElemType) -> str:
         """The type of ``e`` in memory and in kernel arguments."""
-        return self.d.memory_types.get(e, self.d.types[e])
+        return self.dialect.memory_types.get(e, self.dialect.types[e])
 
     def emit(self, text: str) -> None:
         self.lines.append("    " * self.depth + text)
@@ -145,7 +146,7 @@ class Printer:
             case ir.Var(name=name):
                 return name
             case ir.BuiltinValue(which=w):
-                return self.d.builtins[w]
+                return self.dialect.builtins[w]
             case ir.Unary(op=op, x=x, type=t):
                 return self.unary(op, self.expr(x), t)
             case ir.Binary(op=op, a=a, b=b, type=t):
@@ -169,29 +170,29 @@ class Printer:
             lit = _float_literal(float(v), ElemType.F32 if t.is_storage_only else t)
             return self.cast(lit, ElemType.F32, t) if t.is_storage_only else lit
         if t is ElemType.I64 or t is ElemType.U64:
-            signed, unsigned = self.d.long_suffixes
-            return f"(({self.t(t)}){int(v)}{unsigned if t is ElemType.U64 else signed})"
+            signed, unsigned = self.dialect.long_suffixes
+            return f"(({self.type_name(t)}){int(v)}{unsigned if t is ElemType.U64 else signed})"
         if t is ElemType.I32:
             return "((int)0x80000000u)" if v == -(2**31) else str(v) if v >= 0 else f"({v})"
         if t is ElemType.U32:
             return f"{int(v)}u"
-        return f"(({self.t(t)}){int(v)}{'u' if not t.is_signed else ''})"
+        return f"(({self.type_name(t)}){int(v)}{'u' if not t.is_signed else ''})"
 
     def unary(self, op: UnOp, x: str, t: ElemType) -> str:
         match op:
             case UnOp.NOT:
                 return f"(!{x})"
             case UnOp.BITNOT:
-                return f"(({self.t(t)})(~{x}))"
+                return f"(({self.type_name(t)})(~{x}))"
             case UnOp.NEG if t.is_signed:
-                return self.wrapped(t, f"(0u - ({self.t(UNSIGNED[t])}){x})")
+                return self.wrapped(t, f"(0u - ({self.type_name(UNSIGNED[t])}){x})")
             case UnOp.NEG:
-                return f"(({self.t(t)})(-{x}))"
+                return f"(({self.type_name(t)})(-{x}))"
         raise AssertionError(op)
 
     def wrapped(self, t: ElemType, unsigned_expr: str) -> str:
         """A signed result computed in the unsigned type of the same width (wrapping)."""
-        return f"(({self.t(t)}){unsigned_expr})"
+        return f"(({self.type_name(t)}){unsigned_expr})"
 
     def binary(self, op: BinOp, a: ir.Expr, b: ir.Expr, t: ElemType) -> str:
         x, y = self.expr(a), self.expr(b)
@@ -199,7 +200,7 @@ class Printer:
         if operand in (ElemType.F32, ElemType.F64) and op in self.ops_for(operand):
             return self.ops_for(operand)[op].format(a=x, b=y)
         if operand.is_signed and op in (BinOp.ADD, BinOp.SUB, BinOp.MUL, BinOp.SHL):
-            u = self.t(UNSIGNED[operand])
+            u = self.type_name(UNSIGNED[operand])
             return self.wrapped(t, f"(({u}){x} {_C_OPS[op]} ({u}){y})")
         if operand.is_signed and op in (BinOp.DIV, BinOp.REM) and not (
                 isinstance(b, ir.Const) and int(b.value) not in (0, -1)):
@@ -208,16 +209,16 @@ class Printer:
         text = f"({x} {_C_OPS[op]} {y})"
         if op in ir.COMPARISONS or op in ir.LOGICAL or operand.bits >= 32:
             return text
-        return f"(({self.t(t)}){text})"  # C promotes narrow operands to int: narrow back
+        return f"(({self.type_name(t)}){text})"  # C promotes narrow operands to int: narrow back
 
     def ops_for(self, t: ElemType) -> dict[BinOp, str]:
-        return self.d.f32_ops if t is ElemType.F32 else self.d.f64_ops
+        return self.dialect.f32_ops if t is ElemType.F32 else self.dialect.f64_ops
 
     def cast(self, x: str, src: ElemType, dst: ElemType) -> str:
         if src == dst:
             return x
-        if (src, dst) in self.d.casts:
-            return self.d.casts[(src, dst)].format(x=x)
+        if (src, dst) in self.dialect.casts:
+            return self.dialect.casts[(src, dst)].format(x=x)
         if src.is_storage_only:
             return self.cast(self.cast(x, src, ElemType.F32), ElemType.F32, dst)
         if dst.is_storage_only:
@@ -226,41 +227,41 @@ class Printer:
             # would round twice. A dialect without the helper refuses them.
             if src.is_int and src.bits > 24 and dst is ElemType.BF16:
                 odd = f"sk_{UNSIGNED.get(src, src).value}_to_f32_odd"
-                if odd not in self.d.prelude or (ElemType.F32, dst) not in self.d.casts:
-                    raise EmitError(f"{self.d.name} does not print {src} -> {dst} exactly "
+                if odd not in self.dialect.prelude or (ElemType.F32, dst) not in self.dialect.casts:
+                    raise EmitError(f"{self.dialect.name} does not print {src} -> {dst} exactly "
                                     "(it would round twice)")
                 via = f"sk_{src.value}_to_f32_odd({x})"
-                return self.d.casts[(ElemType.F32, dst)].format(x=via)
+                return self.dialect.casts[(ElemType.F32, dst)].format(x=via)
             wide_t = ElemType.F64 if src is ElemType.F64 else ElemType.F32
-            if (wide_t, dst) not in self.d.casts:
-                raise EmitError(f"{self.d.name} has no conversion from {src} to {dst}")
+            if (wide_t, dst) not in self.dialect.casts:
+                raise EmitError(f"{self.dialect.name} has no conversion from {src} to {dst}")
             wide = self.cast(x, src, wide_t) if src is not wide_t else x
-            return self.d.casts[(wide_t, dst)].format(x=wide)
+            return self.dialect.casts[(wide_t, dst)].format(x=wide)
         if src.is_float and dst.is_int:
             return f"sk_cvt_{dst.value}_{src.value}({x})"
         if dst is ElemType.BOOL:
             return f"({x} != 0)"
-        return f"(({self.t(dst)}){x})"
+        return f"(({self.type_name(dst)}){x})"
 
     def bitcast(self, x: str, src: ElemType, dst: ElemType) -> str:
         if src == dst:
             return x
-        if (src, dst) in self.d.bitcasts:
-            return self.d.bitcasts[(src, dst)].format(x=x)
+        if (src, dst) in self.dialect.bitcasts:
+            return self.dialect.bitcasts[(src, dst)].format(x=x)
         if src in (ElemType.F32, ElemType.F64) or dst in (ElemType.F32, ElemType.F64):
-            raise EmitError(f"{self.d.name} has no bitcast from {src} to {dst}")
-        return f"(({self.t(dst)}){x})"  # integers and 16-bit float patterns: same bits
+            raise EmitError(f"{self.dialect.name} has no bitcast from {src} to {dst}")
+        return f"(({self.type_name(dst)}){x})"  # integers and 16-bit float patterns: same bits
 
     def call(self, fn: MathFn, args: list[str], t: ElemType) -> str:
-        if (fn, t) in self.d.math:
-            return self.d.math[(fn, t)].format(*args)
+        if (fn, t) in self.dialect.math:
+            return self.dialect.math[(fn, t)].format(*args)
         if t.is_int and fn in (MathFn.MIN, MathFn.MAX):
             cmp = "<" if fn is MathFn.MIN else ">"
             a, b = args
             return f"(({a}) {cmp} ({b}) ? ({a}) : ({b}))"
         if t.is_int and fn is MathFn.ABS:
             return self.cast(f"sk_abs_{t.value}({args[0]})", t, t)
-        raise AssertionError(f"no rendering of {fn} on {t} in {self.d.name}")
+        raise AssertionError(f"no rendering of {fn} on {t} in {self.dialect.name}")
 
     # ------------------------------------------------------------------ statements
 
@@ -276,15 +277,15 @@ class Printer:
         self.emit("}")
 
     def stmt(self, s: ir.Stmt) -> None:
-        if self.d.stmt_hook is not None:
-            hooked = self.d.stmt_hook(self, s)
+        if self.dialect.stmt_hook is not None:
+            hooked = self.dialect.stmt_hook(self, s)
             if hooked is not None:
                 for line in hooked:
                     self.emit(line)
                 return
         match s:
             case ir.Let(name=name, type=t, value=v):
-                self.emit(f"{self.t(t)} {name} = {self.expr(v)};")
+                self.emit(f"{self.type_name(t)} {name} = {self.expr(v)};")
             case ir.Assign(name=name, value=v):
                 self.emit(f"{name} = {self.expr(v)};")
             case ir.Store(array=name, index=i, value=v):
@@ -302,13 +303,13 @@ class Printer:
                     self.depth -= 1
                     self.emit("}")
             case ir.Barrier():
-                self.emit(self.d.barrier)
+                self.emit(self.dialect.barrier)
             case ir.Return():
                 self.emit("return;")
             case ir.ArrayDecl(name=name, elem=t, size=size, space=space, align=align):
                 self.arrays[name] = s
                 if space is ir.MemSpace.SHARED:
-                    self.emit(self.d.shared_decl.format(t=self.mem_t(t), name=name, size=size,
+                    self.emit(self.dialect.shared_decl.format(t=self.mem_t(t), name=name, size=size,
                                                         align=align))
                 else:
                     self.emit(f"{self.mem_t(t)} {name}[{size}];")
@@ -317,17 +318,17 @@ class Printer:
                 self.emit(f"/* {name}: a view of {s.storage} as {s.elem.value} "
                           f"{s.layout!r}, offset {s.offset} */")
             case _:
-                raise EmitError(f"{self.d.name} cannot print {type(s).__name__} statements")
+                raise EmitError(f"{self.dialect.name} cannot print {type(s).__name__} statements")
 
     def for_loop(self, var: str, a: ir.Expr, b: ir.Expr, c: ir.Expr,
                  body: tuple[ir.Stmt, ...]) -> None:
         if isinstance(c, ir.Const):
             cmp = "<" if int(c.value) > 0 else ">"
             step = self.expr(c)
-            if self.d.unroll_pragma and isinstance(a, ir.Const) and isinstance(b, ir.Const):
+            if self.dialect.unroll_pragma and isinstance(a, ir.Const) and isinstance(b, ir.Const):
                 trips = len(range(int(a.value), int(b.value), int(c.value)))
                 if trips <= UNROLL_TRIPS:
-                    self.emit(self.d.unroll_pragma)
+                    self.emit(self.dialect.unroll_pragma)
             self.nested(f"for (int {var} = {self.expr(a)}; {var} {cmp} {self.expr(b)}; "
                         f"{var} += {step})", body)
             return
@@ -344,7 +345,7 @@ class Printer:
         for p in self.kernel.params:
             match p:
                 case ir.ArrayParam(name=name, elem=e, readonly=ro):
-                    ptr = self.d.global_pointer.format(t=self.mem_t(e),
+                    ptr = self.dialect.global_pointer.format(t=self.mem_t(e),
                                                        const="const " if ro else "")
                     out.append(f"{ptr} {name}")
                 case ir.ScalarParam(name=name, elem=e):
@@ -353,8 +354,8 @@ class Printer:
 
     def render(self) -> str:
         self.block(self.kernel.body)
-        head = f"{self.d.kernel_prefix} {self.kernel.name}({self.params()})"
-        prelude = needed_helpers(self.d.prelude, "\n".join(self.lines))
+        head = f"{self.dialect.kernel_prefix} {self.kernel.name}({self.params()})"
+        prelude = needed_helpers(self.dialect.prelude, "\n".join(self.lines))
         top = [prelude.strip("\n"), ""] if prelude.strip() else []
         return "\n".join([*top, head + " {", *self.lines, "}", ""])
 

@@ -185,7 +185,7 @@ class _Builder:
 
     def __init__(self, gemm: Gemm, scheme: _Scheme, subgroup: int, frag: int,
                  staging: Staging, schedule: Schedule) -> None:
-        self.g, self.s, self.sg, self.f = gemm, scheme, subgroup, frag
+        self.gemm, self.scheme, self.subgroup, self.frag = gemm, scheme, subgroup, frag
         self.tile, self.wave_tile, self.step = schedule.tile, schedule.wave_tile, schedule.step
         self.prefetching = schedule.prefetch
         self.threads = WAVES * subgroup
@@ -204,7 +204,8 @@ class _Builder:
     def covered(self, row: ir.Expr, col: ir.Expr) -> ir.Expr:
         """Whether output (row, col) of this block's batch is in the region."""
         me, ne, t = var("me"), var("ne"), var("t")
-        col_major = isinstance(self.g.mapping, Mapping1D) and self.g.mapping.order == "col-major"
+        mapping = self.gemm.mapping
+        col_major = isinstance(mapping, Mapping1D) and mapping.order == "col-major"
         within = add(mul(row, ne), col) if not col_major else add(mul(col, me), row)
         linear = add(mul(var("sk_z"), mul(me, ne)), within)
         return _and(binary(BinOp.LT, row, me), binary(BinOp.LT, col, ne),
@@ -212,14 +213,14 @@ class _Builder:
 
     def init(self) -> ir.Expr:
         """The initial value at output (sk_row, sk_col, sk_z)."""
-        return self.g.init_at(var("sk_row"), var("sk_col"), var("sk_z"))
+        return self.gemm.init_at(var("sk_row"), var("sk_col"), var("sk_z"))
 
     def epilogue(self, acc: ir.Expr) -> ir.Expr:
         """The value stored at output (sk_row, sk_col, sk_z) for the sum ``acc``."""
-        return self.g.epilogue_at(acc, var("sk_row"), var("sk_col"), var("sk_z"))
+        return self.gemm.epilogue_at(acc, var("sk_row"), var("sk_col"), var("sk_z"))
 
     def address(self, access: Access, row: ir.Expr, col: ir.Expr, k: ir.Expr) -> ir.Expr:
-        return access.address(row, col, var("sk_z"), add(self.g.k_start, k))
+        return access.address(row, col, var("sk_z"), add(self.gemm.k_start, k))
 
     # ---------------------------------------------------------------- the body
 
@@ -251,34 +252,35 @@ class _Builder:
 
     def declarations(self) -> list[ir.Stmt]:
         out: list[ir.Stmt] = []
-        for term in self.s.terms:
-            out.append(ir.ArrayDecl(name=self.staged("a", term), elem=self.s.operand,
+        for term in self.scheme.terms:
+            out.append(ir.ArrayDecl(name=self.staged("a", term), elem=self.scheme.operand,
                                     size=self.tile * self.a_stride, space=MemSpace.SHARED))
             b_rows = self.step if self.b_layout is FragLayout.ROW else self.tile
-            out.append(ir.ArrayDecl(name=self.staged("b", term), elem=self.s.operand,
+            out.append(ir.ArrayDecl(name=self.staged("b", term), elem=self.scheme.operand,
                                     size=b_rows * self.b_stride, space=MemSpace.SHARED))
         # One fragment per wave at a time leaves through here (and an initial value enters).
-        out.append(ir.ArrayDecl(name="sk_cs", elem=self.s.acc, size=WAVES * self.f * self.f,
+        out.append(ir.ArrayDecl(name="sk_cs", elem=self.scheme.acc,
+                                size=WAVES * self.frag * self.frag,
                                 space=MemSpace.SHARED))
-        f = self.f
+        f = self.frag
         for i, j in self.frag_names():
-            for a in range(self.s.accumulators):
+            for a in range(self.scheme.accumulators):
                 out.append(ir.FragDecl(name=f"sk_acc{a}_{i}_{j}", use=FragUse.ACCUMULATOR,
-                                       rows=f, cols=f, elem=self.s.acc))
-        for t, term in enumerate(self.s.terms):
+                                       rows=f, cols=f, elem=self.scheme.acc))
+        for t, term in enumerate(self.scheme.terms):
             for i in range(self.per_wave):
                 out.append(ir.FragDecl(name=f"sk_fa{t}_{i}", use=FragUse.A, rows=f, cols=f,
-                                       elem=self.s.operand))
+                                       elem=self.scheme.operand))
                 out.append(ir.FragDecl(name=f"sk_fb{t}_{i}", use=FragUse.B, rows=f, cols=f,
-                                       elem=self.s.operand))
+                                       elem=self.scheme.operand))
             del term
         return out
 
     def wave_origin(self, i: int, j: int) -> tuple[ir.Expr, ir.Expr]:
         """Row and column, within the block's tile, of fragment (i, j) of this wave."""
         w = var("sk_wave")
-        row = add(mul(binary(BinOp.DIV, w, const(2)), const(self.wave_tile)), const(i * self.f))
-        col = add(mul(binary(BinOp.REM, w, const(2)), const(self.wave_tile)), const(j * self.f))
+        row = add(mul(binary(BinOp.DIV, w, const(2)), const(self.wave_tile)), const(i * self.frag))
+        col = add(mul(binary(BinOp.REM, w, const(2)), const(self.wave_tile)), const(j * self.frag))
         return row, col
 
     def per_thread(self, elements: int, body: list[ir.Stmt]) -> ir.For:
@@ -291,13 +293,14 @@ class _Builder:
     def per_lane(self, body: list[ir.Stmt]) -> ir.For:
         """``for sk_q in range(frag * frag / subgroup): sk_e = sk_q * subgroup + sk_wave_lane;
         body``: a uniform loop in which a wave's lanes cover one fragment's elements."""
-        e = add(mul(var("sk_q"), const(self.sg)), var("sk_wave_lane"))
-        return ir.For(var="sk_q", start=const(0), stop=const(self.f * self.f // self.sg),
+        e = add(mul(var("sk_q"), const(self.subgroup)), var("sk_wave_lane"))
+        trips = self.frag * self.frag // self.subgroup
+        return ir.For(var="sk_q", start=const(0), stop=const(trips),
                       step=const(1), body=(ir.Let(name="sk_e", type=I32, value=e), *body))
 
     def exchange_offset(self) -> ir.Expr:
         """Where this wave's fragment lies in the exchange array ``sk_cs``."""
-        return mul(var("sk_wave"), const(self.f * self.f))
+        return mul(var("sk_wave"), const(self.frag * self.frag))
 
     def exchanged(self) -> ir.Expr:
         """Element ``sk_e`` of this wave's fragment in ``sk_cs`` (row-major, stride frag)."""
@@ -308,22 +311,22 @@ class _Builder:
         row, col = self.wave_origin(i, j)
         return [
             ir.Let(name="sk_row", type=I32, value=add(
-                add(var("sk_row0"), row), binary(BinOp.DIV, var("sk_e"), const(self.f)))),
+                add(var("sk_row0"), row), binary(BinOp.DIV, var("sk_e"), const(self.frag)))),
             ir.Let(name="sk_col", type=I32, value=add(
-                add(var("sk_col0"), col), binary(BinOp.REM, var("sk_e"), const(self.f)))),
+                add(var("sk_col0"), col), binary(BinOp.REM, var("sk_e"), const(self.frag)))),
         ]
 
     def through_exchange(self, frag: str) -> ir.FragStore:
         return ir.FragStore(frag=frag, array="sk_cs", offset=self.exchange_offset(),
-                            stride=const(self.f))
+                            stride=const(self.frag))
 
     def start_accumulators(self) -> list[ir.Stmt]:
-        init = self.g.init
+        init = self.gemm.init
         constant = isinstance(init, ir.Const)
-        if self.s.acc.is_int or constant:
-            value = init if constant and not self.s.acc.is_int else _zero(self.s.acc)
-            return [ir.FragFill(frag=f"sk_acc{a}_{i}_{j}", value=_cast(value, self.s.acc))
-                    for i, j in self.frag_names() for a in range(self.s.accumulators)]
+        if self.scheme.acc.is_int or constant:
+            value = init if constant and not self.scheme.acc.is_int else _zero(self.scheme.acc)
+            return [ir.FragFill(frag=f"sk_acc{a}_{i}_{j}", value=_cast(value, self.scheme.acc))
+                    for i, j in self.frag_names() for a in range(self.scheme.accumulators)]
         # The initial value varies by output: each wave stages it through its part of the
         # exchange array, one fragment at a time.
         here = self.covered(var("sk_row"), var("sk_col"))
@@ -332,18 +335,18 @@ class _Builder:
             out += [
                 self.per_lane([*self.fragment_coordinates(i, j), ir.Store(
                     array="sk_cs", index=self.exchanged(), value=ir.Select(
-                        cond=here, a=_cast(self.init(), self.s.acc), b=_zero(self.s.acc),
-                        type=self.s.acc))]),
+                        cond=here, a=_cast(self.init(), self.scheme.acc), b=_zero(self.scheme.acc),
+                        type=self.scheme.acc))]),
                 ir.Barrier(),
                 ir.FragLoad(frag=f"sk_acc0_{i}_{j}", array="sk_cs",
-                            offset=self.exchange_offset(), stride=const(self.f)),
+                            offset=self.exchange_offset(), stride=const(self.frag)),
                 ir.Barrier(),
             ]
         return out
 
     def convert(self, x: ir.Expr) -> list[tuple[str, ir.Expr]]:
         """The staged terms of one operand value ``x``: (term, value) pairs."""
-        s = self.s
+        s = self.scheme
         if s.terms == ("",):
             return [("", _cast(x, s.operand))]
         if s.operand is U8:  # byte planes of the two's complement pattern
@@ -362,7 +365,7 @@ class _Builder:
 
     def operands(self) -> list[tuple[str, Access, int, int]]:
         """(name, access, rows, columns) of the A and B tiles one step stages."""
-        g, tile, step = self.g, self.tile, self.step
+        g, tile, step = self.gemm, self.tile, self.step
         return [("a", g.a, tile, step), ("b", g.b, step, tile)]
 
     def fetch(self, name: str, access: Access, cols: int, k0: ir.Expr) -> list[ir.Stmt]:
@@ -448,9 +451,9 @@ class _Builder:
     def multiply(self) -> list[ir.Stmt]:
         """Each wave: per sub-step of ``frag`` along k, load fragments, multiply-accumulate."""
         out: list[ir.Stmt] = []
-        f = self.f
+        f = self.frag
         for kk0 in range(0, self.step, f):
-            for t, term in enumerate(self.s.terms):
+            for t, term in enumerate(self.scheme.terms):
                 for i in range(self.per_wave):
                     row, _ = self.wave_origin(i, 0)
                     out.append(ir.FragLoad(frag=f"sk_fa{t}_{i}", array=self.staged("a", term),
@@ -466,7 +469,7 @@ class _Builder:
             # Products outer, fragments inner: each accumulator still takes its products in
             # the scheme's order, and every run of (i, j) is independent (a simulator batches
             # it, a device overlaps it).
-            for ta, tb, a in self.s.products:
+            for ta, tb, a in self.scheme.products:
                 for i, j in self.frag_names():
                     acc = f"sk_acc{a}_{i}_{j}"
                     out.append(ir.FragMulAdd(d=acc, a=f"sk_fa{ta}_{i}", b=f"sk_fb{tb}_{j}",
@@ -476,7 +479,7 @@ class _Builder:
     def finish(self) -> list[ir.Stmt]:
         """Accumulators out through the exchange array, one fragment per wave at a time; each
         covered output gets the epilogue."""
-        g, acc_t = self.g, self.s.acc
+        g, acc_t = self.gemm, self.scheme.acc
         here = self.covered(var("sk_row"), var("sk_col"))
 
         def store(total: ir.Expr) -> ir.Stmt:
@@ -487,11 +490,12 @@ class _Builder:
 
         exchanged = ir.Load(array="sk_cs", index=self.exchanged(), type=acc_t)
         out: list[ir.Stmt] = []
-        if self.s.accumulators > 1:
-            out.append(ir.ArrayDecl(name="sk_out", elem=I32, size=self.f * self.f // self.sg,
+        if self.scheme.accumulators > 1:
+            out.append(ir.ArrayDecl(name="sk_out", elem=I32,
+                                    size=self.frag * self.frag // self.subgroup,
                                     space=MemSpace.LOCAL))
         for i, j in self.frag_names():
-            if self.s.accumulators == 1:
+            if self.scheme.accumulators == 1:
                 out += [self.through_exchange(f"sk_acc0_{i}_{j}"), ir.Barrier(),
                         self.per_lane([*self.fragment_coordinates(i, j), store(exchanged)]),
                         ir.Barrier()]
@@ -501,7 +505,7 @@ class _Builder:
             out.append(self.per_lane([*self.fragment_coordinates(i, j), ir.Store(
                 array="sk_out", index=var("sk_q"), value=ir.Select(
                     cond=here, a=_cast(self.init(), I32), b=const(0), type=I32))]))
-            for a in range(self.s.accumulators):
+            for a in range(self.scheme.accumulators):
                 shifted = binary(BinOp.SHL, exchanged, const(8 * a)) if a else exchanged
                 out += [self.through_exchange(f"sk_acc{a}_{i}_{j}"), ir.Barrier(),
                         self.per_lane([ir.Store(array="sk_out", index=var("sk_q"),
