@@ -2,10 +2,9 @@
 
 ``region(gemm, grid, block, args)`` evaluates the kernel's bounds with the launch's scalar
 arguments and combines them with the launch geometry into ``Region(me, ne, ze, d, t)``
-(``specs/matrix-pattern-rewrite.md``, "The region"). ``evaluate(gemm, region, args)`` computes,
-with NumPy and independently of the simulator, the output array the description promises: the
-covered outputs written with the initial value, the products in k order and the epilogue,
-everything else unchanged. ``covered(gemm, region, args)`` gives the covered element indices.
+(``specs/matrix-pattern-rewrite.md``, "The region"). ``covered(gemm, region, args)`` gives the
+covered element indices. What the launch writes there is computed independently of the
+simulator by the tests' oracle (``tests/oracle.py``), which extends ``IndexEvaluator``.
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ from sarek.errors import SarekError
 from sarek.ir import BinOp, ElemType, MathFn, UnOp
 from sarek.launch import Dim3
 from sarek.matrix_pattern import (
-    ACC,
     BATCH,
     COL,
     ROW,
@@ -92,7 +90,7 @@ def _short(v: object) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _bind(gemm: Gemm, args: Sequence[object] | Mapping[str, object]) -> dict[str, Any]:
+def bind(gemm: Gemm, args: Sequence[object] | Mapping[str, object]) -> dict[str, Any]:
     """Arguments by name; arrays may be left out of a mapping (the region needs scalars)."""
     params = gemm.params
     if isinstance(args, Mapping):
@@ -194,7 +192,7 @@ def region(gemm: Gemm, grid: object, block: object,
         raise RegionError(f"region takes the Gemm that matrix_pattern.recognize returns, got "
                           f"{type(gemm).__name__}")
     g, b = _launch_dim(grid, "grid"), _launch_dim(block, "block")
-    bound = _bind(gemm, args)
+    bound = bind(gemm, args)
     invocations = math.prod(g) * math.prod(b)
     if gemm.staging is not None and b != gemm.staging.block and invocations > 0:
         raise RegionError(f"the kernel stages its operands for blocks of {gemm.staging.block}; "
@@ -205,7 +203,7 @@ def region(gemm: Gemm, grid: object, block: object,
             raise RegionError(f"the kernel does not use the {a} coordinate, so the launch's "
                               f"{g[i] * b[i]} invocations along {a} would compute the same "
                               f"outputs; launch with grid and block {a} = 1")
-    ev = _Evaluator(gemm, bound, {})
+    ev = IndexEvaluator(gemm, bound, {})
     d = max(0, int(ev.scalar(gemm.k_stop)) - int(ev.scalar(gemm.k_start)))
     if invocations == 0:
         return Region(0, 0, 0, d, 0)  # an empty launch covers nothing
@@ -252,7 +250,7 @@ def region(gemm: Gemm, grid: object, block: object,
     return reg
 
 
-def _check_distinct(c: Access, reg: Region, ev: _Evaluator) -> None:
+def _check_distinct(c: Access, reg: Region, ev: IndexEvaluator) -> None:
     """Refuses a store address that maps two covered outputs to one element."""
     if reg.outputs == 0:
         return
@@ -270,15 +268,15 @@ def _check_distinct(c: Access, reg: Region, ev: _Evaluator) -> None:
 
 
 MAX_DESCRIBED_OUTPUTS = 1 << 26
-"""The most outputs ``covered`` and ``evaluate`` describe (NumPy arrays of a few int64 per
+"""The most outputs ``covered`` (and the tests' oracle) describe (NumPy arrays of a few int64 per
 output: about 4 GiB at this size)."""
 
 
-def _coordinates(gemm: Gemm, reg: Region) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def coordinates(gemm: Gemm, reg: Region) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Row, column and batch of every covered output (int64), in the mapping's linear order."""
     if reg.me * reg.ne * reg.ze > MAX_DESCRIBED_OUTPUTS:
         raise RegionError(f"the region {reg.me}x{reg.ne}x{reg.ze} has more outputs than the "
-                          f"{MAX_DESCRIBED_OUTPUTS} covered() and evaluate() describe")
+                          f"{MAX_DESCRIBED_OUTPUTS} a description of outputs lists")
     zg, rg, cg = np.meshgrid(np.arange(reg.ze), np.arange(reg.me), np.arange(reg.ne),
                              indexing="ij")
     z, r, c = zg.ravel(), rg.ravel(), cg.ravel()
@@ -292,57 +290,18 @@ def _coordinates(gemm: Gemm, reg: Region) -> tuple[np.ndarray, np.ndarray, np.nd
 def covered(gemm: Gemm, reg: Region, args: Sequence[object] | Mapping[str, object]
             ) -> np.ndarray:
     """The element indices of C that the launch writes (int64, one per covered output)."""
-    bound = _bind(gemm, args)
-    r, c, z = _coordinates(gemm, reg)
-    ev = _Evaluator(gemm, bound, {ROW: r, COL: c, BATCH: z})
+    bound = bind(gemm, args)
+    r, c, z = coordinates(gemm, reg)
+    ev = IndexEvaluator(gemm, bound, {ROW: r, COL: c, BATCH: z})
     return ev.address(gemm.c, r, c, z, 0)
 
 
-def evaluate(gemm: Gemm, reg: Region, args: Sequence[object] | Mapping[str, object]
-             ) -> np.ndarray:
-    """C after the launch, computed from the description: a copy of C's argument with every
-    covered output replaced by ``epilogue(init + products in k order)``, each operation in the
-    kernel's own types (wrapping integers, binary32 rounding, one rounding for ``fma``)."""
-    bound = _bind(gemm, args)
-    for name in {gemm.a.array, gemm.b.array, gemm.c.array}:
-        if not isinstance(bound.get(name), np.ndarray):
-            raise RegionError(f"evaluating the description needs the array {name!r}")
-    r, c, z = _coordinates(gemm, reg)
-    ev = _Evaluator(gemm, bound, {ROW: r, COL: c, BATCH: z})
-    acc_dt = numpy_dtype(gemm.acc_type)
-    acc = np.broadcast_to(ev.eval(gemm.init), r.shape).astype(acc_dt)
-    start = int(ev.scalar(gemm.k_start))
-    with np.errstate(all="ignore"):
-        for p in range(start, start + reg.d):
-            a = ev.gather(gemm.a, r, c, z, p).astype(acc_dt)
-            b = ev.gather(gemm.b, r, c, z, p).astype(acc_dt)
-            acc = _fma(a, b, acc) if gemm.fused else (acc + a * b).astype(acc_dt)
-    ev.values[ACC] = acc
-    out = np.array(bound[gemm.c.array], copy=True).ravel()
-    stored = np.broadcast_to(ev.eval(gemm.epilogue), r.shape)
-    out[ev.address(gemm.c, r, c, z, 0)] = stored
-    return out
-
-
-def _fma(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """``a * b + c`` rounded once. For f32: the product is exact in f64; the sum is formed in
-    f64 with its error (TwoSum) and rounded to odd, which then rounds to f32 correctly."""
-    if a.dtype != np.float32:
-        raise RegionError(f"fma on {a.dtype} cannot be evaluated exactly with NumPy")
-    x, y, w = a.astype(np.float64), b.astype(np.float64), c.astype(np.float64)
-    prod = x * y
-    s = prod + w
-    bb = s - prod
-    err = (prod - (s - bb)) + (w - bb)
-    bits = s.view(np.int64)
-    inexact_even = (err != 0) & ((bits & 1) == 0) & np.isfinite(s)
-    toward = np.where(err > 0, np.inf, -np.inf)
-    s = np.where(inexact_even, np.nextafter(s, toward), s)
-    return s.astype(np.float32)
-
-
-class _Evaluator:
-    """Evaluates IR expressions over NumPy arrays of outputs, with the IR's semantics."""
+class IndexEvaluator:
+    """Evaluates the integer expressions of a description (bounds, strides, offsets) over
+    NumPy arrays of outputs, with the IR's semantics (wrapping integers). Loads, float
+    conversions and math functions on floats are not index arithmetic: ``load``, ``cast``
+    and ``call`` refuse them here, and the tests' oracle (``tests/oracle.py``), which
+    evaluates whole descriptions, extends them."""
 
     def __init__(self, gemm: Gemm, args: dict[str, Any], values: dict[str, np.ndarray]) -> None:
         self.gemm = gemm
@@ -381,18 +340,9 @@ class _Evaluator:
                     raise RegionError(f"the value of {name!r} is needed but was not given")
                 return self.args[name]
             case ir.Load(array=name, index=i):
-                arr = self.args.get(name)
-                if not isinstance(arr, np.ndarray):
-                    raise RegionError(f"evaluating the description needs the array {name!r}")
-                idx = np.asarray(self.eval(i, mask), dtype=np.int64)
-                flat = arr.ravel()
-                live = idx if mask is None else np.broadcast_to(idx, mask.shape)[mask]
-                if live.size and (live.min() < 0 or live.max() >= flat.size):
-                    raise RegionError(f"{name}[...] reads outside the array ({flat.size} "
-                                      "elements)")
-                return flat[np.clip(idx, 0, max(flat.size - 1, 0))]
+                return self.load(name, i, mask)
             case ir.Cast(x=x, type=t):
-                return _cast(np.asarray(self.eval(x, mask)), x.type, t)
+                return self.cast(np.asarray(self.eval(x, mask)), x.type, t)
             case ir.Unary(op=op, x=x):
                 xv = np.asarray(self.eval(x, mask))
                 with np.errstate(all="ignore"):
@@ -410,10 +360,31 @@ class _Evaluator:
                 return self._binary(e, mask)
             case ir.Call(fn=fn, args=args):
                 vals = [np.asarray(self.eval(a, mask)) for a in args]
-                return _call(fn, vals, e.type)
+                return self.call(fn, vals, e.type)
             case ir.BuiltinValue(which=w):
                 raise RegionError(f"{w.value} has no value outside a launch")
         raise RegionError(f"cannot evaluate {e.kind}")
+
+    def load(self, name: str, index: ir.Expr, mask: np.ndarray | None) -> Any:
+        raise RegionError(f"the region's bounds and addresses cannot read arrays ({name!r})")
+
+    def cast(self, v: np.ndarray, src: ElemType, dst: ElemType) -> Any:
+        if dst is ElemType.BOOL:
+            return v != 0
+        if not (src.is_int or src is ElemType.BOOL) or not dst.is_int:
+            raise RegionError(f"a conversion from {src} to {dst} is not index arithmetic")
+        return v.astype(np.int64 if src.is_signed else np.uint64).astype(numpy_dtype(dst))
+
+    def call(self, fn: MathFn, vals: list[np.ndarray], t: ElemType) -> Any:
+        with np.errstate(all="ignore"):
+            match fn:
+                case MathFn.ABS if t.is_int:
+                    return np.abs(vals[0]).astype(numpy_dtype(t))
+                case MathFn.MIN if t.is_int:
+                    return np.minimum(vals[0], vals[1]).astype(numpy_dtype(t))
+                case MathFn.MAX if t.is_int:
+                    return np.maximum(vals[0], vals[1]).astype(numpy_dtype(t))
+        raise RegionError(f"{fn.value} on {t} is not index arithmetic")
 
     def _binary(self, e: ir.Binary, mask: np.ndarray | None) -> Any:
         op, dt = e.op, numpy_dtype(e.a.type)
@@ -467,45 +438,3 @@ class _Evaluator:
                 case BinOp.NE:
                     return a != b
         raise RegionError(f"cannot evaluate the operator {op}")
-
-
-def _cast(v: np.ndarray, src: ElemType, dst: ElemType) -> _Num:
-    dt = numpy_dtype(dst)
-    if dst is ElemType.BOOL:
-        return cast(_Num, v != 0)
-    if dst.is_int and src.is_float:
-        info = np.iinfo(dt)
-        with np.errstate(all="ignore"):
-            w = np.trunc(v.astype(np.float64))
-            w = np.where(np.isnan(w), 0, np.clip(w, info.min, info.max))
-        if dst.bits <= 32:
-            return w.astype(dt)
-        return np.array([int(x) for x in np.ravel(w)], dtype=dt).reshape(np.shape(w))
-    if dst.is_int and src.is_int:
-        return v.astype(np.int64 if src.is_signed else np.uint64).astype(dt)
-    return v.astype(dt)
-
-
-def _call(fn: MathFn, vals: list[np.ndarray], t: ElemType) -> _Num:
-    dt = numpy_dtype(t)
-    with np.errstate(all="ignore"):
-        match fn:
-            case MathFn.ABS:
-                return cast(_Num, np.abs(vals[0]).astype(dt))
-            case MathFn.MIN:
-                return cast(_Num, (np.fmin if t.is_float else np.minimum)(vals[0], vals[1])
-                            .astype(dt))
-            case MathFn.MAX:
-                return cast(_Num, (np.fmax if t.is_float else np.maximum)(vals[0], vals[1])
-                            .astype(dt))
-            case MathFn.SQRT:
-                return cast(_Num, np.sqrt(vals[0]).astype(dt))
-            case MathFn.FLOOR:
-                return cast(_Num, np.floor(vals[0]).astype(dt))
-            case MathFn.CEIL:
-                return cast(_Num, np.ceil(vals[0]).astype(dt))
-            case MathFn.FMA:
-                return _fma(*vals)
-        wide = {MathFn.EXP: np.exp, MathFn.LOG: np.log, MathFn.SIN: np.sin, MathFn.COS: np.cos,
-                MathFn.TANH: np.tanh}[fn]
-        return wide(vals[0].astype(np.float64)).astype(dt)

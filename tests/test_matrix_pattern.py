@@ -27,7 +27,9 @@ def strides(acc: object) -> tuple[str, str, str, str, str]:
 
 def agrees_with_simulation(kernel: sarek.KernelFunction, args: dict, grid: tuple,
                            block: tuple) -> bool:
-    from sarek.matrix_mapping import evaluate, region
+    from oracle import evaluate
+
+    from sarek.matrix_mapping import region
 
     g = recognize(kernel)
     out = sim.simulate(kernel.ir, args, grid=grid, block=block)[g.c.array]

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from conftest import GEMM_EXAMPLES, example
 from gemm_gen import GemmSpec, build, geometry, launch
+from oracle import evaluate
 from test_matrix_rewrite import (
     APPLICABLE,
     bits,
@@ -28,7 +29,7 @@ from test_matrix_rewrite import (
 )
 
 from sarek.launch import Launch
-from sarek.matrix_mapping import Region, covered, evaluate, region
+from sarek.matrix_mapping import Region, covered, region
 from sarek.matrix_pattern import recognize
 from sarek.matrix_scheme import Lowering, select
 
