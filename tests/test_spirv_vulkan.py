@@ -16,6 +16,7 @@ from conftest import GEMM_EXAMPLES, example
 
 import backends.spirv.target as spirv_target
 from backends import conformance, registry
+from backends.spirv import device as vulkan_device
 from backends.spirv import run as vulkan
 from backends.spirv.emit import push_constant_layout
 from backends.spirv.tools import tools_reason
@@ -69,9 +70,10 @@ def test_sim_spirv_conformance_passes(tmp_path: pytest.TempPathFactory) -> None:
 
 def test_no_vulkan_is_a_reason_and_an_exit_status(monkeypatch: pytest.MonkeyPatch,
                                                   tmp_path: pytest.TempPathFactory) -> None:
-    def absent() -> vulkan.Device:
-        raise vulkan.VulkanError("no Vulkan loader here")
+    def absent() -> vulkan_device.Device:
+        raise vulkan_device.VulkanError("no Vulkan loader here")
 
+    monkeypatch.setattr(vulkan_device, "device", absent)
     monkeypatch.setattr(vulkan, "device", absent)
     assert vulkan.unavailable_reason() in ("no Vulkan loader here", tools_reason())
     report = tmp_path / "r.json"  # type: ignore[operator]

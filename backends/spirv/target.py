@@ -71,7 +71,7 @@ class GatedTarget(Target):
 
 
 def _live() -> bool:
-    from backends.spirv.run import unavailable_reason
+    from backends.spirv.device import unavailable_reason
 
     return unavailable_reason() is None
 
@@ -79,7 +79,7 @@ def _live() -> bool:
 def vulkan_support() -> DeviceSupport:
     """The live Vulkan device's cooperative-matrix list, else the recorded H200 list."""
     if _live():
-        from backends.spirv.run import device
+        from backends.spirv.device import device
 
         return device().support
     return recorded_h200_vulkan()
@@ -88,14 +88,14 @@ def vulkan_support() -> DeviceSupport:
 def vulkan_subgroups() -> tuple[int, int]:
     """The live device's subgroup size range, else the H200's."""
     if _live():
-        from backends.spirv.run import device
+        from backends.spirv.device import device
 
         return device().subgroup_sizes
     return H200_SUBGROUPS
 
 
 def _device_reason() -> str | None:
-    from backends.spirv.run import unavailable_reason
+    from backends.spirv.device import unavailable_reason
 
     return unavailable_reason()
 
