@@ -1,10 +1,11 @@
 """Small constructors of IR expressions, for code that builds kernels (the rewrite, the
-lowerings): each returns a well-typed node."""
+lowerings, the recognizer's description of a GEMM): each returns a well-typed node; and the
+test for a literal value that they and their readers share."""
 
 from __future__ import annotations
 
 from sarek import ir
-from sarek.ir import BinOp, ElemType
+from sarek.ir import BinOp, ElemType, UnOp
 
 
 def const(value: int, t: ElemType = ElemType.I32) -> ir.Const:
@@ -25,7 +26,7 @@ def binary(op: BinOp, a: ir.Expr, b: ir.Expr) -> ir.Binary:
 
 def add(a: ir.Expr, b: ir.Expr) -> ir.Expr:
     """``a + b``, or ``a`` when ``b`` is the literal 0."""
-    if isinstance(b, ir.Const) and b.value == 0:
+    if is_literal(b, 0):
         return a
     return binary(BinOp.ADD, a, b)
 
@@ -33,3 +34,13 @@ def add(a: ir.Expr, b: ir.Expr) -> ir.Expr:
 def mul(a: ir.Expr, b: ir.Expr) -> ir.Expr:
     """``a * b``."""
     return binary(BinOp.MUL, a, b)
+
+
+def logical_not(x: ir.Expr) -> ir.Unary:
+    """``not x`` (a bool)."""
+    return ir.Unary(op=UnOp.NOT, x=x, type=ElemType.BOOL)
+
+
+def is_literal(e: ir.Expr, value: int) -> bool:
+    """Whether ``e`` is a constant equal to ``value`` (so ``0`` matches ``0.0`` and ``False``)."""
+    return isinstance(e, ir.Const) and e.value == value

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import typing
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel
@@ -17,6 +16,8 @@ from pydantic import BaseModel
 from sarek import atoms, ir, tile
 from sarek.errors import IRError
 from sarek.ir import BinOp, ElemType, MathFn, MemSpace, UnOp
+from sarek.ir_walk import subexpressions as subexpressions  # re-exported for the analyses
+from sarek.ir_walk import walk as walk  # re-exported for the analyses
 
 MAX_EXPR_DEPTH = 64
 """The deepest expression a kernel may hold (a constant or a name is 1 deep, ``a + b`` one
@@ -416,7 +417,7 @@ class _Checker:
             del self.problems[saved:]
 
     def _returns(self, s: ir.Stmt) -> bool:
-        return any(isinstance(x, ir.Return) for x in _walk((s,)))
+        return any(isinstance(x, ir.Return) for x in walk((s,)))
 
     def _define(self, scope: _Scope, name: str, sym: _Symbol, path: str) -> None:
         if not name.isidentifier():
@@ -435,7 +436,7 @@ class _Checker:
         return any(
             (isinstance(x, ir.BuiltinValue) and x.which.varies_in_block)
             or (isinstance(x, ir.Var) and x.name in self.varying)
-            for x in _subexprs(e)
+            for x in subexpressions(e)
         )
 
     def _tile_apply(self, s: ir.TileApply, scope: _Scope, path: str) -> None:
@@ -482,35 +483,6 @@ class _Checker:
                         f"b {b.rows}x{b.cols}, c {c.rows}x{c.cols}, d {d.rows}x{d.cols}")
         if a.elem != b.elem:
             self.report(path, f"a and b fragments have different types {a.elem} and {b.elem}")
-
-
-def _subexprs(e: ir.Expr) -> Iterator[ir.Expr]:
-    yield e
-    match e:
-        case ir.Unary(x=x) | ir.Cast(x=x) | ir.Bitcast(x=x):
-            yield from _subexprs(x)
-        case ir.Binary(a=a, b=b):
-            yield from _subexprs(a)
-            yield from _subexprs(b)
-        case ir.Load(index=i):
-            yield from _subexprs(i)
-        case ir.Select(cond=c, a=a, b=b):
-            for x in (c, a, b):
-                yield from _subexprs(x)
-        case ir.Call(args=args):
-            for x in args:
-                yield from _subexprs(x)
-
-
-def _walk(stmts: tuple[ir.Stmt, ...]) -> Iterator[ir.Stmt]:
-    for s in stmts:
-        yield s
-        match s:
-            case ir.For(body=body) | ir.While(body=body):
-                yield from _walk(body)
-            case ir.If(then=then, orelse=orelse):
-                yield from _walk(then)
-                yield from _walk(orelse)
 
 
 def _number(v: int) -> str:
@@ -624,13 +596,3 @@ def ensure_valid(kernel: ir.Kernel) -> None:
     problems = check(kernel)
     if problems:
         raise IRError(kernel.name, [str(p) for p in problems])
-
-
-def walk(stmts: tuple[ir.Stmt, ...]) -> Iterator[ir.Stmt]:
-    """Every statement of ``stmts``, nested ones included, in program order."""
-    return _walk(stmts)
-
-
-def subexpressions(e: ir.Expr) -> Iterator[ir.Expr]:
-    """``e`` and every expression inside it, outermost first."""
-    return _subexprs(e)
