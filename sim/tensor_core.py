@@ -14,59 +14,92 @@ This follows the published models (Fasi, Higham, Mikaitis and Pranesh 2021; Khat
 Mikaitis 2025; MMA-Sim 2025) with Hopper's parameters, and reproduces the probes recorded in
 DESIGN.md (1 + sixteen products of 2^-25 gives 1 + 2^-21; 1 + 2^-24 + 2^-23 gives 1 + 2^-23);
 ``bench/tensor_core_h200.py`` checks it against the device bit for bit.
+
+How it is computed (the same numbers, fewer and smaller arrays): a term's value ``s * 2^e`` is
+the exact float64 product ``a_k * b_k`` (or ``c``), so the aligned term is
+``trunc(a_k * b_k * 2^(25 - E))``, a power-of-two scaling that float64 does exactly; only the
+exponents ``e_a + e_b`` (which decide ``E``) need the split, and they come from the operands'
+bits. The fragments are processed a bounded chunk at a time with the fragments as the fastest
+axis, so every NumPy loop runs over long contiguous rows and the temporaries stay a few MiB.
 """
 
 from __future__ import annotations
 
+from functools import cache
+
 import numpy as np
 
 FRACTION_BITS = 25  # Hopper's alignment width below the largest exponent
-_MIN_EXPONENT = {np.dtype(np.float16): -14, np.dtype(np.float32): -126}
+CHUNK = 32
+"""Fragments per step: the (m, k, n, chunk) float64 products of 16x16x16 fragments take 1 MiB,
+which keeps the temporaries in cache and the model's memory independent of the launch."""
+
 _ZERO_EXPONENT = -10_000  # below anything, so a zero never sets the largest exponent
+_LOWEST_TOP = -400  # below every nonzero term (bf16 products reach 2^-266): scales stay finite
+_FORMATS = {np.dtype(np.float16).name: (10, 15), "bfloat16": (7, 127), "float32": (23, 127)}
+"""Fraction bits and exponent bias of the operand and accumulator types, by dtype name."""
 
 
-def _split(x: np.ndarray, min_exponent: int) -> tuple[np.ndarray, np.ndarray]:
-    """Significand and exponent of every element of ``x`` (float64 values of a type whose
-    smallest normal exponent is ``min_exponent``): ``x = s * 2^e`` with ``1 <= |s| < 2``, or
-    for subnormals ``e = min_exponent`` and ``|s| < 1``; zeros get ``s = 0``."""
-    mant, exp = np.frexp(x)
-    s, e = mant * 2.0, exp.astype(np.int64) - 1
-    low = e < min_exponent
-    s = np.where(low, np.ldexp(s, np.minimum(e - min_exponent, 0)), s)
-    e = np.where(low, min_exponent, e)
-    e = np.where(x == 0, _ZERO_EXPONENT, e)
-    return s, e
+def _exponents_of_bits(bits: np.ndarray, fraction: int, bias: int) -> np.ndarray:
+    """The exponent ``e`` of ``x = s * 2^e`` for each bit pattern (``1 <= |s| < 2``; subnormals
+    at the minimum exponent ``1 - bias``; zeros at ``_ZERO_EXPONENT``), as int16."""
+    wide = bits.astype(np.int32)
+    biased = (wide >> fraction) & ((1 << (8 * bits.itemsize - 1 - fraction)) - 1)
+    e = np.maximum(biased - bias, 1 - bias)
+    magnitude = wide & ((1 << (8 * bits.itemsize - 1)) - 1)
+    return np.where(magnitude == 0, _ZERO_EXPONENT, e).astype(np.int16)
 
 
-def _min_exponent(dtype: np.dtype) -> int:
-    return _MIN_EXPONENT.get(np.dtype(dtype), -126)  # bf16 shares f32's exponent range
+@cache
+def _exponent_table(name: str) -> np.ndarray:
+    """``_exponents_of_bits`` of every 16-bit pattern of the type called ``name``."""
+    return _exponents_of_bits(np.arange(1 << 16, dtype=np.uint16), *_FORMATS[name])
+
+
+def _exponents(x: np.ndarray) -> np.ndarray:
+    if x.dtype.itemsize == 2:
+        return _exponent_table(x.dtype.name).take(x.view(np.uint16))
+    return _exponents_of_bits(x.view(np.uint32), *_FORMATS[x.dtype.name])
+
+
+def _power_of_two(e: np.ndarray) -> np.ndarray:
+    """``2.0 ** e`` for integer exponents of a normal float64, from the bits (exact)."""
+    return ((e.astype(np.int64) + 1023) << 52).view(np.float64)
 
 
 def mul_add(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     """``a @ b + c`` per fragment (``a[g, m, k]``, ``b[g, k, n]``, ``c[g, m, n]`` f32), each
     output one fused dot-add of its ``k`` products and ``c``."""
-    a64, b64, c64 = (x.astype(np.float64) for x in (a, b, c))
-    sa, ea = _split(a64, _min_exponent(a.dtype))
-    sb, eb = _split(b64, _min_exponent(b.dtype))
-    sc, ec = _split(c64, -126)
-    # terms[g, m, n, t]: t = 0 is c, t = 1.. the products in k order
-    s_terms = np.concatenate([sc[..., None], sa[:, :, None, :] * np.moveaxis(sb, 1, 2)[:, None]],
-                             axis=-1)
-    e_terms = np.concatenate([ec[..., None], ea[:, :, None, :] + np.moveaxis(eb, 1, 2)[:, None]],
-                             axis=-1)
-    top = e_terms.max(axis=-1, keepdims=True)
-    shift = np.clip(FRACTION_BITS + e_terms - top, -1100, 60)
-    aligned = np.trunc(np.ldexp(s_terms, shift))  # integers below 2^27: exact in float64
-    total = aligned.sum(axis=-1)  # at most 17 * 2^27: exact
-    value = np.ldexp(total, (top[..., 0] - FRACTION_BITS).astype(np.int64))
-    out = _truncate_to_f32(value)
-    # NaN and infinity: the IEEE value of the exact sum (overflow of finite terms included)
-    products = a64[:, :, None, :] * np.moveaxis(b64, 1, 2)[:, None]
-    special = ~np.isfinite(products).all(axis=-1) | ~np.isfinite(c64)
-    if special.any():
-        ieee = (products.sum(axis=-1) + c64).astype(np.float32)
-        out = np.where(special, ieee, out)
+    out = np.empty(c.shape, np.float32)
+    for start in range(0, a.shape[0], CHUNK):
+        part = slice(start, start + CHUNK)
+        out[part] = _chunk(a[part], b[part], c[part])
     return out
+
+
+def _chunk(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``mul_add`` of a few fragments: every array has the fragments as its last axis,
+    ``[m, k, g]``, ``[k, n, g]``, ``[m, n, g]``, and the products ``[m, k, n, g]``."""
+    at, bt, ct = (np.ascontiguousarray(x.transpose(1, 2, 0)) for x in (a, b, c))
+    a64, b64, c64 = (x.astype(np.float64) for x in (at, bt, ct))
+    ea, eb, ec = (_exponents(x) for x in (at, bt, ct))
+    top = (ea[:, :, None, :] + eb[None, :, :, :]).max(axis=1)  # int16: zeros stay far below
+    np.maximum(top, ec, out=top)
+    np.maximum(top, _LOWEST_TOP, out=top)
+    scale = _power_of_two(FRACTION_BITS - top)  # [m, n, g]
+    products = a64[:, :, None, :] * b64[None, :, :, :]
+    aligned = np.multiply(products, scale[:, None], out=np.empty_like(products))
+    np.trunc(aligned, out=aligned)  # integers below 2^27: exact in float64
+    total = aligned.sum(axis=1)  # at most 17 * 2^27: exact, in any order
+    total += np.trunc(c64 * scale)
+    total *= _power_of_two(top - FRACTION_BITS)
+    result = _truncate_to_f32(total)
+    if not (np.isfinite(a64).all() and np.isfinite(b64).all() and np.isfinite(c64).all()):
+        # NaN and infinity: the IEEE value of the exact sum (finite terms cannot overflow f64)
+        special = ~np.isfinite(products).all(axis=1) | ~np.isfinite(c64)
+        ieee = (products.sum(axis=1) + c64).astype(np.float32)
+        result = np.where(special, ieee, result)
+    return result.transpose(2, 0, 1)
 
 
 def _truncate_to_f32(v: np.ndarray) -> np.ndarray:
