@@ -157,20 +157,17 @@ class Gemm:
 
     @property
     def a_layout(self) -> str:
-        """``row`` when A's reduction stride is 1, ``col`` when its row stride is 1, else
-        ``strided``."""
+        """A's layout: ``row`` (reduction stride 1), ``col`` (row stride 1) or ``strided``."""
         return _layout(self.a.red_stride, self.a.row_stride)
 
     @property
     def b_layout(self) -> str:
-        """``row`` when B's column stride is 1, ``col`` when its reduction stride is 1, else
-        ``strided``."""
+        """B's layout: ``row`` (column stride 1), ``col`` (reduction stride 1) or ``strided``."""
         return _layout(self.b.col_stride, self.b.red_stride)
 
     @property
     def c_layout(self) -> str:
-        """``row`` when C's column stride is 1, ``col`` when its row stride is 1, else
-        ``strided``."""
+        """C's layout: ``row`` (column stride 1), ``col`` (row stride 1) or ``strided``."""
         return _layout(self.c.col_stride, self.c.row_stride)
 
     @property

@@ -19,18 +19,9 @@ import numpy as np
 from sarek import ir
 from sarek.dtypes import numpy_dtype
 from sarek.errors import SarekError
+from sarek.gemm import BATCH, COL, ROW, Access, Gemm, GlobalIndex, Mapping1D, Mapping2D
 from sarek.ir import BinOp, ElemType, MathFn, UnOp
 from sarek.launch import Dim3
-from sarek.matrix_pattern import (
-    BATCH,
-    COL,
-    ROW,
-    Access,
-    Gemm,
-    GlobalIndex,
-    Mapping1D,
-    Mapping2D,
-)
 
 _I32_MAX = 2**31 - 1
 
