@@ -212,7 +212,7 @@ def test_a_bf16_constant_is_its_pattern_rounded_once() -> None:
 def test_swapped_layouts_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     printer = importlib.import_module("backends.spirv.emit")
     kernel = named("gemm_i32-Int32_byte_planes-sg32-f16")
-    monkeypatch.setattr(printer, "_LAYOUT", {FragLayout.ROW: 1, FragLayout.COL: 0})
+    monkeypatch.setattr(printer, "LAYOUT", {FragLayout.ROW: 1, FragLayout.COL: 0})
     assert not layouts_printed_as_lowered(kernel, emit_module(kernel))
 
 
