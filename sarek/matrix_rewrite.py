@@ -31,10 +31,12 @@ from sarek.launch import Launch
 from sarek.matrix_mapping import Region
 from sarek.matrix_pattern import Access, Gemm, Mapping1D
 from sarek.matrix_scheme import (
+    SCHEMES,
     SUPPORTED_FRAGMENT,
     SUPPORTED_SUBGROUP,
     Lowering,
     LoweringError,
+    Scheme,
     config_of,
 )
 from sarek.schedule import SEED, WAVES, Schedule, ScheduleError
@@ -57,35 +59,6 @@ def launch_dims(subgroup: int = 32, *, me: int, ne: int, ze: int, schedule: Sche
     _check_subgroup(subgroup)
     tile = schedule.tile
     return (WAVES * subgroup, 1, 1), (-(-ne // tile), -(-me // tile), ze)
-
-
-# --------------------------------------------------------------------------- lowerings
-
-
-@dataclass(frozen=True)
-class _Scheme:
-    """How one lowering stages operands and which products it accumulates where."""
-
-    operand: ElemType  # the fragment component type
-    terms: tuple[str, ...]  # staged arrays per operand (split terms or byte planes)
-    # (a term, b term, accumulator index), in the order they are multiplied each step
-    products: tuple[tuple[int, int, int], ...]
-    accumulators: int  # per output fragment
-    acc: ElemType
-
-
-_SCHEMES = {
-    Lowering.F16_OPERANDS: _Scheme(ElemType.F16, ("",), ((0, 0, 0),), 1, F32),
-    Lowering.BF16_OPERANDS: _Scheme(ElemType.BF16, ("",), ((0, 0, 0),), 1, F32),
-    # Smallest terms first: mid*mid, lo*hi, hi*lo, mid*hi, hi*mid, hi*hi (terms: hi, mid, lo).
-    Lowering.BF16X3_OPERANDS: _Scheme(
-        ElemType.BF16, ("hi", "mid", "lo"),
-        ((1, 1, 0), (2, 0, 0), (0, 2, 0), (1, 0, 0), (0, 1, 0), (0, 0, 0)), 1, F32),
-    # Byte planes p, q with p + q <= 3; accumulator p + q carries the shift 8 * (p + q).
-    Lowering.INT32_BYTE_PLANES: _Scheme(
-        U8, ("p0", "p1", "p2", "p3"),
-        tuple((p, s - p, s) for s in range(4) for p in range(s + 1)), 4, I32),
-}
 
 
 # --------------------------------------------------------------------------- IR building
@@ -140,7 +113,7 @@ def kernel(original: ir.Kernel, gemm: Gemm, lowering: Lowering, subgroup: int = 
         config_of(lowering, gemm.operand_elt, frag)
     except LoweringError as e:
         raise RewriteError(e.reason) from None
-    scheme = _SCHEMES[lowering]
+    scheme = SCHEMES[lowering]
     if gemm.acc_type is not scheme.acc:
         raise RewriteError(f"{lowering} accumulates in {scheme.acc}; the kernel's accumulator "
                            f"is {gemm.acc_type}")
@@ -183,7 +156,7 @@ def _expressible(what: str, e: ir.Expr) -> None:
 class _Builder:
     """Builds the rewritten body for one gemm, lowering, subgroup and fragment."""
 
-    def __init__(self, gemm: Gemm, scheme: _Scheme, subgroup: int, frag: int,
+    def __init__(self, gemm: Gemm, scheme: Scheme, subgroup: int, frag: int,
                  staging: Staging, schedule: Schedule) -> None:
         self.gemm, self.scheme, self.subgroup, self.frag = gemm, scheme, subgroup, frag
         self.tile, self.wave_tile, self.step = schedule.tile, schedule.wave_tile, schedule.step

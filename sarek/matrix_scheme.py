@@ -13,6 +13,7 @@ frag)`` gives the cooperative-matrix configuration the device gate checks.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 from typing import Literal
 
@@ -39,6 +40,36 @@ class Lowering(Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+# --------------------------------------------------------------------------- staging and products
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """How one lowering stages operands and which products it accumulates where (the
+    rewrite builds its staging and its multiply-adds from this)."""
+
+    operand: ElemType  # the fragment component type
+    terms: tuple[str, ...]  # staged arrays per operand (split terms or byte planes)
+    # (a term, b term, accumulator index), in the order they are multiplied each step
+    products: tuple[tuple[int, int, int], ...]
+    accumulators: int  # per output fragment
+    acc: ElemType
+
+
+SCHEMES = {
+    Lowering.F16_OPERANDS: Scheme(ElemType.F16, ("",), ((0, 0, 0),), 1, ElemType.F32),
+    Lowering.BF16_OPERANDS: Scheme(ElemType.BF16, ("",), ((0, 0, 0),), 1, ElemType.F32),
+    # Smallest terms first: mid*mid, lo*hi, hi*lo, mid*hi, hi*mid, hi*hi (terms: hi, mid, lo).
+    Lowering.BF16X3_OPERANDS: Scheme(
+        ElemType.BF16, ("hi", "mid", "lo"),
+        ((1, 1, 0), (2, 0, 0), (0, 2, 0), (1, 0, 0), (0, 1, 0), (0, 0, 0)), 1, ElemType.F32),
+    # Byte planes p, q with p + q <= 3; accumulator p + q carries the shift 8 * (p + q).
+    Lowering.INT32_BYTE_PLANES: Scheme(
+        ElemType.U8, ("p0", "p1", "p2", "p3"),
+        tuple((p, s - p, s) for s in range(4) for p in range(s + 1)), 4, ElemType.I32),
+}
 
 
 def lowering_name(lowering: Lowering) -> str:
