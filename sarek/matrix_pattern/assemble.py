@@ -60,14 +60,14 @@ class Assembler:
                                                                                 Poly]:
         """The coefficient of each coordinate in ``e`` and the rest, each uniform; refuses
         (naming ``what``) an index that is not affine."""
-        p = self.in_coordinates(e)
-        coefs, rest, bad = p.split(coords)
+        poly = self.in_coordinates(e)
+        coefs, rest, bad = poly.split(coords)
         if bad is not None:
             hits = [COORD_NAMES.get(atom, atom) for atom in bad if atom in coords]
             raise Refusal(f"{what} {format_expr(e)} is not affine: it multiplies "
                           f"{' by '.join(hits)}")
-        for poly in (*coefs.values(), rest):
-            self.check_uniform(poly, what, e)
+        for part in (*coefs.values(), rest):
+            self.check_uniform(part, what, e)
         return coefs, rest
 
     def check_uniform(self, poly: Poly, what: str, e: ir.Expr) -> None:
@@ -85,10 +85,10 @@ class Assembler:
                 raise Refusal(f"{what} {format_expr(e)} divides by an expression in a way no "
                               "mapping explains")
 
-    def as_expr(self, p: Poly) -> ir.Expr:
+    def as_expr(self, poly: Poly) -> ir.Expr:
         """A polynomial over parameters (and coordinates) as an i32 IR expression."""
         terms: list[tuple[int, ir.Expr | None]] = []
-        for mono, coef in sorted(p.terms.items(), key=lambda term: (len(term[0]) == 0,
+        for mono, coef in sorted(poly.terms.items(), key=lambda term: (len(term[0]) == 0,
                                                                      term[0])):
             if not I32_MIN <= coef <= I32_MAX:
                 raise Refusal(f"a coefficient ({coef}) does not fit i32")
@@ -124,16 +124,16 @@ class Assembler:
     def access(self, load: ir.Load, coords: tuple[str, ...], what: str) -> Access:
         coefs, rest = self.affine(load.index, coords, what)
         zero = Poly({})
-        red = coefs.get(REDUCTION_INDEX, zero)
+        red_stride = coefs.get(REDUCTION_INDEX, zero)
         if STEP_START in coefs:
             if coefs[STEP_START] != coefs[STEP_OFFSET]:
                 raise Refusal(f"{what} {format_expr(load.index)} weighs the step and the "
                               "position inside the step differently")
-            red = coefs[STEP_START]
+            red_stride = coefs[STEP_START]
         array = self.kernel.param(load.array)
         return Access(load.array, array.elem, self.as_expr(rest),
                       self.as_expr(coefs.get(ROW, zero)), self.as_expr(coefs.get(COL, zero)),
-                      self.as_expr(coefs.get(BATCH, zero)), self.as_expr(red))
+                      self.as_expr(coefs.get(BATCH, zero)), self.as_expr(red_stride))
 
     def bounds(self, conds: list[ir.Expr]) -> dict[str, list[Poly]]:
         """Each guard conjunct as an upper bound on row, col, batch or the linear index."""
@@ -160,10 +160,10 @@ class Assembler:
                 raise Refusal(f"the guard {text} reads memory: the store is conditional on data")
             if _is_acc(sub):
                 raise Refusal(f"the guard {text} reads the accumulator")
-        a, b = self.in_coordinates(conj.a), self.in_coordinates(conj.b)
+        lhs, rhs = self.in_coordinates(conj.a), self.in_coordinates(conj.b)
         one = Poly.const(1)
-        negative = {BinOp.LT: a - b, BinOp.LE: a - b - one, BinOp.GT: b - a,
-                    BinOp.GE: b - a - one}[conj.op]  # the condition is negative < 0
+        negative = {BinOp.LT: lhs - rhs, BinOp.LE: lhs - rhs - one, BinOp.GT: rhs - lhs,
+                    BinOp.GE: rhs - lhs - one}[conj.op]  # the condition is negative < 0
         coords = (ROW, COL, BATCH)
         if self.candidate.linear is not None:
             rest = negative - self.candidate.linear
@@ -207,11 +207,11 @@ class Assembler:
                 case _ if x.type.is_int and not is_uniform(x) and not any(
                         isinstance(y, ir.Load) or _is_acc(y)
                         for y in distinct_subexpressions(x)):
-                    p = self.in_coordinates(x)
-                    for atom in p.atoms():
+                    poly = self.in_coordinates(x)
+                    for atom in poly.atoms():
                         if atom not in (ROW, COL, BATCH):
                             self.check_uniform(Poly.atom(atom), what, x)
-                    return self.as_expr(p)
+                    return self.as_expr(poly)
             return None
 
         out = rebuild(e, leaf, self.memo)
@@ -222,8 +222,8 @@ class Assembler:
     def run(self) -> Gemm:
         """The ``Gemm`` this candidate reads; raises ``Refusal`` when it does not fit."""
         nest, loop = self.nest, self.nest.loop
-        red = (STEP_START, STEP_OFFSET) if loop.tile is not None else (REDUCTION_INDEX,)
-        coords = (ROW, COL, BATCH, *red)
+        reduction = (STEP_START, STEP_OFFSET) if loop.tile is not None else (REDUCTION_INDEX,)
+        coords = (ROW, COL, BATCH, *reduction)
         store = nest.store
         coefs, rest = self.affine(store.index, (ROW, COL, BATCH), "the store index")
         self.c_access = Access(store.array, self.kernel.param(store.array).elem,
@@ -268,7 +268,7 @@ class Assembler:
             polys = bounds[kind]
             if not polys:
                 return None
-            exprs = [self.as_expr(p) for p in dict.fromkeys(polys)]
+            exprs = [self.as_expr(poly) for poly in dict.fromkeys(polys)]
             out = exprs[0]
             for e in exprs[1:]:
                 out = ir.Call(fn=MathFn.MIN, args=(out, e), type=ElemType.I32)
@@ -292,12 +292,12 @@ class Assembler:
         reduction index is below the loop's stop; past the stop (the staged form's last step)
         the product must vanish."""
         padded: list[bool] = []
-        red = (STEP_START, STEP_OFFSET) if loop.tile is not None else (REDUCTION_INDEX,)
+        reduction = (STEP_START, STEP_OFFSET) if loop.tile is not None else (REDUCTION_INDEX,)
         for operand in (a_operand, b_operand):
             pads = False
             for cond in operand.conds:
                 for conj in _conjuncts(cond):
-                    if self.reduction_bound(conj, red, k_stop):
+                    if self.reduction_bound(conj, reduction, k_stop):
                         pads = True
                         continue
                     kind, bound = self.bound(conj)
@@ -318,15 +318,16 @@ class Assembler:
                           "would turn an initial -0.0 into +0.0; its initial value must be a "
                           "constant other than -0.0")
 
-    def reduction_bound(self, conj: ir.Expr, red: tuple[str, ...], k_stop: Poly | None) -> bool:
+    def reduction_bound(self, conj: ir.Expr, reduction: tuple[str, ...],
+                        k_stop: Poly | None) -> bool:
         """Whether ``conj`` is ``reduction index < the loop's stop``."""
         if not (isinstance(conj, ir.Binary) and conj.op in (BinOp.LT, BinOp.GT)
                 and conj.a.type.is_int):
             return False
-        a, b = self.in_coordinates(conj.a), self.in_coordinates(conj.b)
-        negative = a - b if conj.op is BinOp.LT else b - a
-        coefs, rest, bad = negative.split(red)
-        if bad is not None or any(coefs[r] != Poly.const(1) for r in red):
+        lhs, rhs = self.in_coordinates(conj.a), self.in_coordinates(conj.b)
+        negative = lhs - rhs if conj.op is BinOp.LT else rhs - lhs
+        coefs, rest, bad = negative.split(reduction)
+        if bad is not None or any(coefs[coord] != Poly.const(1) for coord in reduction):
             return False
         return k_stop is not None and -rest == k_stop
 

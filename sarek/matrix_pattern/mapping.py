@@ -36,12 +36,12 @@ def launch_axes(polys: list[Poly], atoms: AtomTable) -> dict[str, AxisUse]:
         block, thread, dim = f"@block_idx.{axis}", f"@thread_idx.{axis}", f"@block_dim.{axis}"
         uses_block = uses_thread = False
         stride: Poly | None = None
-        for p in every:
-            names = p.atoms()
+        for poly in every:
+            names = poly.atoms()
             uses_block, uses_thread = uses_block or block in names, uses_thread or thread in names
             if block not in names or thread not in names:
                 continue
-            coefs, _, bad = p.split((block, thread))
+            coefs, _, bad = poly.split((block, thread))
             if bad is not None:
                 continue  # not affine: the coordinate analysis reports it with names
             found = _block_stride(coefs[block], coefs[thread], Poly.atom(dim))

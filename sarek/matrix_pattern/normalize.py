@@ -74,10 +74,10 @@ class Normalizer:
         """``e`` as a polynomial; raises ``Refusal`` when it is not an affine-able index."""
         key = id(e)
         if key not in self.memo:
-            p = self._poly(e)
-            self.memo[key] = p
+            poly = self._poly(e)
+            self.memo[key] = poly
             if self.seen is not None:
-                self.seen.append(p)
+                self.seen.append(poly)
         return self.memo[key]
 
     def _opaque(self, e: ir.Expr) -> Poly:

@@ -4,7 +4,7 @@ candidate mapping and returns the ``Gemm`` one of them reads, or the most tellin
 
 from __future__ import annotations
 
-from sarek import ir
+from sarek import ir, ir_check
 from sarek.affine import Poly
 from sarek.gemm import Gemm, NotAGemm
 from sarek.ir_walk import distinct_subexpressions
@@ -21,26 +21,26 @@ def recognize(kernel: ir.Kernel | object) -> Gemm:
     Raises ``NotAGemm`` with the reason, naming the construct and its source line, when the
     kernel is not one of the shapes ``specs/matrix-pattern-rewrite.md`` lists.
     """
-    k = getattr(kernel, "ir", kernel)
-    if not isinstance(k, ir.Kernel):
+    kernel_ir = getattr(kernel, "ir", kernel)
+    if not isinstance(kernel_ir, ir.Kernel):
         raise NotAGemm(f"expected a sarek.ir.Kernel or a @sarek.kernel function, got "
                        f"{type(kernel).__name__}")
     try:
-        problems = ir.check(k)
+        problems = ir_check.check(kernel_ir)
     except RecursionError:
         raise NotAGemm(TOO_DEEP) from None
     if problems:
         raise NotAGemm(f"the kernel is not well-formed: {problems[0]}", problems[0].line)
     structure: Structure | None = None
     try:
-        structure = Structure(k)
+        structure = Structure(kernel_ir)
         nest = structure.run()
     except Refusal as e:
         raise NotAGemm(e.reason, structure.line if structure else None) from None
     except RecursionError:
         raise NotAGemm(TOO_DEEP) from None
     try:
-        return _assemble(k, nest)
+        return _assemble(kernel_ir, nest)
     except Refusal as e:
         raise NotAGemm(e.reason, nest.line) from None
     except RecursionError:
@@ -64,7 +64,7 @@ def _index_exprs(nest: Nest) -> list[ir.Expr]:
     return out
 
 
-def _assemble(k: ir.Kernel, nest: Nest) -> Gemm:
+def _assemble(kernel: ir.Kernel, nest: Nest) -> Gemm:
     atoms = AtomTable()
     seen: list[Poly] = []
     raw = Normalizer(atoms, {}, seen)
@@ -79,7 +79,7 @@ def _assemble(k: ir.Kernel, nest: Nest) -> Gemm:
     best: tuple[int, Refusal] | None = None
     found: list[Gemm] = []
     for candidate in candidates(axes, atoms, used):
-        assembler = Assembler(nest, candidate, normalizer, atoms, k)
+        assembler = Assembler(nest, candidate, normalizer, atoms, kernel)
         try:
             found.append(assembler.run())
         except Refusal as e:
@@ -88,7 +88,7 @@ def _assemble(k: ir.Kernel, nest: Nest) -> Gemm:
     if found:
         # Two mappings can describe one kernel (one is the transpose of the other); prefer
         # the one whose A comes before B in the parameter list, as users name them.
-        order = [p.name for p in k.params]
-        return min(found, key=lambda g: order.index(g.a.array) > order.index(g.b.array))
+        order = [p.name for p in kernel.params]
+        return min(found, key=lambda gemm: order.index(gemm.a.array) > order.index(gemm.b.array))
     assert best is not None
     raise best[1]

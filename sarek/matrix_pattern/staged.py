@@ -16,9 +16,8 @@ _THREAD_KEYS = {f"@thread_idx.{axis}": axis for axis in "xyz"}
 
 def thread_strides(index: ir.Expr) -> dict[str, int]:
     """The staging store's index as ``sum(stride * thread_idx.axis)``: the stride per axis."""
-    p = raw_poly(index)
     out: dict[str, int] = {}
-    for mono, coef in p.terms.items():
+    for mono, coef in raw_poly(index).terms.items():
         if len(mono) != 1 or mono[0] not in _THREAD_KEYS or coef <= 0:
             raise Refusal(f"the staging store's index {format_expr(index)} is not a sum of "
                           "thread_idx coordinates times constants")

@@ -292,29 +292,29 @@ class Structure:
         staged: dict[str, ir.Store] = {}
         fused, left, right = False, None, None
         phase = 0  # 0 staging, 1 after the first barrier, 2 after the inner loop, 3 done
-        for x in s.body:
-            self.line = x.line
-            match x:
+        for stmt in s.body:
+            self.line = stmt.line
+            match stmt:
                 case ir.Let(name=name, type=t, value=value):
                     self.env[name] = self.symbolic(value)
                     self.types[name] = t
                 case ir.Store(array=name, index=index, value=value) if phase == 0:
                     if name not in self.shared:
-                        raise self.refuse(x, f"a store to {name} inside the k-loop")
+                        raise self.refuse(stmt, f"a store to {name} inside the k-loop")
                     if name in staged:
-                        raise self.refuse(x, f"two stores to the shared array {name!r} in one "
+                        raise self.refuse(stmt, f"two stores to the shared array {name!r} in one "
                                           "step")
                     staged[name] = ir.Store(array=name, index=self.symbolic(index),
                                             value=self.symbolic(value))
                 case ir.Barrier() if phase in (0, 2):
                     phase += 1
-                case ir.For() if x is inner and phase == 1:
+                case ir.For() if stmt is inner and phase == 1:
                     self.env[inner.var] = var(STEP_OFFSET)
                     fused, left, right = self.update_body(inner.body, acc, acc_type,
                                                           set(self.arrays) | set(self.shared))
                     phase = 2
                 case _:
-                    raise self.refuse(x, "the staged k-loop must be: stores to shared arrays, "
+                    raise self.refuse(stmt, "the staged k-loop must be: stores to shared arrays, "
                                       "barrier(), the inner loop, barrier()")
         if phase != 3:
             raise self.refuse(s, "the staged k-loop needs a barrier after the stores to shared "
