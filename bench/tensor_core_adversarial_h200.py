@@ -50,7 +50,7 @@ import sarek  # noqa: E402
 from sim import tensor_core  # noqa: E402
 
 SEED = 20261201
-TILES = 352  # per distribution: 12 distributions x 352 tiles x 256 outputs = 1,081,344 a type
+TILES = 384  # per distribution: 11 distributions x 384 tiles x 256 outputs = 1,081,344 a type
 DRY_TILES = 2
 SIM_TILES = 8  # tiles per distribution also run lane by lane through sarek.simulate
 MAX_CASES = 2000  # mismatching outputs recorded in full (all are counted)

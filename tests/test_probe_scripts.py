@@ -1,0 +1,70 @@
+"""The device probes' CPU paths, so that the scripts the H200 runs cannot rot: the adversarial
+tensor-core probe (``bench/tensor_core_adversarial_h200.py``) end to end with the simulator in
+the device's place, and its comparison catching a planted difference."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sarek.loader import load_module
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+PROBE = load_module(BENCH / "tensor_core_adversarial_h200.py")
+
+
+@pytest.fixture(scope="module")
+def device_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One tile per distribution 'run on a device' that is the simulator."""
+    path = tmp_path_factory.mktemp("probe") / "device.npz"
+    with np.errstate(all="ignore"):
+        PROBE.device_phase(path, PROBE.simulated, 1, PROBE.SEED, "simulator")
+    return path
+
+
+def test_the_dry_run_passes() -> None:
+    assert PROBE.main(["--dry-run"]) == 0
+
+
+def test_every_distribution_is_drawn_reproducibly_from_the_seed() -> None:
+    for name in PROBE.DISTRIBUTIONS:
+        first, again = (PROBE.draw(7, "bf16", name, 2) for _ in range(2))
+        assert PROBE.digest(*first) == PROBE.digest(*again), name
+        assert PROBE.digest(*first) != PROBE.digest(*PROBE.draw(8, "bf16", name, 2)), name
+
+
+def test_nan_agrees_with_any_nan_and_zeros_keep_their_sign() -> None:
+    got = np.array([0x7FFFFFFF, 0x80000000, 0x3F800000], np.uint32).view(np.float32)
+    want = np.array([0xFFC00000, 0x00000000, 0x3F800000], np.uint32).view(np.float32)
+    assert PROBE.agree(got, want).tolist() == [True, False, True]
+
+
+def test_the_comparison_records_a_planted_mismatch_in_full(device_file: Path,
+                                                           tmp_path: Path) -> None:
+    saved = dict(np.load(device_file))
+    outputs = saved["d_f16"].copy()
+    outputs[0, 0, 3, 5] ^= 1  # plain random, tile 0, row 3, column 5: one bit off
+    saved["d_f16"] = outputs
+    planted, result = tmp_path / "planted.npz", tmp_path / "result.json"
+    np.savez_compressed(planted, **saved)
+    assert not PROBE.compare_phase(planted, result, sim_tiles=1)
+    report = json.loads(result.read_text())
+    assert report["mismatches"] == 1
+    (case,) = report["cases"]
+    assert (case["operands"], case["distribution"]) == ("f16", "plain random")
+    assert (case["tile"], case["row"], case["col"]) == (0, 3, 5)
+    assert int(case["device_bits"], 16) ^ int(case["model_bits"], 16) == 1
+    assert len(case["a_row_bits"]) == len(case["b_col_bits"]) == 16
+
+
+def test_the_comparison_refuses_inputs_that_are_not_the_device_s(device_file: Path,
+                                                                 tmp_path: Path) -> None:
+    saved = dict(np.load(device_file))
+    saved["seed"] = np.int64(PROBE.SEED + 1)
+    other = tmp_path / "other.npz"
+    np.savez_compressed(other, **saved)
+    with pytest.raises(SystemExit, match="differ from the device run's"):
+        PROBE.compare_phase(other, tmp_path / "result.json", sim_tiles=1)
