@@ -34,7 +34,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from backends import registry
-from backends.registry import Target
+from backends.target import Target
 from sarek import ir, simulate
 from sarek.demo import compare, lowerings_for
 from sarek.errors import SarekError

@@ -13,61 +13,18 @@ simulator, and the staging policy it hands the rewrite.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import replace
 from functools import cache
-from typing import Any
 
-import numpy as np
-
-from sarek import ir
-from sarek.coopmat import DeviceSupport
+from backends.target import Target
+from sarek import ir, ir_check
 from sarek.errors import SarekError
 from sarek.matrix_scheme import Lowering
-from sarek.staging import Staging
-
-Runner = Callable[[ir.Kernel, Sequence[Any] | Mapping[str, Any], tuple[int, int, int],
-                   tuple[int, int, int]], dict[str, np.ndarray]]
 
 
 class UnknownTarget(SarekError):
     """A target name the registry does not have."""
-
-
-@dataclass(frozen=True)
-class Target:
-    """One backend, as the rest of the project sees it."""
-
-    name: str
-    description: str
-    lower: Callable[[ir.Kernel], ir.Kernel]
-    print_lowered: Callable[[ir.Kernel], str]
-    support: Callable[[], DeviceSupport]
-    subgroups: tuple[int, ...]
-    fragments: tuple[int, ...]
-    lowerings: tuple[Lowering, ...]
-    arith: str  # the simulator's default arithmetic model for float fragment products
-    staging: Staging
-    run: Runner | None = None
-    device_reason: Callable[[], str | None] = lambda: "no device runner for this target"
-
-    def emit(self, kernel: ir.Kernel) -> str:
-        """``kernel`` validated, lowered for this target and printed."""
-        ir.ensure_valid(kernel)
-        return self.print_lowered(self.lower(kernel))
-
-    def refuses(self, lowering: Lowering, subgroup: int, frag: int) -> str | None:
-        """Why this target does not print a rewrite under ``lowering`` at ``subgroup`` and
-        ``frag``, or None when it does."""
-        if subgroup not in self.subgroups:
-            return (f"{self.name} runs subgroups of {', '.join(map(str, self.subgroups))} "
-                    f"lanes, not {subgroup}")
-        if frag not in self.fragments:
-            return (f"{self.name} multiplies fragments of "
-                    f"{', '.join(map(str, self.fragments))}, not {frag}")
-        if lowering not in self.lowerings:
-            return f"{self.name} does not print the {lowering} lowering"
-        return None
 
 
 def _cuda() -> Target:
@@ -193,5 +150,5 @@ def emit(kernel: ir.Kernel, name: str) -> str:
 def lower(kernel: ir.Kernel, name: str) -> ir.Kernel:
     """``kernel`` validated and lowered for target ``name`` (what its printer prints and the
     simulator runs with ``target=name``)."""
-    ir.ensure_valid(kernel)
+    ir_check.ensure_valid(kernel)
     return target(name).lower(kernel)

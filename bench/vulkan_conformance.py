@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from backends import conformance, registry  # noqa: E402
+from backends.target import Target  # noqa: E402
 from sarek.demo import lowerings_for  # noqa: E402
 from sarek.ir import ElemType  # noqa: E402
 from sarek.matrix_scheme import SUPPORTED_FRAGMENT, SUPPORTED_SUBGROUP  # noqa: E402
@@ -41,7 +42,7 @@ def device_defaults() -> list[str]:
                   and not ok)
 
 
-def refusals(target: registry.Target) -> list[dict[str, object]]:
+def refusals(target: Target) -> list[dict[str, object]]:
     """Every (lowering, subgroup, fragment) of the examples' lowerings the target refuses."""
     lowerings = dict.fromkeys(low for t in (ElemType.I32, ElemType.F16, ElemType.F32)
                               for low in lowerings_for(t))

@@ -6,10 +6,6 @@ Everything a user needs is here: the DSL (``kernel``, the element types, ``Globa
 ``rewrite_launch``), tile layouts and patterns (``layout``, ``tile``) and the errors.
 """
 
-from typing import TYPE_CHECKING, Any, cast
-
-import numpy as np
-
 from sarek import (
     coopmat,
     ir,
@@ -77,9 +73,7 @@ from sarek.launch import Launch
 from sarek.layout import S, TileLayout, laneid, warpid
 from sarek.matrix_pattern import NotAGemm
 from sarek.matrix_rewrite import RewriteError, rewrite_launch
-
-if TYPE_CHECKING:
-    from sim.fragments import Model
+from sarek.targets import emit, simulate
 
 __all__ = [
     "ArrayType", "BarrierDivergence", "DslError", "Global", "IRError", "KernelFunction",
@@ -93,31 +87,3 @@ __all__ = [
     "subgroup_id", "subgroup_lane", "subgroup_size", "tanh", "thread_idx", "tile", "u8", "u16",
     "u32", "u64", "view", "warpid",
 ]
-
-
-def simulate(kernel: ir.Kernel, args: Any, grid: Any = (1, 1, 1), block: Any = (1, 1, 1),
-             *, target: str | None = None, arith: str | None = None,
-             **options: Any) -> dict[str, np.ndarray]:
-    """Runs a kernel in the warp simulator; ``sim.simulate`` documents the arguments. With
-    ``target`` (a name of ``backends.registry``) the kernel is first lowered for that target
-    and the lowered kernel, which is what the target's printer prints, runs lane by lane under
-    the target's arithmetic model unless ``arith`` names another; ``target=None`` runs the
-    kernel as given (neutral fragments whole, ``sequential`` arithmetic by default)."""
-    from sim import simulate as run
-
-    if target is not None:
-        from backends import registry
-
-        chosen = registry.target(target)
-        kernel = registry.lower(kernel, target)
-        arith = arith or chosen.arith
-    model = cast("Model", arith or "sequential")  # sim.simulate refuses unknown models
-    return run(kernel, args, grid, block, arith=model, **options)
-
-
-def emit(kernel: ir.Kernel, target: str) -> str:
-    """``kernel`` (original or rewritten) validated, lowered for ``target`` and printed as
-    that target's source text; ``backends.registry.names()`` lists the targets."""
-    from backends import registry
-
-    return registry.emit(kernel, target)

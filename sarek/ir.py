@@ -552,13 +552,11 @@ def schema() -> dict[str, object]:
     return Kernel.model_json_schema()
 
 
-from sarek.ir_check import Problem, check, ensure_valid  # noqa: E402  (re-exported)
-
 __all__ = [
     "ArrayDecl", "ArrayParam", "Assign", "Barrier", "BinOp", "Binary", "Bitcast", "Builtin",
     "BuiltinValue", "Call", "Cast", "Const", "ElemType", "Expr", "For", "FragDecl", "FragFill",
     "FragLayout", "FragLoad", "FragMulAdd", "FragStore", "FragUse", "If", "Kernel", "Ldmatrix",
-    "Let", "Load", "MathFn", "MemSpace", "Mma", "MmaAtom", "Param", "Problem", "Return",
+    "Let", "Load", "MathFn", "MemSpace", "Mma", "MmaAtom", "Param", "Return",
     "ScalarParam", "Select", "Stmt", "Store", "TensorView", "TileApply", "UnOp", "Unary", "Var",
-    "While", "check", "ensure_valid", "schema",
+    "While", "schema",
 ]

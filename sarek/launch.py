@@ -10,6 +10,7 @@ import numpy as np
 
 from sarek import ir
 from sarek.errors import LaunchError
+from sarek.targets import simulate
 
 Dim3 = tuple[int, int, int]
 
@@ -47,6 +48,4 @@ class Launch:
     def simulate(self, **options: Any) -> dict[str, np.ndarray]:
         """Runs the launch in the simulator (``sarek.simulate``, which takes ``target=`` and
         ``arith=``) and returns every array."""
-        from sarek import simulate
-
         return simulate(self.kernel, dict(self.args), grid=self.grid, block=self.block, **options)

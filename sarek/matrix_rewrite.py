@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from sarek import ir
+from sarek import ir, ir_check
 from sarek.errors import SarekError
 from sarek.ir import BinOp, Builtin, ElemType, FragLayout, FragUse, MemSpace
 from sarek.ir_build import add, binary, const, mul, var
@@ -139,7 +139,7 @@ def kernel(original: ir.Kernel, gemm: Gemm, lowering: Lowering, subgroup: int = 
     suffix = "" if schedule == SEED else f"_{schedule.name}"
     rewritten = ir.Kernel(name=f"{original.name}_{lowering.value.lower()}{suffix}", params=params,
                           body=body, subgroup=subgroup, block=(WAVES * subgroup, 1, 1))
-    ir.ensure_valid(rewritten)
+    ir_check.ensure_valid(rewritten)
     return rewritten
 
 

@@ -4,7 +4,7 @@ so that the simulator and a device can be compared bit for bit (the conformance 
 
 from __future__ import annotations
 
-from sarek import ir, tile
+from sarek import ir, ir_check, tile
 from sarek.ir import BinOp, Builtin, ElemType, MemSpace
 from sarek.layout import TileLayout
 
@@ -87,5 +87,5 @@ def probe_kernel(opcode: str, shared: TileLayout, shared_words: int, registers: 
         ]
     name = f"probe_{op.kind}_x{op.count}{'_trans' if op.trans else ''}"
     kernel = ir.Kernel(name=name, params=params, body=tuple(body))
-    ir.ensure_valid(kernel)
+    ir_check.ensure_valid(kernel)
     return kernel

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from sarek import ir
+from sarek import ir, ir_check
 from sarek.errors import LaunchError
 from sim.execute import compile_kernel
 from sim.fragments import MODELS, Model
@@ -42,7 +42,7 @@ def simulate(kernel: ir.Kernel, args: Sequence[object] | Mapping[str, object],
     limits = Limits() if limits is None else limits
     if not isinstance(limits, Limits):
         raise LaunchError(f"limits must be a sim.launch.Limits, got {type(limits).__name__}")
-    ir.ensure_valid(kernel)
+    ir_check.ensure_valid(kernel)
     if not isinstance(arith, str) or arith not in MODELS:
         raise LaunchError(f"unknown arithmetic model {arith!r}; the models are "
                           f"{', '.join(MODELS)}")

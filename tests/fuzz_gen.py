@@ -46,7 +46,7 @@ import numpy as np
 from pydantic import ValidationError
 
 import sarek
-from sarek import ir, matrix_mapping, matrix_pattern
+from sarek import ir, ir_check, matrix_mapping, matrix_pattern
 from sarek.dsl import KernelFunction
 from sarek.errors import SarekError
 from sarek.ir import ElemType
@@ -314,8 +314,8 @@ def all_stages(r: _Run, kernel: ir.Kernel, rng: random.Random,
     """Every public stage that takes a kernel: check, simulate (neutral and for a target),
     every printer, recognize, region and the rewrite (compared with canaries when it
     succeeds)."""
-    r.call("check", ir.check, kernel)
-    valid = r.call("ensure_valid", ir.ensure_valid, kernel) is not REFUSED
+    r.call("check", ir_check.check, kernel)
+    valid = r.call("ensure_valid", ir_check.ensure_valid, kernel) is not REFUSED
     if launch is not None and rng.random() < 0.7:
         args, grid, block = dict(launch.args), launch.grid, launch.block
     else:
@@ -584,7 +584,7 @@ def json_case(rng: random.Random) -> Outcome:
             return
         again = r.call("round-trip", lambda: ir.Kernel.model_validate_json(
             kernel.model_dump_json()), refusals=(SarekError,))
-        if again is not REFUSED and not ir.check(kernel) and again != kernel and \
+        if again is not REFUSED and not ir_check.check(kernel) and again != kernel and \
                 "NaN" not in text and "nan" not in text.lower():
             raise _Failed("crash", "round-trip", "a well-formed kernel changed in its JSON "
                           "round trip")
@@ -728,9 +728,9 @@ def dsl_case(rng: random.Random) -> Outcome:
         if not isinstance(k, KernelFunction):
             return
         kern = k.ir
-        if ir.check(kern):
+        if ir_check.check(kern):
             raise _Failed("crash", "kernel", f"the DSL built an ill-formed kernel: "
-                          f"{ir.check(kern)[0]}")
+                          f"{ir_check.check(kern)[0]}")
         args = arguments_for(kern, rng)
         grid, block = launch_for(kern, rng)
         r.call("simulate", sarek.simulate, kern, args, grid, block, limits=LIMITS)

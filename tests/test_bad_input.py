@@ -18,7 +18,7 @@ from fuzz_gen import run_cli
 
 import sarek
 import sim
-from sarek import ir
+from sarek import ir, ir_check
 from sarek.dsl import KernelFunction
 from sarek.errors import DslError, IRError, LaunchError, LimitError, SarekError
 from sarek.ir import ElemType, MemSpace
@@ -101,7 +101,7 @@ def test_a_layout_of_more_coordinates_than_i32_offsets_reach_is_refused() -> Non
 def test_an_array_of_2_to_the_31_elements_is_ill_formed(space: MemSpace) -> None:
     k = store_kernel(ir.ArrayDecl(name="s", elem=F32, size=1 << 31, space=space))
     with pytest.raises(IRError, match="2147483648 elements"):
-        ir.ensure_valid(k)
+        ir_check.ensure_valid(k)
 
 
 def test_shared_memory_past_the_memory_limit_is_refused_before_allocating() -> None:
@@ -167,7 +167,7 @@ def test_an_integer_constant_of_5000_digits_is_reported_without_printing_it() ->
     k = store_kernel(ir.Store(array="out", index=c32(0), value=ir.Const(value=10**5000,
                                                                          type=I32)))
     with pytest.raises(IRError, match="constant about 1e5000 does not fit i32"):
-        ir.ensure_valid(k)
+        ir_check.ensure_valid(k)
 
 
 def test_the_cli_refuses_a_size_nobody_can_hold_before_allocating() -> None:
@@ -269,15 +269,15 @@ def test_a_name_that_is_not_an_identifier_is_ill_formed() -> None:
 def test_a_kernel_block_that_cannot_be_launched_is_ill_formed() -> None:
     k = store_kernel(ir.Store(array="out", index=c32(0), value=c32(1)))
     with pytest.raises(IRError, match="not a block of 1 to 1024"):
-        ir.ensure_valid(k.model_copy(update={"block": (0, 1, 1)}))
+        ir_check.ensure_valid(k.model_copy(update={"block": (0, 1, 1)}))
     with pytest.raises(IRError, match="not a block"):
-        ir.ensure_valid(k.model_copy(update={"block": (2048, 1, 1)}))
+        ir_check.ensure_valid(k.model_copy(update={"block": (2048, 1, 1)}))
 
 
 def test_simulate_refuses_what_is_not_a_kernel() -> None:
     with pytest.raises(LaunchError, match=r"sarek\.ir\.Kernel"):
         sim.simulate("kernel", [])  # type: ignore[arg-type]
-    assert ir.check("kernel")[0].reason.startswith("expected a sarek.ir.Kernel")  # type: ignore[arg-type]
+    assert ir_check.check("kernel")[0].reason.startswith("expected a sarek.ir.Kernel")  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------- depth
@@ -285,7 +285,7 @@ def test_simulate_refuses_what_is_not_a_kernel() -> None:
 
 def test_500_nested_binaries_through_the_api_are_refused_at_every_stage() -> None:
     k = store_kernel(ir.Store(array="out", index=c32(0), value=sum_of(500)))
-    problems = ir.check(k)
+    problems = ir_check.check(k)
     assert [p.reason for p in problems] == [
         f"the expression in 'value' nests more than {MAX_EXPR_DEPTH} deep, the most the IR "
         "allows; compute it in several assignments"]
@@ -299,10 +299,10 @@ def test_500_nested_binaries_through_the_api_are_refused_at_every_stage() -> Non
 
 def test_the_deepest_expression_allowed_runs_and_round_trips() -> None:
     k = store_kernel(ir.Store(array="out", index=c32(0), value=sum_of(MAX_EXPR_DEPTH - 1)))
-    assert ir.check(k) == []
+    assert ir_check.check(k) == []
     assert sim.simulate(k, [np.zeros(1, np.int32)])["out"][0] == MAX_EXPR_DEPTH
     assert ir.Kernel.model_validate_json(k.model_dump_json()) == k
-    assert ir.check(store_kernel(ir.Store(array="out", index=c32(0),
+    assert ir_check.check(store_kernel(ir.Store(array="out", index=c32(0),
                                           value=sum_of(MAX_EXPR_DEPTH))))
 
 
@@ -316,11 +316,11 @@ def test_the_deepest_nesting_allowed_round_trips_through_json() -> None:
     for i in range(MAX_NESTING - 1):
         body = (ir.For(var=f"v{i}", start=c32(0), stop=c32(1), step=c32(1), body=body),)
     k = ir.Kernel(name="k", params=(ir.ArrayParam(name="out", elem=F32),), body=body)
-    assert ir.check(k) == []
+    assert ir_check.check(k) == []
     assert ir.Kernel.model_validate_json(k.model_dump_json()) == k
     deeper = ir.Kernel(name="k", params=k.params, body=(
         ir.If(cond=ir.Const(value=True, type=ElemType.BOOL), then=body),))
-    assert "statements nest 25 deep" in ir.check(deeper)[0].reason
+    assert "statements nest 25 deep" in ir_check.check(deeper)[0].reason
 
 
 def test_a_600_term_sum_in_the_dsl_is_a_dsl_error_at_its_line() -> None:

@@ -17,7 +17,7 @@ from conftest import EXAMPLES
 
 import sarek
 from backends import conformance, registry
-from backends.registry import Target
+from backends.target import Target
 from sarek import Global, block_dim, block_idx, f32, i32, thread_idx
 
 

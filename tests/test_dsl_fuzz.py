@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import sarek
 import sim
-from sarek import ir
+from sarek import ir, ir_check
 from sarek.dsl import KernelFunction
 from sarek.errors import DslError, SarekError
 
@@ -77,7 +77,7 @@ def test_random_sources_build_or_raise_dsl_error(body: list[str]) -> None:
     except DslError as e:
         assert e.line >= 1 and e.reason
         return
-    assert ir.check(kern) == []
+    assert ir_check.check(kern) == []
     args = {"a": np.linspace(-2, 2, 8, dtype=np.float32), "b": np.arange(8, dtype=np.int32),
             "n": 3, "m": 0.5}
     with unittest.mock.patch("sim.execute.MAX_WHILE_TRIPS", 10_000):  # `while True: pass`

@@ -84,10 +84,10 @@ def test_a_crash_is_reported_as_one() -> None:
     raised from inside sarek, fails the input."""
     import fuzz_gen
 
-    from sarek import ir
+    from sarek import ir, ir_check
 
     def body(r: fuzz_gen._Run) -> None:
-        r.call("check", ir.check, ir.Kernel(name="k", params=(), body=()))
+        r.call("check", ir_check.check, ir.Kernel(name="k", params=(), body=()))
         r.call("boom", lambda: ir.Kernel.param(ir.Kernel(name="k", params=(), body=()), "x"))
 
     outcome = fuzz_gen.run_case("probe", body)

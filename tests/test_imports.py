@@ -6,20 +6,15 @@ depend on what it imports), except those under ``if TYPE_CHECKING:``. ``from pkg
 is an edge to the submodule ``pkg.name`` when there is one, else to ``pkg`` itself. Importing a
 submodule is not counted as importing its package's ``__init__``.
 
-Today's known cycles are listed in ``KNOWN_CYCLES``, each an expected failure of its own: when
-one is removed, its test passes, ``xfail(strict=True)`` turns that into a failure, and the entry
-is to be deleted. Any other cycle fails ``test_no_import_cycle_but_the_known_ones``.
-Run ``python tests/test_imports.py`` to print the cycles.
+There is none, and only the entry modules of ``sarek`` (``ENTRY_MODULES``) import ``sim`` or
+``backends``. Run ``python tests/test_imports.py`` to print any cycle.
 """
 
 from __future__ import annotations
 
 import ast
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("sarek", "sim", "backends")
@@ -160,51 +155,22 @@ def cycle_through(graph: dict[str, set[str]], component: list[str]) -> list[str]
     raise AssertionError(f"{component} is not a cycle")
 
 
-@dataclass(frozen=True)
-class KnownCycle:
-    """A cycle that exists today and is being removed: present while ``modules`` all lie in one
-    strongly connected component."""
-
-    name: str
-    modules: tuple[str, ...]
+ENTRY_MODULES = frozenset({"sarek", "sarek.targets", "sarek.cli", "sarek.demo"})
+"""The modules of ``sarek`` that compose the compiler with the simulator and the targets: the
+package's re-exports, ``simulate``/``emit``, the command line and the demo."""
 
 
-KNOWN_CYCLES = (
-    KnownCycle("sarek.ir -> sarek.ir_check -> sarek.tile -> sarek.ir (the IR module re-exports "
-               "the checker, which checks tile instructions)",
-               ("sarek.ir", "sarek.ir_check", "sarek.tile")),
-    KnownCycle("sarek.launch -> sarek (Launch.simulate calls sarek.simulate, i.e. sim) -> "
-               "sarek.launch", ("sarek.launch", "sarek")),
-    KnownCycle("backends.registry -> backends.metal.lower -> backends.registry (a target "
-               "module imports the registry that loads it; not in issue 9's list)",
-               ("backends.registry", "backends.metal.lower")),
-)
-
-
-def _present(known: KnownCycle, components: list[list[str]]) -> bool:
-    return any(set(known.modules) <= set(component) for component in components)
-
-
-def test_no_import_cycle_but_the_known_ones() -> None:
+def test_no_import_cycle() -> None:
     graph = import_graph()
-    components = cycles(graph)
-    unexplained = [component for component in components
-                   if not any(set(k.modules) <= set(component) for k in KNOWN_CYCLES)]
-    assert not unexplained, "import cycles: " + "; ".join(
-        " -> ".join(cycle_through(graph, component)) for component in unexplained)
+    assert not cycles(graph), "import cycles: " + "; ".join(
+        " -> ".join(cycle_through(graph, component)) for component in cycles(graph))
 
 
-@pytest.mark.parametrize("known", [
-    pytest.param(k, id=k.modules[0], marks=pytest.mark.xfail(strict=True, reason=k.name))
-    for k in KNOWN_CYCLES])
-def test_known_cycle_is_gone(known: KnownCycle) -> None:
-    assert not _present(known, cycles(import_graph())), known.name
-
-
-@pytest.mark.xfail(strict=True, reason="sarek/demo.py imports backends: the core package "
-                   "depends on the targets (a cycle between the packages sarek and backends)")
-def test_the_demo_does_not_import_backends() -> None:
-    assert not {m for m in import_graph()["sarek.demo"] if m.split(".")[0] == "backends"}
+def test_only_the_entry_modules_of_sarek_import_sim_or_backends() -> None:
+    reaching = {module: sorted(t for t in targets if t.split(".")[0] in ("sim", "backends"))
+                for module, targets in import_graph().items()
+                if module.split(".")[0] == "sarek" and module not in ENTRY_MODULES}
+    assert not {m: t for m, t in reaching.items() if t}
 
 
 def test_the_checker_finds_a_deferred_cycle_and_ignores_type_checking(tmp_path: Path) -> None:

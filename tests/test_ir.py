@@ -7,7 +7,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from sarek import ir
+from sarek import ir, ir_check
 from sarek.errors import IRError
 from sarek.ir import (
     ArrayDecl,
@@ -49,7 +49,7 @@ def kern(*body: ir.Stmt, params: tuple[ir.Param, ...] = ()) -> Kernel:
 
 
 def reasons(k: Kernel) -> list[str]:
-    return [p.reason for p in ir.check(k)]
+    return [p.reason for p in ir_check.check(k)]
 
 
 def test_every_example_round_trips_through_json(gemm_example) -> None:
@@ -58,7 +58,7 @@ def test_every_example_round_trips_through_json(gemm_example) -> None:
 
 
 def test_every_example_is_well_formed(gemm_example) -> None:
-    assert ir.check(gemm_example.make(8, 8, 8).kernel) == []
+    assert ir_check.check(gemm_example.make(8, 8, 8).kernel) == []
 
 
 def test_nodes_are_frozen() -> None:
@@ -100,7 +100,7 @@ def test_bad_element_type_is_named() -> None:
 
 def test_undefined_name_is_reported_with_its_path() -> None:
     k = kern(If(cond=c(True, BOOL), then=(Let(name="x", type=I32, value=Var(name="y", type=I32)),)))
-    [problem] = ir.check(k)
+    [problem] = ir_check.check(k)
     assert problem.path == "body[0].then[0]"
     assert problem.reason == "undefined name 'y'"
 
@@ -156,26 +156,26 @@ def test_load_from_scalar_is_reported() -> None:
 
 def test_barrier_under_thread_dependent_condition_is_reported() -> None:
     cond = Binary(op=BinOp.LT, a=tid(), b=c(5), type=BOOL)
-    [problem] = ir.check(kern(If(cond=cond, then=(Barrier(),))))
+    [problem] = ir_check.check(kern(If(cond=cond, then=(Barrier(),))))
     assert problem.path == "body[0].then[0]"
     assert problem.reason.startswith("barrier in divergent code")
 
 
 def test_barrier_after_thread_dependent_return_is_reported() -> None:
     cond = Binary(op=BinOp.GE, a=tid(), b=Var(name="n", type=I32), type=BOOL)
-    assert len(ir.check(kern(If(cond=cond, then=(Return(),)), Barrier()))) == 1
+    assert len(ir_check.check(kern(If(cond=cond, then=(Return(),)), Barrier()))) == 1
 
 
 def test_barrier_after_variable_derived_from_thread_is_reported() -> None:
     k = kern(Let(name="t", type=I32, value=tid()),
              If(cond=Binary(op=BinOp.EQ, a=Var(name="t", type=I32), b=c(0), type=BOOL),
                 then=(Barrier(),)))
-    assert len(ir.check(k)) == 1
+    assert len(ir_check.check(k)) == 1
 
 
 def test_barrier_under_block_uniform_condition_is_accepted() -> None:
     cond = Binary(op=BinOp.LT, a=BuiltinValue(which=Builtin.BLOCK_IDX_X), b=c(2), type=BOOL)
-    assert ir.check(kern(If(cond=cond, then=(Barrier(),)))) == []
+    assert ir_check.check(kern(If(cond=cond, then=(Barrier(),)))) == []
 
 
 def test_barrier_in_loop_made_divergent_by_its_body_is_reported() -> None:
@@ -184,12 +184,12 @@ def test_barrier_in_loop_made_divergent_by_its_body_is_reported() -> None:
     loop = ir.While(cond=Binary(op=BinOp.LT, a=j, b=c(4), type=BOOL),
                     body=(Barrier(), Assign(name="j", value=Binary(op=BinOp.ADD, a=j, b=tid(),
                                                                   type=I32))))
-    assert len(ir.check(kern(Let(name="j", type=I32, value=c(0)), loop))) == 1
+    assert len(ir_check.check(kern(Let(name="j", type=I32, value=c(0)), loop))) == 1
 
 
 def test_ensure_valid_raises_with_every_problem() -> None:
     k = kern(Let(name="x", type=I32, value=Var(name="y", type=I32)),
              Store(array="a", index=c(0), value=c(0)))
     with pytest.raises(IRError) as err:
-        ir.ensure_valid(k)
+        ir_check.ensure_valid(k)
     assert len(err.value.problems) == 2

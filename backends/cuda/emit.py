@@ -23,7 +23,7 @@ from backends.cstyle import (
     render,
 )
 from backends.cuda.lower import lower
-from sarek import atoms, ir, tile
+from sarek import atoms, ir, ir_check, tile
 from sarek.ir import BinOp, Builtin, ElemType, MathFn
 from sarek.layout import Axis, TileLayout
 
@@ -202,5 +202,5 @@ def print_kernel(kernel: ir.Kernel) -> str:
 def emit(kernel: ir.Kernel) -> str:
     """The kernel, original or rewritten, lowered for CUDA and printed as CUDA C++ (compiles
     with NVRTC for sm_80 and later, no headers)."""
-    ir.ensure_valid(kernel)
+    ir_check.ensure_valid(kernel)
     return print_kernel(lower(kernel))

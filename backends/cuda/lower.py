@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from backends.cstyle import EmitError
-from sarek import atoms, ir
+from sarek import atoms, ir, ir_check
 from sarek.ir import BinOp, Builtin, ElemType, FragLayout, FragUse, MemSpace
 from sarek.ir_build import add, binary, const, mul, var
 from sarek.ir_check import walk
@@ -69,7 +69,7 @@ def lower(kernel: ir.Kernel) -> ir.Kernel:
     )
     lowered = kernel.model_copy(update={"body": prologue + lowering.block(kernel.body),
                                         "subgroup": 32})
-    ir.ensure_valid(lowered)
+    ir_check.ensure_valid(lowered)
     return lowered
 
 

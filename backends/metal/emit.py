@@ -35,7 +35,7 @@ import numpy as np
 from backends.c_helpers import helpers
 from backends.cstyle import Dialect, EmitError, Printer, dim3_builtins
 from backends.metal.lower import EDGE, MATRIX_TYPES, check, lower
-from sarek import ir
+from sarek import ir, ir_check
 from sarek.ir import BinOp, Builtin, ElemType, FragLayout, MathFn
 from sim import arith
 
@@ -205,5 +205,5 @@ def print_kernel(kernel: ir.Kernel) -> str:
 def emit(kernel: ir.Kernel) -> str:
     """The kernel, original or rewritten, validated, lowered for Metal and printed as Metal
     Shading Language."""
-    ir.ensure_valid(kernel)
+    ir_check.ensure_valid(kernel)
     return print_kernel(lower(kernel))

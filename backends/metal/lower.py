@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from backends.cstyle import EmitError
-from backends.registry import Target
-from sarek import coopmat, ir
+from backends.target import Target
+from sarek import coopmat, ir, ir_check
 from sarek.ir import ElemType, FragUse
 from sarek.ir_check import subexpressions, walk
 from sarek.matrix_scheme import Lowering
@@ -107,7 +107,7 @@ def lower(kernel: ir.Kernel) -> ir.Kernel:
     """``kernel`` as the Metal printer prints it and the simulator runs it for Metal: validated
     and checked (``check``), fragments kept whole, a kernel with fragments marked as written
     for SIMD-groups of 32."""
-    ir.ensure_valid(kernel)
+    ir_check.ensure_valid(kernel)
     check(kernel)
     if not any(isinstance(s, _FRAGMENT_STMTS) for s in walk(kernel.body)):
         return kernel

@@ -33,7 +33,7 @@ from backends.cstyle import (
     render,
 )
 from backends.opencl.lower import lower
-from sarek import ir
+from sarek import ir, ir_check
 from sarek.ir import Builtin, ElemType
 
 TYPES = {
@@ -213,7 +213,7 @@ def print_kernel(kernel: ir.Kernel) -> str:
 def emit(kernel: ir.Kernel) -> str:
     """The kernel, original or rewritten, validated, lowered for portable OpenCL and printed
     as OpenCL C 1.2 that needs no extension beyond double precision."""
-    ir.ensure_valid(kernel)
+    ir_check.ensure_valid(kernel)
     return print_kernel(lower(kernel))
 
 
@@ -231,5 +231,5 @@ def emit_nv(kernel: ir.Kernel) -> str:
     subgroup 32, fragment 16) and printed as OpenCL C with inline PTX for NVIDIA's OpenCL."""
     from backends.cuda.lower import lower as cuda_lower
 
-    ir.ensure_valid(kernel)
+    ir_check.ensure_valid(kernel)
     return print_nv(cuda_lower(kernel))

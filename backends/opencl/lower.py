@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from backends.cstyle import EmitError
-from sarek import ir
+from sarek import ir, ir_check
 from sarek.coopmat import DeviceSupport
 from sarek.errors import IRError
 from sarek.ir import BinOp, Builtin, ElemType, FragLayout, FragUse, MemSpace
@@ -75,7 +75,7 @@ def lower(kernel: ir.Kernel) -> ir.Kernel:
     body = lowering.top(kernel.body)
     lowered = kernel.model_copy(update={"body": body, "subgroup": lowering.subgroup})
     try:
-        ir.ensure_valid(lowered)
+        ir_check.ensure_valid(lowered)
     except IRError as e:  # a barrier the emulation needs sits under varying control
         raise EmitError(f"the portable OpenCL emulation of {kernel.name!r} is not a valid "
                         f"kernel: {e.reason}") from None

@@ -46,7 +46,7 @@ from backends.spirv.builder import (
     short_loop,
 )
 from backends.spirv.expressions import ExpressionPrinter
-from sarek import ir
+from sarek import ir, ir_check
 from sarek.ir import ElemType, FragUse, MemSpace
 
 
@@ -394,5 +394,5 @@ def emit(kernel: ir.Kernel) -> str:
     """``kernel`` validated, lowered for SPIR-V and printed as SPIR-V assembly."""
     from backends.spirv.lower import lower
 
-    ir.ensure_valid(kernel)
+    ir_check.ensure_valid(kernel)
     return print_kernel(lower(kernel))

@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from backends.registry import Target
 from backends.spirv import lower as spirv_lower
 from backends.spirv.emit import print_kernel
+from backends.target import Target
 from sarek import ir
 from sarek.coopmat import DeviceSupport, recorded_h200_vulkan, verdict
 from sarek.errors import SarekError

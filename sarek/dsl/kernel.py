@@ -9,7 +9,7 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
-from sarek import ir
+from sarek import ir, ir_check
 from sarek.dsl.statements import Translator
 from sarek.errors import DslError
 from sarek.ir_check import MAX_EXPR_DEPTH
@@ -68,7 +68,7 @@ def _parse(fn: Callable[..., Any]) -> ir.Kernel:
     check_depth(fdef, file, first - 1)
     t = Translator(fn, file, first)
     kernel_ir = t.kernel(fdef)
-    problems = ir.check(kernel_ir)
+    problems = ir_check.check(kernel_ir)
     if problems:
         p = problems[0]
         raise DslError(p.reason, file, p.line or first)

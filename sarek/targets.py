@@ -1,0 +1,39 @@
+"""The entry points that reach past the compiler core: ``simulate`` runs a kernel in the warp
+simulator (``sim``), lowered first for a target of ``backends.registry`` when one is named, and
+``emit`` prints a kernel for a target. ``sarek`` re-exports both and ``Launch.simulate`` runs
+through ``simulate``; the recognizer, the rewrite and the IR modules do not import ``sim`` or
+``backends`` themselves.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import numpy as np
+
+from backends import registry
+from sarek import ir
+from sim import simulate as run
+from sim.fragments import Model
+
+
+def simulate(kernel: ir.Kernel, args: Any, grid: Any = (1, 1, 1), block: Any = (1, 1, 1),
+             *, target: str | None = None, arith: str | None = None,
+             **options: Any) -> dict[str, np.ndarray]:
+    """Runs a kernel in the warp simulator; ``sim.simulate`` documents the arguments. With
+    ``target`` (a name of ``backends.registry``) the kernel is first lowered for that target
+    and the lowered kernel, which is what the target's printer prints, runs lane by lane under
+    the target's arithmetic model unless ``arith`` names another; ``target=None`` runs the
+    kernel as given (neutral fragments whole, ``sequential`` arithmetic by default)."""
+    if target is not None:
+        chosen = registry.target(target)
+        kernel = registry.lower(kernel, target)
+        arith = arith or chosen.arith
+    model = cast("Model", arith or "sequential")  # sim.simulate refuses unknown models
+    return run(kernel, args, grid, block, arith=model, **options)
+
+
+def emit(kernel: ir.Kernel, target: str) -> str:
+    """``kernel`` (original or rewritten) validated, lowered for ``target`` and printed as
+    that target's source text; ``backends.registry.names()`` lists the targets."""
+    return registry.emit(kernel, target)
