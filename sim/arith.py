@@ -213,10 +213,11 @@ def fma_f32(a: Value, b: Value, c: Value) -> Value:
 def fma_f64(a: Value, b: Value, c: Value, lanes: np.ndarray | None) -> Value:
     """``a*b + c`` on f64 rounded once, computed exactly with ``Fraction`` for each element
     (``lanes``: the ones that matter, None for all; the others are left 0). Slow, and rare."""
-    shape = np.broadcast(a, b, c).shape
+    shape = np.broadcast(a, b, c, *(() if lanes is None else (lanes,))).shape
     av, bv, cv = (np.broadcast_to(np.asarray(x, np.float64), shape) for x in (a, b, c))
     out = np.zeros(shape, np.float64)
-    where = range(out.size) if lanes is None or not shape else np.flatnonzero(lanes)
+    where = (range(out.size) if lanes is None or not shape
+             else np.flatnonzero(np.broadcast_to(lanes, shape)))
     flat_out = out.reshape(-1)
     flat = [v.reshape(-1) for v in (av, bv, cv)]
     for i in where:

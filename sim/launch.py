@@ -125,6 +125,25 @@ class Geometry:
         return self.num_blocks * self.block_size
 
     @cached_property
+    def shape(self) -> tuple[int, int, int, int, int, int]:
+        """The axes of a value over the launch (``sim.state``): grid z, y, x, then block z, y,
+        x; their C order is the invocation order."""
+        (gx, gy, gz), (bx, by, bz) = self.grid, self.block
+        return gz, gy, gx, bz, by, bx
+
+    @cached_property
+    def thread_linear(self) -> np.ndarray:
+        """The linear thread index within its block, over the block axes of ``shape``."""
+        bx, by, bz = self.block
+        return np.arange(self.block_size, dtype=np.int64).reshape(1, 1, 1, bz, by, bx)
+
+    @cached_property
+    def block_linear(self) -> np.ndarray:
+        """The linear block index, over the grid axes of ``shape``."""
+        gx, gy, gz = self.grid
+        return np.arange(self.num_blocks, dtype=np.int64).reshape(gz, gy, gx, 1, 1, 1)
+
+    @cached_property
     def lane_thread(self) -> np.ndarray:
         """The linear thread index within its block of every invocation (int64)."""
         return np.tile(np.arange(self.block_size, dtype=np.int64), self.num_blocks)
@@ -141,33 +160,28 @@ class Geometry:
         return self._builtins[which]
 
     def _compute(self, which: Builtin) -> Value:
-        axis = "xyz".index(which.value[-1]) if which.value[-2] == "." else -1
-        bx, by, _ = self.block
-        gx, gy, _ = self.grid
-        sizes = {"block_dim": self.block, "grid_dim": self.grid}
+        """The builtin over the axes it depends on (``shape``), or a scalar."""
         name = which.value.split(".")[0]
+        sizes = {"block_dim": self.block, "grid_dim": self.grid}
         if name in sizes:
-            return np.int32(sizes[name][axis])
+            return np.int32(sizes[name]["xyz".index(which.value[-1])])
         if which is Builtin.SUBGROUP_SIZE:
             return np.int32(self.subgroup)
-        if name == "thread_idx":
-            if self.block[axis] == 1:
-                return np.int32(0)
-            linear, strides = self.lane_thread, (1, bx, bx * by)
-        elif name == "block_idx":
-            if self.grid[axis] == 1:
-                return np.int32(0)
-            linear, strides = self.lane_block, (1, gx, gx * gy)
-        elif which is Builtin.SUBGROUP_ID:
+        if which is Builtin.SUBGROUP_ID:
             if self.block_size <= self.subgroup:
                 return np.int32(0)
-            return (self.lane_thread // self.subgroup).astype(np.int32)
-        else:  # subgroup lane
+            return (self.thread_linear // self.subgroup).astype(np.int32)
+        if which is Builtin.SUBGROUP_LANE:
             if self.block_size == 1:
                 return np.int32(0)
-            return (self.lane_thread % self.subgroup).astype(np.int32)
+            return (self.thread_linear % self.subgroup).astype(np.int32)
+        axis = "xyz".index(which.value[-1])
         extent = (self.block if name == "thread_idx" else self.grid)[axis]
-        return ((linear // strides[axis]) % extent).astype(np.int32)
+        if extent == 1:
+            return np.int32(0)
+        where = [1] * 6
+        where[(5 if name == "thread_idx" else 2) - axis] = extent
+        return np.arange(extent, dtype=np.int32).reshape(where)
 
     def invocation(self, lane: int) -> Invocation:
         """The ``((block x, y, z), (thread x, y, z))`` of invocation ``lane``."""

@@ -17,6 +17,7 @@ from sarek import dtypes
 from sarek.errors import SharedRace
 from sarek.ir import ElemType
 from sim import arith
+from sim.arith import Value
 from sim.launch import SHARED_LOG_ELEMENTS, Geometry
 
 NOBODY = -1
@@ -55,7 +56,8 @@ class SharedArray:
         self.last_reader = np.full(total, NOBODY, np.int32)
         self._written = False  # whether ``writer`` holds anything
         self._read = False  # whether the reader record holds anything
-        self._reads: list[tuple[np.ndarray, np.ndarray]] = []
+        # (elements, threads, mask): per access, or values over the launch (``read_lanes``)
+        self._reads: list[tuple[Value, np.ndarray, np.ndarray | None]] = []
         self._logged = 0
 
     def barrier(self, blocks: np.ndarray | None) -> None:
@@ -84,15 +86,43 @@ class SharedArray:
             conflict = (writer != NOBODY) & (writer != threads)
             if conflict.any():
                 self._race(flat, threads, lanes, conflict, writer, "read-after-write", site)
-        self._reads.append((flat, threads))
-        self._logged += flat.size
+        self._log(flat, threads, None)
+
+    def read_lanes(self, flat: Value, threads: np.ndarray, mask: np.ndarray | None,
+                   site: Site) -> None:
+        """``read`` for a load by the invocations of ``mask`` (None: all): ``flat`` and
+        ``threads`` are values over the launch (``sim.state``), checked and logged as they
+        are, without one element per invocation (many invocations read one element)."""
+        if self._written:
+            writer = self.writer[flat]
+            conflict = (writer != NOBODY) & (writer != threads)
+            if mask is not None:
+                conflict = conflict & mask
+            if conflict.any():
+                shape = self.geo.shape
+                lanes = None if mask is None else np.flatnonzero(np.broadcast_to(mask, shape))
+                elements = np.broadcast_to(flat, shape).reshape(-1)
+                readers = np.broadcast_to(threads, shape).reshape(-1)
+                if lanes is not None:
+                    elements, readers = elements[lanes], readers[lanes]
+                self.read(elements, readers, lanes, site)
+        self._log(flat, threads, mask)
+
+    def _log(self, flat: Value, threads: np.ndarray, mask: np.ndarray | None) -> None:
+        self._reads.append((flat, threads, mask))
+        self._logged += np.size(flat) + (0 if mask is None else mask.size)
         if self._logged > self._FOLD_AFTER:
             self._fold()
 
     def _fold(self) -> None:
-        for flat, threads in self._reads:
-            np.minimum.at(self.first_reader, flat, threads)
-            np.maximum.at(self.last_reader, flat, threads)
+        for flat, threads, mask in self._reads:
+            if mask is None:
+                elements, readers = np.broadcast_arrays(flat, threads)
+            else:
+                elements, readers, active = np.broadcast_arrays(flat, threads, mask)
+                elements, readers = elements[active], readers[active]
+            np.minimum.at(self.first_reader, elements.ravel(), readers.ravel())
+            np.maximum.at(self.last_reader, elements.ravel(), readers.ravel())
             self._read = True
         self._reads.clear()
         self._logged = 0

@@ -267,9 +267,9 @@ def test_naive_i32_gemm_wraps() -> None:
 
 
 def test_a_loop_that_never_ends_is_a_launch_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    import sim.execute
+    import sim.exec_control  # where the loops read the default (sim.execute re-exports it)
 
-    monkeypatch.setattr(sim.execute, "MAX_WHILE_TRIPS", 1000)
+    monkeypatch.setattr(sim.exec_control, "MAX_WHILE_TRIPS", 1000)
     forever = kernel([], ir.While(cond=const(True, BOOL), body=()))
     with pytest.raises(LaunchError, match="ran 1000 times without ending"):
         sim.simulate(forever, [], grid=1, block=1)

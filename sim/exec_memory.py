@@ -1,0 +1,117 @@
+"""Loads, stores and array declarations compiled to closures: bounds checks for the active
+invocations, and every shared access told to the race detector (``sim.memory``).
+
+A load gathers one element per distinct index (the index keeps the axes it depends on, see
+``sim.state``); a store writes one element per active invocation, in invocation order, so that
+of several invocations storing to one element the highest keeps its value.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sarek.errors import OutOfBounds
+from sarek.ir import ElemType, MemSpace
+from sarek.layout import TileLayout
+from sim.arith import Value
+from sim.compiler import Core
+from sim.memory import LocalArray, SharedArray, Site
+from sim.state import Array, ExprFn, Mask, Scope, State, StmtFn, first_where
+
+
+class Memory(Core):
+    def _base(self, space: MemSpace, size: int) -> Value:
+        """The flat offset of each invocation's copy of a ``size``-element array in ``space``:
+        per block for shared arrays, per invocation for local ones."""
+        if space is MemSpace.SHARED:
+            return np.int64(0) if self.geo.num_blocks == 1 else self.geo.block_linear * size
+        return np.arange(self.n, dtype=np.int64).reshape(self.geo.shape) * size
+
+    def _checked(self, index: Value, arr: Array, m: Mask, site: Site) -> Value:
+        """``index`` after the bounds check of the active invocations, safe to gather with:
+        the inactive ones that are out of bounds read element 0 instead."""
+        size = arr.size
+        if isinstance(index, np.ndarray):
+            if size and index.min() >= 0 and index.max() < size:
+                return index if index.dtype != np.uint64 else index.astype(np.int64)
+            outside = (index < 0) | (index >= size)
+            bad = outside if m is None else outside & m
+            if bad.any():
+                self._fail(OutOfBounds, out_of_bounds(arr, first_where(index, bad)), site, bad)
+            return np.where(outside, 0, index).astype(np.int64)
+        if not 0 <= index < size:
+            self._fail(OutOfBounds, out_of_bounds(arr, int(index)), site, m)
+        return np.int64(index)
+
+    def load(self, arr: Array, findex: ExprFn, site: Site) -> ExprFn:
+        if arr.space is MemSpace.GLOBAL:
+            data = arr.data
+            assert data is not None
+            return lambda st, m: data.take(self._checked(findex(st, m), arr, m, site))
+        base, slot = self._base(arr.space, arr.size), arr.slot
+        threads = self.geo.thread_linear.astype(np.int32)
+
+        def run(st: State, m: Mask) -> Value:
+            flat = base + self._checked(findex(st, m), arr, m, site)
+            mem = st.arrays[slot]
+            assert mem is not None
+            if isinstance(mem, SharedArray):
+                mem.read_lanes(flat, threads, m, site)
+            return mem.data.take(flat)
+
+        return run
+
+    def store(self, arr: Array, findex: ExprFn, fvalue: ExprFn, site: Site) -> StmtFn:
+        base = None if arr.space is MemSpace.GLOBAL else self._base(arr.space, arr.size)
+        threads = self.geo.lane_thread.astype(np.int32)
+
+        def run(st: State, m: Mask) -> None:
+            index = self._checked(findex(st, m), arr, m, site)
+            value = fvalue(st, m)
+            lanes = None if m is None else np.flatnonzero(self.spread(m))
+            if base is None:
+                data = arr.data
+                assert data is not None
+            else:
+                mem = st.arrays[arr.slot]
+                assert mem is not None
+                data, index = mem.data, base + index
+                if isinstance(mem, SharedArray):
+                    flat = self.spread(index)
+                    if lanes is None:
+                        mem.write(flat, threads, None, site)
+                    else:
+                        mem.write(flat[lanes], threads[lanes], lanes, site)
+            # One element per invocation, in invocation order: the last write wins.
+            if isinstance(index, np.ndarray):
+                index = self.spread(index)
+                index = index if lanes is None else index[lanes]
+            if isinstance(value, np.ndarray):
+                value = self.spread(value)
+                value = value if lanes is None else value[lanes]
+                if not isinstance(index, np.ndarray):
+                    value = value[-1]  # one element written by all: the last invocation's
+            data[index] = value
+
+        return run
+
+    def array_decl(self, scope: Scope, name: str, elem: ElemType, size: int,
+                   space: MemSpace, layout: TileLayout | None) -> StmtFn:
+        slot = self.array_slots
+        self.array_slots += 1
+        scope[name] = Array(slot, name, elem, space, size, layout=layout)
+        geo = self.geo
+
+        def declare(st: State, m: Mask) -> None:
+            if space is MemSpace.SHARED:
+                st.arrays[slot] = st.shared[slot] = SharedArray(name, elem, size, geo)
+            else:
+                st.arrays[slot] = LocalArray(elem, size, geo)
+
+        return declare
+
+
+def out_of_bounds(arr: Array, index: int) -> str:
+    """The reason of an ``OutOfBounds`` at ``index`` of ``arr``."""
+    return (f"index {index} is outside {arr.space} array {arr.name!r} of {arr.size} "
+            "elements")

@@ -1,0 +1,91 @@
+"""Warp-level statements compiled to closures: tile patterns (``TileApply``, ``sim.tile``) and
+the lane-explicit ``Ldmatrix`` and ``Mma`` of a lowered kernel (``sim.lanes``), every warp of
+the launch at once."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sarek import atoms, dtypes, ir, tile
+from sarek.errors import OutOfBounds
+from sim import lanes
+from sim import tile as tile_sim
+from sim.compiler import Core
+from sim.memory import LocalArray, SharedArray, Site
+from sim.state import Array, Mask, Scope, State, StmtFn, View
+
+
+class Tiles(Core):
+    def tile_apply(self, s: ir.TileApply, scope: Scope, site: Site) -> StmtFn:
+        """A warp-level ldmatrix/stmatrix; the contract was checked with the kernel's
+        well-formedness."""
+        op = tile.parse_op(s.op)
+        dst, src = (self._tile_operand(scope, name) for name in (s.dst, s.src))
+        registers, shared = (dst, src) if op.kind == "ldmatrix" else (src, dst)
+        tile_sim.check_geometry(self.geo, site)
+        geo = self.geo
+
+        def run(st: State, m: Mask) -> None:
+            warps = self._warps(m, site)
+            local, smem = st.arrays[registers.slot], st.arrays[shared.slot]
+            assert isinstance(local, LocalArray) and isinstance(smem, SharedArray)
+            tile_sim.run(op, registers, shared, local, smem, warps, geo, site)
+
+        return run
+
+    def _tile_operand(self, scope: Scope, name: str) -> tile_sim.Operand:
+        sym = scope[name]
+        if isinstance(sym, View):
+            arr, layout, offset = sym.storage, sym.layout, sym.offset
+        else:
+            assert isinstance(sym, Array) and sym.layout is not None
+            arr, layout, offset = sym, sym.layout, 0
+        bits = dtypes.numpy_dtype(arr.elem).itemsize * 8
+        if bits > 32:  # the simulator deals 32-bit words out of the storage
+            raise tile.ContractError(f"tile operand {name!r} views {arr.elem} storage; tile "
+                                     "patterns take storage of 32-bit or narrower elements")
+        return tile_sim.Operand(name, arr.slot, arr.size, bits, layout, offset)
+
+    def _warps(self, m: Mask, site: Site) -> np.ndarray:
+        tile_sim.check_geometry(self.geo, site)
+        return tile_sim.full_warps(None if m is None else self.spread(m), self.n, site)
+
+    def ldmatrix(self, s: ir.Ldmatrix, scope: Scope, site: Site) -> StmtFn:
+        """A warp's ldmatrix from the rows its lanes address."""
+        dst, src = self._array(scope, s.dst), self._array(scope, s.src)
+        f_address = self.expr(s.address, scope, site)
+        n, geo = self.n, self.geo
+
+        def run(st: State, m: Mask) -> None:
+            warps = self._warps(m, site)
+            address = self.spread(f_address(st, m))
+            local, smem = st.arrays[dst.slot], st.arrays[src.slot]
+            assert isinstance(local, LocalArray) and isinstance(smem, SharedArray)
+            bad = lanes.ldmatrix(s.count, s.trans, address, smem, local, dst.size, s.offset,
+                                 warps, geo, site)
+            if bad is not None:
+                mask = np.zeros(n, bool)
+                mask[bad] = True
+                self._fail(OutOfBounds, f"an ldmatrix row of {src.name!r} is not 16 aligned "
+                           f"bytes inside its {src.size} elements (element index "
+                           f"{int(address[bad[0]])})", site, mask)
+
+        return run
+
+    def mma(self, s: ir.Mma, scope: Scope, site: Site) -> StmtFn:
+        """A warp's mma.sync over its lanes' registers."""
+        facts, model = atoms.MMA[s.atom], self.arith
+        operands = {use: (self._array(scope, name), first) for use, name, first in (
+            ("a", s.a, s.a_offset), ("b", s.b, s.b_offset), ("c", s.c, s.c_offset),
+            ("d", s.d, s.d_offset))}
+
+        def run(st: State, m: Mask) -> None:
+            warps = self._warps(m, site)
+            registers = {}
+            for use, (arr, first) in operands.items():
+                local = st.arrays[arr.slot]
+                assert isinstance(local, LocalArray)
+                registers[use] = (local, arr.size, first)
+            lanes.mma(facts, model, registers, warps)
+
+        return run
