@@ -68,3 +68,28 @@ def test_the_comparison_refuses_inputs_that_are_not_the_device_s(device_file: Pa
     np.savez_compressed(other, **saved)
     with pytest.raises(SystemExit, match="differ from the device run's"):
         PROBE.compare_phase(other, tmp_path / "result.json", sim_tiles=1)
+
+
+TABLES = load_module(BENCH / "error_tables.py")
+
+
+def test_the_error_measures_follow_their_definitions() -> None:
+    a, b = np.eye(2, dtype=np.float32), np.array([[1, 2], [3, 4]], np.float32)
+    exact = (a @ b).astype(np.float64)
+    off = exact + np.array([[0.0, 0.0], [0.0, 0.4]])
+    got = TABLES.errors(off, a, b, exact)
+    assert got["normwise"] == pytest.approx(0.4 / np.sqrt(30))
+    assert got["elementwise"] == pytest.approx(0.1)
+    assert got["componentwise"] == pytest.approx(0.1)
+
+
+def test_the_simulated_error_table_ranks_the_lowerings(tmp_path: Path) -> None:
+    assert TABLES.main(["--sim", "--sizes", "32", "--sweep-k", "16", "--sweep-mn", "32",
+                        "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "error_tables_sim.json").read_text())
+    random = {r["method"]: r["normwise"] for r in report["rows"]
+              if r["group"] == "cube" and r["inputs"] == "random"}
+    assert random[TABLES.ORIGINAL] < 1e-6
+    assert random["Bf16x3_operands"] < 4 * random[TABLES.ORIGINAL]
+    assert random["F16_operands"] < random["Bf16_operands"] / 4
+    assert len(report["rows"]) == 2 * len(TABLES.KINDS) * 5
