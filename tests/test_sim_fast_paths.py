@@ -1,0 +1,183 @@
+"""The simulator's fast paths agree with the slow ones they replace: the chunked ``h200`` model
+with the unchunked formula, and values that keep only the launch axes they depend on with the
+same values spread over every invocation (results, out-of-bounds reports, races)."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sim_helpers import I32, add, array, binary, builtin, const, kernel, load, lt, mul, var
+
+import sim
+from sarek import ir
+from sarek.errors import OutOfBounds, SharedRace, SimError
+from sarek.ir import BinOp, Builtin, MemSpace
+from sim import tensor_core
+
+# --------------------------------------------------------------------------- h200 in chunks
+
+
+def unchunked_h200(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """The model as first written: every term's significand and exponent split with frexp,
+    (groups, m, n, k+1) arrays aligned with ldexp, summed, truncated (the oracle)."""
+    def split(x: np.ndarray, min_exponent: int) -> tuple[np.ndarray, np.ndarray]:
+        mant, exp = np.frexp(x)
+        s, e = mant * 2.0, exp.astype(np.int64) - 1
+        low = e < min_exponent
+        s = np.where(low, np.ldexp(s, np.minimum(e - min_exponent, 0)), s)
+        e = np.where(low, min_exponent, e)
+        return s, np.where(x == 0, -10_000, e)
+
+    lowest = {np.dtype(np.float16): -14}
+    a64, b64, c64 = (x.astype(np.float64) for x in (a, b, c))
+    sa, ea = split(a64, lowest.get(a.dtype, -126))
+    sb, eb = split(b64, lowest.get(b.dtype, -126))
+    sc, ec = split(c64, -126)
+    s = np.concatenate([sc[..., None], sa[:, :, None, :] * np.moveaxis(sb, 1, 2)[:, None]], -1)
+    e = np.concatenate([ec[..., None], ea[:, :, None, :] + np.moveaxis(eb, 1, 2)[:, None]], -1)
+    top = e.max(axis=-1, keepdims=True)
+    aligned = np.trunc(np.ldexp(s, np.clip(25 + e - top, -1100, 60)))
+    value = np.ldexp(aligned.sum(axis=-1), (top[..., 0] - 25).astype(np.int64))
+    out = tensor_core._truncate_to_f32(value)
+    products = a64[:, :, None, :] * np.moveaxis(b64, 1, 2)[:, None]
+    special = ~np.isfinite(products).all(axis=-1) | ~np.isfinite(c64)
+    ieee = (products.sum(axis=-1) + c64).astype(np.float32)
+    return np.where(special, ieee, out)
+
+
+KINDS = ("bits", "normal", "wide", "tiny", "signed zeros")
+
+
+def operand(rng: np.random.Generator, dtype: type, shape: tuple[int, ...], kind: str
+            ) -> np.ndarray:
+    if kind == "bits":  # every pattern: NaN, infinities, subnormals, zeros of both signs
+        width = np.uint32 if dtype is np.float32 else np.uint16
+        return rng.integers(0, np.iinfo(width).max, shape, dtype=width, endpoint=True).view(
+            dtype)
+    scale = {"normal": 1.0, "wide": 2.0 ** rng.integers(-40, 40, shape),
+             "tiny": 2.0 ** rng.integers(-150, -100, shape)}.get(kind, 0.0)
+    x = rng.standard_normal(shape) * scale
+    if kind == "signed zeros":
+        x = rng.choice([0.0, -0.0, 2.0**-24, -(2.0**-133), 1.0], shape)
+    with np.errstate(over="ignore"):
+        return x.astype(dtype)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), groups=st.integers(1, 2 * tensor_core.CHUNK + 3),
+       bf16=st.booleans(), kind=st.sampled_from(KINDS), k=st.sampled_from((8, 16)))
+def test_the_chunked_h200_model_equals_the_unchunked_formula(
+        seed: int, groups: int, bf16: bool, kind: str, k: int) -> None:
+    rng = np.random.default_rng(seed)
+    dtype = ml_dtypes.bfloat16 if bf16 else np.float16
+    a, b = operand(rng, dtype, (groups, 16, k), kind), operand(rng, dtype, (groups, k, 8), kind)
+    c = operand(rng, np.float32, (groups, 16, 8), kind)
+    with np.errstate(all="ignore"):
+        want = unchunked_h200(a, b, c)
+        got = tensor_core.mul_add(a, b, c)
+    assert got.dtype == np.float32
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+# --------------------------------------------------------------------------- launch axes
+
+GRID, BLOCK = (3, 2, 1), (4, 5, 1)
+TX, TY = builtin(Builtin.THREAD_IDX_X), builtin(Builtin.THREAD_IDX_Y)
+BX, BY = builtin(Builtin.BLOCK_IDX_X), builtin(Builtin.BLOCK_IDX_Y)
+
+
+def sub(a: ir.Expr, b: ir.Expr) -> ir.Binary:
+    return binary(BinOp.SUB, a, b)
+
+
+def spread(e: ir.Expr) -> ir.Expr:
+    """``e + (linear - linear)``: the same value, but one element per invocation (the linear
+    id depends on every axis of the launch)."""
+    linear = add(mul(add(mul(BY, const(3)), BX), const(20)), add(mul(TY, const(4)), TX))
+    return add(e, sub(linear, linear))
+
+
+def gather_kernel(fast: bool) -> ir.Kernel:
+    """``out[id] = a[ty*7 + bx] + a[tx + by]`` under ``if tx < 3`` (an index of one or two
+    axes), or the same with spread indices."""
+    ident = (lambda e: e) if fast else spread
+    i = var("i")
+    return kernel(
+        [array("a", I32, readonly=True), array("out", I32)],
+        ir.Let(name="i", type=I32, value=spread(const(0))),
+        ir.If(cond=lt(TX, const(3)), then=(
+            ir.Store(array="out", index=add(mul(add(mul(BY, const(3)), BX), const(20)),
+                                            add(mul(TY, const(4)), TX)),
+                     value=add(load("a", ident(add(mul(TY, const(7)), BX)), I32),
+                               add(load("a", ident(add(TX, BY)), I32), i))),
+        )),
+    )
+
+
+def run(k: ir.Kernel, a_size: int) -> dict[str, np.ndarray]:
+    a = np.arange(a_size, dtype=np.int32) * 3 + 1
+    return sim.simulate(k, {"a": a, "out": np.zeros(120, np.int32)}, grid=GRID, block=BLOCK)
+
+
+def failure(k: ir.Kernel, a_size: int, error: type[SimError]) -> SimError:
+    with pytest.raises(error) as info:
+        run(k, a_size)
+    return info.value
+
+
+def test_a_gather_over_few_axes_equals_the_spread_gather() -> None:
+    fast, slow = run(gather_kernel(True), 40)["out"], run(gather_kernel(False), 40)["out"]
+    assert np.array_equal(fast, slow)
+    assert fast[0 * 20 + 1 * 4 + 2] == (1 * 7 + 0) * 3 + 1 + (2 + 0) * 3 + 1
+
+
+def test_an_out_of_bounds_gather_over_few_axes_reports_as_the_spread_one() -> None:
+    fast = failure(gather_kernel(True), 30, OutOfBounds)  # ty*7 + bx reaches 30 at ty=4
+    slow = failure(gather_kernel(False), 30, OutOfBounds)
+    assert "index 30 is outside global array 'a'" in fast.detail
+    assert (fast.detail, fast.statement, fast.invocations) == (
+        slow.detail, slow.statement, slow.invocations)
+
+
+def test_inactive_invocations_never_fault_on_a_gather_over_few_axes() -> None:
+    # only tx < 3 is active; a[tx + by] reaches 4 + 1 = 5 for tx = 4, outside 5 elements
+    k = kernel([array("a", I32, readonly=True), array("out", I32)],
+               ir.If(cond=lt(TX, const(3)), then=(
+                   ir.Store(array="out", index=spread(const(0)),
+                            value=load("a", add(TX, BY), I32)),)))
+    out = sim.simulate(k, {"a": np.arange(5, dtype=np.int32), "out": np.zeros(1, np.int32)},
+                       grid=GRID, block=BLOCK)["out"]
+    assert out[0] == 2 + 1  # the last active invocation: tx = 2 of block y = 1
+
+
+def race_kernel(fast: bool) -> ir.Kernel:
+    """Each thread writes ``s[linear]``; then every thread reads ``s[tx]``, which thread tx of
+    row 0 wrote: a read-after-write race for every other row."""
+    index = TX if fast else spread(TX)
+    linear = add(mul(TY, const(4)), TX)
+    return kernel([array("a", I32, readonly=True), array("out", I32)],
+                  ir.ArrayDecl(name="s", elem=I32, size=20, space=MemSpace.SHARED),
+                  ir.Store(array="s", index=linear, value=linear),
+                  ir.Store(array="out", index=spread(const(0)), value=load("s", index, I32)))
+
+
+def test_a_shared_read_over_few_axes_races_as_the_spread_one() -> None:
+    fast = failure(race_kernel(True), 1, SharedRace)
+    slow = failure(race_kernel(False), 1, SharedRace)
+    assert "read-after-write race on shared array 's'" in fast.detail
+    assert (fast.detail, fast.invocations) == (slow.detail, slow.invocations)
+
+
+def test_reads_logged_over_few_axes_still_race_with_a_later_write() -> None:
+    # every thread reads s[tx] (logged as one element per tx), then row 1 writes s[tx]:
+    # thread (tx, 1) overwrites what threads (tx, 0), (tx, 2), ... read
+    k = kernel([array("a", I32, readonly=True), array("out", I32)],
+               ir.ArrayDecl(name="s", elem=I32, size=20, space=MemSpace.SHARED),
+               ir.Let(name="v", type=I32, value=load("s", TX, I32)),
+               ir.If(cond=binary(BinOp.EQ, TY, const(1)), then=(
+                   ir.Store(array="s", index=TX, value=var("v")),)))
+    err = failure(k, 1, SharedRace)
+    assert "write-after-read race on shared array 's' element 0" in err.detail
