@@ -245,12 +245,12 @@ def _mmasim_disagreements(rng: np.random.Generator, dt: type, tiles: int) -> Inp
     "MMA-Sim"), both reachable with bf16 operands and a zero addend only. Half the tiles: sums
     of products near 2^-155, mostly negative, so that the sum is often negative and smaller
     than 2^-149: ``h200`` truncates it to -0, MMA-Sim gives +0. The other half: one product
-    a multiple of 2^-149 between 2^-142 and 2^-134 and fifteen negative ones between 2^-165 and
+    a multiple of 2^-149 between 2^-142 and 2^-137 and fifteen negative ones between 2^-163 and
     2^-158, every term below 2^-133: MMA-Sim aligns to 2^-133 (its exponent of a zero term) and
-    drops the small ones, ``h200`` aligns to the largest product and keeps them, so its sum
-    ends below the multiple and truncates one unit of 2^-149 lower. For f16 (products never
-    fall below 2^-48) the nearest cases: sums of -0 terms only, and the smallest products of
-    both signs; the two models agree on them."""
+    drops the small ones (below its last place, 2^-158), ``h200`` aligns to the largest product
+    and keeps them, so its sum ends below the multiple and truncates one unit of 2^-149 lower.
+    For f16 (products never fall below 2^-48) the nearest cases: sums of -0 terms only, and
+    the smallest products of both signs; the two models agree on them."""
     s = _shape(tiles)
     half = tiles // 2
     c = np.where(rng.random(s) < 0.5, 0.0, -0.0)
@@ -263,8 +263,8 @@ def _mmasim_disagreements(rng: np.random.Generator, dt: type, tiles: int) -> Inp
     ek = rng.integers(-90, -70, (tiles, N))  # a's exponent per k: b's makes the product's
     rest = tiles - half
     product = np.concatenate([rng.integers(-158, -152, (half, N, N)),
-                              rng.integers(-165, -158, (rest, N, N))])
-    product[half:, 0, :] = rng.integers(-142, -134, (rest, N))
+                              rng.integers(-163, -159, (rest, N, N))])
+    product[half:, 0, :] = rng.integers(-142, -137, (rest, N))
     a = np.abs(_pow2(rng, s, 0, 0)) * 2.0 ** ek[:, None, :]
     b = _pow2(rng, s, 0, 0) * 2.0 ** (product - ek[:, :, None])
     b[:half] *= np.where(rng.random((half, N, N)) < 0.75, -1.0, 1.0) * np.sign(b[:half])
