@@ -242,7 +242,7 @@ def _addend_dominates(rng: np.random.Generator, dt: type, tiles: int) -> Inputs:
 
 def _mmasim_disagreements(rng: np.random.Generator, dt: type, tiles: int) -> Inputs:
     """The two cases where MMA-Sim's Hopper model and ``h200`` differ (``specs/simulator.md``,
-    "MMA-Sim"), both reachable with bf16 operands and a zero addend only. Half the tiles: sums
+    "MMA-Sim"), both reachable with bf16 operands only. Half the tiles, a zero addend and sums
     of products near 2^-155, mostly negative, so that the sum is often negative and smaller
     than 2^-149: ``h200`` truncates it to -0, MMA-Sim gives +0. The other half: one product
     a multiple of 2^-149 between 2^-142 and 2^-137 and fifteen negative ones between 2^-163 and
