@@ -458,11 +458,13 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--device-out", type=Path, metavar="FILE.npz",
                       help="run the kernels on the GPU and save the outputs there")
     mode.add_argument("--compare", type=Path, metavar="FILE.npz",
-                      help=f"compare saved device outputs with the model; writes {RESULT}")
+                      help="compare saved device outputs with the model; writes --json")
     mode.add_argument("--dry-run", action="store_true",
                       help=f"both phases here on {DRY_TILES} tiles per distribution, the "
                       "simulator standing in for the device; writes into a temporary folder")
     parser.add_argument("--seed", type=int, default=SEED, help="for --device-out and --dry-run")
+    parser.add_argument("--json", type=Path, default=RESULT,
+                        help=f"where --compare writes (default {RESULT.relative_to(ROOT)})")
     options = parser.parse_args(argv)
     if options.device_out is not None:
         from backends.cuda.run import device_name
@@ -471,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {options.device_out}; compare with --compare {options.device_out}")
         return 0
     if options.compare is not None:
-        return 0 if compare_phase(options.compare, RESULT) else 1
+        return 0 if compare_phase(options.compare, options.json) else 1
     with tempfile.TemporaryDirectory() as folder:
         npz, result = Path(folder) / "device.npz", Path(folder) / "result.json"
         with np.errstate(all="ignore"):
