@@ -52,7 +52,8 @@ def probe_kernel(name: str, operand: ElemType) -> ir.Kernel:
     stride = ir.Const(value=N, type=i32)
     frags = {"fa": (FragUse.A, operand), "fb": (FragUse.B, operand),
              "fc": (FragUse.ACCUMULATOR, ElemType.F32), "fd": (FragUse.ACCUMULATOR, ElemType.F32)}
-    body: list[ir.Stmt] = [ir.FragDecl(name=f, use=use, rows=N, cols=N, elem=elem)
+    shape = ir.FragShape(m=N, n=N, k=N)
+    body: list[ir.Stmt] = [ir.FragDecl(name=f, use=use, shape=shape, elem=elem)
                            for f, (use, elem) in frags.items()]
     body += [ir.FragLoad(frag=f, array=array, offset=offset, stride=stride)
              for f, array in (("fa", "a"), ("fb", "b"), ("fc", "c"))]

@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeAlias
 
+from sarek import ir
 from sarek.errors import SarekError
 from sarek.ir import ElemType
+from sarek.ir_walk import walk
 
 
 class Component(StrEnum):
@@ -155,6 +157,31 @@ class DeviceSupport:
     universal: bool = False
     note: str = ""
     unsupported_reason: str = field(default="", compare=False)
+
+
+
+_COMPONENT_OF = {ElemType.F16: Component.F16, ElemType.BF16: Component.BF16,
+                 ElemType.F32: Component.F32, ElemType.U8: Component.U8, ElemType.I8: Component.S8,
+                 ElemType.U32: Component.U32, ElemType.I32: Component.S32}
+
+
+def configs_of(kernel: ir.Kernel) -> frozenset[Config]:
+    """The configurations the multiply-adds of ``kernel`` perform, derived from the
+    declarations of their fragments (``FragMulAdd`` stores none): each one's shape, A, B and C
+    components and D's as the result, at subgroup scope, not saturating. ``GateError`` names a
+    fragment whose element type no matrix unit takes."""
+    decls = {s.name: s for s in walk(kernel.body) if isinstance(s, ir.FragDecl)}
+    out = set()
+    for s in walk(kernel.body):
+        if isinstance(s, ir.FragMulAdd):
+            d, a, b, c = (decls[name] for name in (s.d, s.a, s.b, s.c))
+            for frag in (d, a, b, c):
+                if frag.elem not in _COMPONENT_OF:
+                    raise GateError(f"fragment {frag.name!r} holds {frag.elem}, which no matrix "
+                                    "unit multiplies")
+            out.add(Config(Shape(a.shape.m, a.shape.n, a.shape.k), _COMPONENT_OF[a.elem],
+                           _COMPONENT_OF[b.elem], _COMPONENT_OF[c.elem], _COMPONENT_OF[d.elem]))
+    return frozenset(out)
 
 
 def verdict(config: Config, support: DeviceSupport) -> Verdict:

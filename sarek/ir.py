@@ -416,15 +416,32 @@ class TensorView(_Stmt):
     offset: int = 0
 
 
+class FragShape(_Node):
+    """The ``m x n x k`` multiply-accumulate a fragment takes part in: A is m x k, B is k x n,
+    the accumulators m x n."""
+
+    m: int = Field(gt=0)
+    n: int = Field(gt=0)
+    k: int = Field(gt=0)
+
+
 class FragDecl(_Stmt):
-    """Declares a fragment: a ``rows x cols`` matrix of ``elem`` owned by a whole subgroup."""
+    """Declares a fragment of ``elem`` owned by a whole subgroup, for role ``use`` in a
+    multiply-accumulate of ``shape``; its ``rows`` and ``cols`` follow from both."""
 
     kind: Literal["frag_decl"] = "frag_decl"
     name: str
     use: FragUse
-    rows: int = Field(gt=0)
-    cols: int = Field(gt=0)
+    shape: FragShape
     elem: ElemType
+
+    @property
+    def rows(self) -> int:
+        return self.shape.k if self.use is FragUse.B else self.shape.m
+
+    @property
+    def cols(self) -> int:
+        return self.shape.k if self.use is FragUse.A else self.shape.n
 
 
 class FragFill(_Stmt):
@@ -469,13 +486,27 @@ class FragMulAdd(_Stmt):
     c: str
 
 
+class TileOp(_Node):
+    """A warp-level tile instruction: ``ldmatrix`` (shared rows into registers) or ``stmatrix``
+    (registers into shared rows) of ``count`` 8x8 matrices of 16-bit elements, transposed or
+    not; ``opcode`` is its PTX form."""
+
+    kind: Literal["ldmatrix", "stmatrix"]
+    count: Literal[1, 2, 4]
+    trans: bool = False
+
+    @property
+    def opcode(self) -> str:
+        trans = ".trans" if self.trans else ""
+        return f"{self.kind}.sync.aligned.m8n8.x{self.count}{trans}.shared.b16"
+
+
 class TileApply(_Stmt):
-    """The warp-level tile instruction ``op`` (an exact ``ldmatrix``/``stmatrix`` PTX form)
-    repeated over the leading modes of two tensors; ``dst`` and ``src`` name arrays with a
-    layout or tensor views (``specs/tile-patterns.md``)."""
+    """The tile instruction ``op`` repeated over the leading modes of two tensors; ``dst`` and
+    ``src`` name arrays with a layout or tensor views (``specs/tile-patterns.md``)."""
 
     kind: Literal["tile_apply"] = "tile_apply"
-    op: str
+    op: TileOp
     dst: str
     src: str
     scope: Literal["warp"] = "warp"
@@ -555,8 +586,8 @@ def schema() -> dict[str, object]:
 __all__ = [
     "ArrayDecl", "ArrayParam", "Assign", "Barrier", "BinOp", "Binary", "Bitcast", "Builtin",
     "BuiltinValue", "Call", "Cast", "Const", "ElemType", "Expr", "For", "FragDecl", "FragFill",
-    "FragLayout", "FragLoad", "FragMulAdd", "FragStore", "FragUse", "If", "Kernel", "Ldmatrix",
-    "Let", "Load", "MathFn", "MemSpace", "Mma", "MmaAtom", "Param", "Return",
-    "ScalarParam", "Select", "Stmt", "Store", "TensorView", "TileApply", "UnOp", "Unary", "Var",
-    "While", "schema",
+    "FragLayout", "FragLoad", "FragMulAdd", "FragShape", "FragStore", "FragUse", "If", "Kernel",
+    "Ldmatrix", "Let", "Load", "MathFn", "MemSpace", "Mma", "MmaAtom", "Param", "Return",
+    "ScalarParam", "Select", "Stmt", "Store", "TensorView", "TileApply", "TileOp", "UnOp", "Unary",
+    "Var", "While", "schema",
 ]

@@ -453,9 +453,8 @@ class _Checker:
                     return
             operands.append((tensor, storage))
         try:
-            op = tile.parse_op(s.op)
             dst, src = (tile.operand(t, st) for t, st in operands)
-            tile.check(op, *tile.roles(op, dst, src))
+            tile.check(s.op, *tile.roles(s.op, dst, src))
         except tile.ContractError as e:
             self.report(path, e.reason)
 
@@ -477,10 +476,11 @@ class _Checker:
             if frag.use is not use:
                 self.report(path, f"fragment {frag.name!r} is used as {use} but declared "
                             f"{frag.use}")
-        if a.cols != b.rows or (c.rows, c.cols) != (a.rows, b.cols) or (d.rows, d.cols) != (
-                c.rows, c.cols):
-            self.report(path, f"fragment shapes do not chain: a {a.rows}x{a.cols}, "
-                        f"b {b.rows}x{b.cols}, c {c.rows}x{c.cols}, d {d.rows}x{d.cols}")
+        frags = (d, a, b, c)
+        if len({x.shape for x in frags}) > 1:
+            self.report(path, "the fragments of one multiply-add are declared for different "
+                        "shapes: " + ", ".join(f"{x.name!r} {x.shape.m}x{x.shape.n}x{x.shape.k}"
+                                               for x in frags))
         if a.elem != b.elem:
             self.report(path, f"a and b fragments have different types {a.elem} and {b.elem}")
 

@@ -235,18 +235,17 @@ class _Builder:
         out.append(ir.ArrayDecl(name="sk_cs", elem=self.scheme.acc,
                                 size=WAVES * self.frag * self.frag,
                                 space=MemSpace.SHARED))
-        f = self.frag
+        shape = ir.FragShape(m=self.frag, n=self.frag, k=self.frag)
         for i, j in self.frag_names():
             for a in range(self.scheme.accumulators):
                 out.append(ir.FragDecl(name=f"sk_acc{a}_{i}_{j}", use=FragUse.ACCUMULATOR,
-                                       rows=f, cols=f, elem=self.scheme.acc))
-        for t, term in enumerate(self.scheme.terms):
+                                       shape=shape, elem=self.scheme.acc))
+        for t in range(len(self.scheme.terms)):
             for i in range(self.per_wave):
-                out.append(ir.FragDecl(name=f"sk_fa{t}_{i}", use=FragUse.A, rows=f, cols=f,
+                out.append(ir.FragDecl(name=f"sk_fa{t}_{i}", use=FragUse.A, shape=shape,
                                        elem=self.scheme.operand))
-                out.append(ir.FragDecl(name=f"sk_fb{t}_{i}", use=FragUse.B, rows=f, cols=f,
+                out.append(ir.FragDecl(name=f"sk_fb{t}_{i}", use=FragUse.B, shape=shape,
                                        elem=self.scheme.operand))
-            del term
         return out
 
     def wave_origin(self, i: int, j: int) -> tuple[ir.Expr, ir.Expr]:

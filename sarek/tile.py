@@ -42,34 +42,26 @@ _OPCODE = re.compile(
     r"(?P<trans>\.trans)?\.shared(?:::cta)?\.b16")
 
 
-@dataclass(frozen=True)
-class TileOp:
-    """One exact PTX form, as written in the opcode."""
-
-    opcode: str
-    kind: Literal["ldmatrix", "stmatrix"]
-    count: int
-    trans: bool
-
-    @property
-    def min_sm(self) -> int:
-        """The oldest architecture with the instruction (ldmatrix sm_75, stmatrix sm_90)."""
-        return 75 if self.kind == "ldmatrix" else 90
-
-    @property
-    def atom(self) -> tuple[int, int, int]:
-        """The trailing ``(matrix, row, word)`` modes both operands end in."""
-        return (self.count, LDMATRIX.rows, LDMATRIX.row_words)
+def min_sm(op: ir.TileOp) -> int:
+    """The oldest architecture with the instruction (ldmatrix sm_75, stmatrix sm_90)."""
+    return 75 if op.kind == "ldmatrix" else 90
 
 
-def parse_op(opcode: str) -> TileOp:
-    """The tile op an opcode names; ``ContractError`` for anything else."""
-    m = _OPCODE.fullmatch(opcode)
+def atom(op: ir.TileOp) -> tuple[int, int, int]:
+    """The trailing ``(matrix, row, word)`` modes both operands of ``op`` end in."""
+    return (op.count, LDMATRIX.rows, LDMATRIX.row_words)
+
+
+def parse_op(opcode: str) -> ir.TileOp:
+    """The tile op a PTX opcode names (``.shared::cta`` is ``.shared``); ``ContractError`` for
+    anything else."""
+    m = _OPCODE.fullmatch(opcode) if isinstance(opcode, str) else None
     if m is None:
         raise ContractError(f"{opcode!r} is not a tile pattern; expected "
                             "ldmatrix|stmatrix.sync.aligned.m8n8.x1|x2|x4[.trans].shared.b16")
     kind: Literal["ldmatrix", "stmatrix"] = "ldmatrix" if m["kind"] == "ldmatrix" else "stmatrix"
-    return TileOp(opcode, kind, int(m["count"]), m["trans"] is not None)
+    count: Literal[1, 2, 4] = 1 if m["count"] == "1" else 2 if m["count"] == "2" else 4
+    return ir.TileOp(kind=kind, count=count, trans=m["trans"] is not None)
 
 
 @dataclass(frozen=True)
@@ -106,7 +98,7 @@ def operand(tensor: ir.ArrayDecl | ir.TensorView, storage: ir.ArrayDecl | ir.Arr
         offset=tensor.offset if isinstance(tensor, ir.TensorView) else 0, words=words)
 
 
-def roles(op: TileOp, dst: Operand, src: Operand) -> tuple[Operand, Operand]:
+def roles(op: ir.TileOp, dst: Operand, src: Operand) -> tuple[Operand, Operand]:
     """``(registers, shared)``: ldmatrix loads into ``dst``, stmatrix stores from ``src``."""
     return (dst, src) if op.kind == "ldmatrix" else (src, dst)
 
@@ -115,7 +107,7 @@ def _coords(shape: tuple[int, ...]) -> list[tuple[int, ...]]:
     return list(product(*(range(n) for n in shape)))
 
 
-def check(op: TileOp, registers: Operand, shared: Operand) -> None:
+def check(op: ir.TileOp, registers: Operand, shared: Operand) -> None:
     """Raises ``ContractError`` naming the broken rule when the operands do not fit ``op``.
 
     The register operand is the destination of ldmatrix and the source of stmatrix."""
@@ -129,9 +121,9 @@ def check(op: TileOp, registers: Operand, shared: Operand) -> None:
                                 "operands are 32-bit containers (view packed 16-bit storage "
                                 "as u32 words, which is no conversion)")
         shape = operand.layout.shape
-        if len(shape) < 3 or shape[-3:] != op.atom:
+        if len(shape) < 3 or shape[-3:] != atom(op):
             raise ContractError(f"{operand.describe()} must end in (matrix, row, word) = "
-                                f"{op.atom} for {op.opcode}, it ends in {shape[-3:]}")
+                                f"{atom(op)} for {op.opcode}, it ends in {shape[-3:]}")
     lead = registers.layout.shape[:-3]
     if shared.layout.shape[:-3] != lead:
         raise ContractError(f"the repeat modes differ: registers {lead}, shared "
@@ -140,7 +132,7 @@ def check(op: TileOp, registers: Operand, shared: Operand) -> None:
     _check_registers(op, registers)
 
 
-def _check_shared(op: TileOp, shared: Operand) -> None:
+def _check_shared(op: ir.TileOp, shared: Operand) -> None:
     layout = shared.layout
     if layout.axes != {Axis.MEM}:
         raise ContractError(f"{shared.describe()} steps along hardware axes; shared operands "
@@ -170,7 +162,7 @@ def _check_shared(op: TileOp, shared: Operand) -> None:
                                 "registers would be written to one shared word")
 
 
-def _check_registers(op: TileOp, registers: Operand) -> None:
+def _check_registers(op: ir.TileOp, registers: Operand) -> None:
     layout = registers.layout
     if Axis.WARPID in layout.axes:
         raise ContractError(f"{registers.describe()} steps along warpid; a warp-scope tile "
@@ -206,7 +198,7 @@ def instructions(registers: TileLayout) -> list[tuple[int, ...]]:
     return _coords(registers.shape[:-3])
 
 
-def provider_rows(op: TileOp, shared: TileLayout, repeat: tuple[int, ...]) -> np.ndarray:
+def provider_rows(op: ir.TileOp, shared: TileLayout, repeat: tuple[int, ...]) -> np.ndarray:
     """The word offset each lane of the warp provides for one instruction: the start of the
     (matrix, row) that ``sarek.atoms.LDMATRIX.provided`` assigns it (lanes past the
     instruction's rows repeat valid ones)."""
@@ -220,7 +212,7 @@ def register_slots(registers: TileLayout, repeat: tuple[int, ...]) -> np.ndarray
     return np.asarray(registers.offsets(Axis.MEM)[repeat][:, 0, 0])
 
 
-def gather_rows(op: TileOp, rows: np.ndarray) -> np.ndarray:
+def gather_rows(op: ir.TileOp, rows: np.ndarray) -> np.ndarray:
     """ldmatrix on data: ``rows[..., m, r, w]`` are the four words at the address the
     provider of row ``r`` of matrix ``m`` gave; returns ``regs[..., lane, m]``, each lane's
     ``count`` registers (word ``(m, r, w)`` in register ``m`` of lane ``owners()[r, w]``)."""
@@ -230,7 +222,7 @@ def gather_rows(op: TileOp, rows: np.ndarray) -> np.ndarray:
     return out
 
 
-def scatter_rows(op: TileOp, regs: np.ndarray) -> np.ndarray:
+def scatter_rows(op: ir.TileOp, regs: np.ndarray) -> np.ndarray:
     """stmatrix on data, the inverse of ``gather_rows``: from ``regs[..., lane, m]`` the words
     ``rows[..., m, r, w]`` written at the address the provider of row ``r`` of matrix ``m``
     gave."""
@@ -239,7 +231,7 @@ def scatter_rows(op: TileOp, regs: np.ndarray) -> np.ndarray:
     return out
 
 
-def low_half_holders(op: TileOp) -> np.ndarray:
+def low_half_holders(op: ir.TileOp) -> np.ndarray:
     """``[row, word]``: for each 32-bit word of a shared 8x8 matrix, the lane whose register
     takes (ldmatrix) or gives (stmatrix) its low 16-bit half — the word's owner, or with
     ``.trans`` the owner of the register word that element lands in."""
@@ -272,4 +264,4 @@ def apply(op: str, dst: Operand, src: Operand, scope: str = "warp") -> ir.TileAp
         raise ContractError(f"tile patterns have warp scope only, got scope={scope!r}")
     parsed = parse_op(op)
     check(parsed, *roles(parsed, dst, src))
-    return ir.TileApply(op=op, dst=dst.name, src=src.name)
+    return ir.TileApply(op=parsed, dst=dst.name, src=src.name)

@@ -70,7 +70,7 @@ def probe_kernel(opcode: str, shared: TileLayout, shared_words: int, registers: 
             ir.For(var="i", start=_i(0), stop=_i(register_words), step=_i(1), body=(
                 ir.Store(array="raw", index=_var("i"),
                          value=ir.Const(value=SENTINEL, type=U32)),)),
-            ir.TileApply(op=opcode, dst="regs", src="rows"),
+            ir.TileApply(op=op, dst="regs", src="rows"),
             _copy("out", "raw", register_words, step=_i(1), dst_base=lane_base),
         ]
     else:
@@ -81,7 +81,7 @@ def probe_kernel(opcode: str, shared: TileLayout, shared_words: int, registers: 
             _copy("sm", "init", shared_words),
             _copy("raw", "regs_in", register_words, step=_i(1), src_base=lane_base),
             ir.Barrier(),
-            ir.TileApply(op=opcode, dst="rows", src="regs"),
+            ir.TileApply(op=op, dst="rows", src="regs"),
             ir.Barrier(),
             _copy("out", "sm", shared_words),
         ]

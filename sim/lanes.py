@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sarek import atoms, dtypes, tile
+from sarek import atoms, dtypes, ir, tile
 from sim import fragments
 from sim.launch import Geometry
 from sim.memory import LocalArray, SharedArray, Site
@@ -47,7 +47,7 @@ def ldmatrix(count: int, trans: bool, address: np.ndarray, src: SharedArray,
     words = src.data.view(np.uint8)[byte].view("<u4")  # [warp, 8*count, 4]
     words = words.reshape(len(warps), count, facts.rows, facts.row_words)
     _record_reads(src, byte, trans, lanes, geo, site)
-    op = tile.TileOp("ldmatrix", "ldmatrix", count, trans)
+    op = ir.TileOp(kind="ldmatrix", count=count, trans=trans)
     registers = tile.gather_rows(op, words)  # [warp, lane, matrix]
     flat = lanes[..., None] * dst_size + offset + np.arange(count)
     dst.data[flat] = registers
@@ -59,7 +59,7 @@ def _record_reads(src: SharedArray, byte: np.ndarray, trans: bool, lanes: np.nda
     """Tells the race detector who read what: each word counts as read by the lane whose
     register receives its low half (``sarek.tile.low_half_holders``)."""
     facts = atoms.LDMATRIX
-    holder = tile.low_half_holders(tile.TileOp("ldmatrix", "ldmatrix", 1, trans))
+    holder = tile.low_half_holders(ir.TileOp(kind="ldmatrix", count=1, trans=trans))
     count = byte.shape[1] // facts.rows
     word_bytes = facts.row_bytes // facts.row_words
     per_byte = np.repeat(np.tile(holder, (count, 1)), word_bytes, axis=-1)  # [8*count, 16]

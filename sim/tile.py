@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sarek import atoms, tile
+from sarek import atoms, ir, tile
 from sarek.layout import TileLayout
 from sarek.tile import ContractError
 from sim.launch import Geometry
@@ -58,7 +58,7 @@ def full_warps(mask: np.ndarray | None, n: int, site: Site) -> np.ndarray:
     return np.flatnonzero(active == tile.WARP)
 
 
-def run(op: tile.TileOp, registers: Operand, shared: Operand, local: LocalArray,
+def run(op: ir.TileOp, registers: Operand, shared: Operand, local: LocalArray,
         smem: SharedArray, warps: np.ndarray, geo: Geometry, site: Site) -> None:
     """Executes ``op`` for ``warps`` over ``local`` (the register storage) and ``smem``."""
     lanes = (warps[:, None] * tile.WARP + np.arange(tile.WARP)).ravel()  # invocations

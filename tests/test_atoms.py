@@ -91,7 +91,7 @@ def ldmatrix_image(memory: np.ndarray, blocks: list[tuple[int, int]], bits: int,
     """[lane, register] after one ldmatrix of the 8 x 16-byte blocks at ``blocks``."""
     per_row = 128 // bits  # elements in a 16-byte row
     words = np.stack([packed(memory[r0:r0 + 8, c0:c0 + per_row], bits) for r0, c0 in blocks])
-    op = tile.TileOp("ldmatrix", "ldmatrix", len(blocks), trans)
+    op = ir.TileOp(kind="ldmatrix", count=len(blocks), trans=trans)
     return tile.gather_rows(op, words)
 
 

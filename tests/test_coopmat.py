@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from sarek import ir
 from sarek.coopmat import (
     Available,
     Component,
@@ -17,6 +18,7 @@ from sarek.coopmat import (
     Unavailable,
     Unknown,
     Use,
+    configs_of,
     cuda_support,
     from_vulkan_properties,
     metal_support,
@@ -26,7 +28,9 @@ from sarek.coopmat import (
     unprobed,
     verdict,
 )
+from sarek.errors import SarekError
 from sarek.ir import ElemType
+from sarek.matrix_rewrite import rewrite_launch
 from sarek.matrix_scheme import Lowering, config_of
 
 # The H200's list as DESIGN.md records it (Vulkan, driver 580, subgroup scope), written here as
@@ -164,3 +168,33 @@ def test_unknown_target_name_is_refused() -> None:
 
 def test_subgroup_is_the_default_scope() -> None:
     assert cfg(16, 16, 16, Component.F16, Component.F32).scope is Scope.SUBGROUP
+
+
+# ----------------------------------------------------------------- configurations of a kernel
+
+
+def test_a_rewritten_kernel_multiplies_with_its_lowerings_configuration(gemm_example) -> None:
+    launch = gemm_example.make(24, 20, 18)
+    for lowering in Lowering:
+        for frag in (16, 8):
+            try:
+                rw = rewrite_launch(launch, lowering=lowering, frag=frag)
+            except SarekError:
+                continue  # the lowering does not take this example's operands
+            assert configs_of(rw.launch.kernel) == {
+                config_of(lowering, rw.gemm.operand_elt, frag)}
+
+
+def test_a_kernel_without_fragments_multiplies_with_no_configuration(gemm_example) -> None:
+    assert configs_of(gemm_example.make(8, 8, 8).kernel) == frozenset()
+
+
+def test_a_fragment_type_no_matrix_unit_takes_is_named() -> None:
+    shape = ir.FragShape(m=16, n=16, k=16)
+    frags = [ir.FragDecl(name=n, use=u, shape=shape, elem=e) for n, u, e in (
+        ("a", ir.FragUse.A, ElemType.F64), ("b", ir.FragUse.B, ElemType.F64),
+        ("c", ir.FragUse.ACCUMULATOR, ElemType.F64))]
+    kernel = ir.Kernel(name="k", params=(), body=(*frags, ir.FragMulAdd(d="c", a="a", b="b",
+                                                                       c="c")))
+    with pytest.raises(GateError, match="'c' holds f64, which no matrix unit multiplies"):
+        configs_of(kernel)

@@ -193,3 +193,21 @@ def test_ensure_valid_raises_with_every_problem() -> None:
     with pytest.raises(IRError) as err:
         ir_check.ensure_valid(k)
     assert len(err.value.problems) == 2
+
+
+def test_a_fragment_derives_its_rows_and_columns_from_its_use_and_shape() -> None:
+    shape = ir.FragShape(m=16, n=8, k=32)
+    dims = {use: (ir.FragDecl(name="f", use=use, shape=shape, elem=F32).rows,
+                  ir.FragDecl(name="f", use=use, shape=shape, elem=F32).cols)
+            for use in ir.FragUse}
+    assert dims == {ir.FragUse.A: (16, 32), ir.FragUse.B: (32, 8),
+                    ir.FragUse.ACCUMULATOR: (16, 8)}
+
+
+def test_a_multiply_add_over_fragments_of_different_shapes_is_reported() -> None:
+    big, small = ir.FragShape(m=16, n=16, k=16), ir.FragShape(m=8, n=8, k=8)
+    frags = [ir.FragDecl(name=n, use=u, shape=s, elem=e) for n, u, s, e in (
+        ("fa", ir.FragUse.A, big, ElemType.F16), ("fb", ir.FragUse.B, small, ElemType.F16),
+        ("fc", ir.FragUse.ACCUMULATOR, big, F32))]
+    [reason] = reasons(kern(*frags, ir.FragMulAdd(d="fc", a="fa", b="fb", c="fc")))
+    assert "declared for different shapes" in reason and "'fb' 8x8x8" in reason

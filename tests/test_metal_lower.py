@@ -30,6 +30,7 @@ from sarek.matrix_scheme import Lowering, config_of
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("gemm_*.py"))
 METAL = target("metal")
+EIGHT = ir.FragShape(m=8, n=8, k=8)  # Metal's one simdgroup matrix shape
 
 
 def rewrites(size: tuple[int, int, int] = (70, 45, 33)) -> Iterator[tuple[str, Launch]]:
@@ -154,9 +155,9 @@ def frag_kernel(a_elem: ElemType, acc_elem: ElemType = ElemType.F32,
     body: list[ir.Stmt] = [
         ir.ArrayDecl(name="s", elem=a_elem, size=64, space=space),
         ir.ArrayDecl(name="cs", elem=acc_elem, size=64, space=MemSpace.SHARED),
-        ir.FragDecl(name="fa", use=FragUse.A, rows=8, cols=8, elem=a_elem),
-        ir.FragDecl(name="fb", use=FragUse.B, rows=8, cols=8, elem=a_elem),
-        ir.FragDecl(name="acc", use=FragUse.ACCUMULATOR, rows=8, cols=8, elem=acc_elem),
+        ir.FragDecl(name="fa", use=FragUse.A, shape=EIGHT, elem=a_elem),
+        ir.FragDecl(name="fb", use=FragUse.B, shape=EIGHT, elem=a_elem),
+        ir.FragDecl(name="acc", use=FragUse.ACCUMULATOR, shape=EIGHT, elem=acc_elem),
         ir.FragFill(frag="acc", value=ir.Const(value=0.0 if acc_elem.is_float else 0,
                                                type=acc_elem)),
         ir.FragLoad(frag="fa", array="s", offset=zero,

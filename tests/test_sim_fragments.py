@@ -31,11 +31,12 @@ def matmul_kernel(operand: ElemType, acc: ElemType, n: int = 16, a_layout: FragL
     """Each subgroup g computes c[g] = a[g] @ b[g] + c[g] on n x n matrices from global."""
     g = var("g")
     base = mul(g, const(n * n))
+    shape = ir.FragShape(m=n, n=n, k=n)
     body = (
         ir.Let(name="g", type=I32, value=sg_id()),
-        ir.FragDecl(name="fa", use=FragUse.A, rows=n, cols=n, elem=operand),
-        ir.FragDecl(name="fb", use=FragUse.B, rows=n, cols=n, elem=operand),
-        ir.FragDecl(name="fc", use=FragUse.ACCUMULATOR, rows=n, cols=n, elem=acc),
+        ir.FragDecl(name="fa", use=FragUse.A, shape=shape, elem=operand),
+        ir.FragDecl(name="fb", use=FragUse.B, shape=shape, elem=operand),
+        ir.FragDecl(name="fc", use=FragUse.ACCUMULATOR, shape=shape, elem=acc),
         ir.FragLoad(frag="fa", array="a", offset=base, stride=const(n), layout=a_layout),
         ir.FragLoad(frag="fb", array="b", offset=base, stride=const(n)),
         ir.FragLoad(frag="fc", array="c", offset=base, stride=const(n)),
@@ -177,7 +178,8 @@ def test_subgroups_of_64_own_one_fragment_each() -> None:
 def test_shared_fragment_store_read_without_barrier_is_a_race() -> None:
     body = (
         ir.ArrayDecl(name="s", elem=I32, size=256, space=MemSpace.SHARED),
-        ir.FragDecl(name="f", use=FragUse.ACCUMULATOR, rows=16, cols=16, elem=I32),
+        ir.FragDecl(name="f", use=FragUse.ACCUMULATOR, shape=ir.FragShape(m=16, n=16, k=16),
+                    elem=I32),
         ir.FragFill(frag="f", value=const(7)),
         ir.FragStore(frag="f", array="s", offset=const(0), stride=const(16)),
         ir.Store(array="out", index=builtin(Builtin.THREAD_IDX_X),

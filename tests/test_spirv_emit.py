@@ -233,9 +233,9 @@ def frag_kernel(*stmts: ir.Stmt, arrays: tuple[ir.ArrayParam, ...] = (), subgrou
 F16, F32, I32 = ElemType.F16, ElemType.F32, ElemType.I32
 
 
-def decl(name: str, use: FragUse, elem: ElemType, rows: int = 16, cols: int = 16
+def decl(name: str, use: FragUse, elem: ElemType, m: int = 16, n: int = 16, k: int = 16
          ) -> ir.FragDecl:
-    return ir.FragDecl(name=name, use=use, rows=rows, cols=cols, elem=elem)
+    return ir.FragDecl(name=name, use=use, shape=ir.FragShape(m=m, n=n, k=k), elem=elem)
 
 
 def c(v: int) -> ir.Const:
@@ -279,7 +279,7 @@ def test_a_multiply_add_whose_types_do_not_pair_is_refused() -> None:
 
 def test_a_fragment_that_does_not_spread_over_the_subgroup_is_refused() -> None:
     with pytest.raises(EmitError, match="cannot be spread evenly over 64 lanes"):
-        sarek.emit(frag_kernel(decl("fa", FragUse.A, F16, 4, 8), subgroup=64), "spirv")
+        sarek.emit(frag_kernel(decl("fa", FragUse.A, F16, m=4, k=8), subgroup=64), "spirv")
 
 
 def test_f64_transcendentals_are_refused_with_the_reason() -> None:

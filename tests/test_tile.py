@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tile_cases import Case, expected_registers, expected_shared, legal_cases, with_stride
 
-from sarek import tile
+from sarek import ir, tile
 from sarek.layout import S, Stride, TileLayout, laneid
 from sarek.tile import ContractError, Operand
 
@@ -49,14 +49,25 @@ def run_store(case: Case, registers: np.ndarray, shared_words: np.ndarray) -> np
 # ------------------------------------------------------------------------- opcodes
 
 
-@pytest.mark.parametrize("opcode", [
-    "ldmatrix.sync.aligned.m8n8.x1.shared.b16",
-    "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16",
-    "stmatrix.sync.aligned.m8n8.x2.shared::cta.b16",
+@pytest.mark.parametrize(("opcode", "op"), [
+    ("ldmatrix.sync.aligned.m8n8.x1.shared.b16", ir.TileOp(kind="ldmatrix", count=1)),
+    ("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16",
+     ir.TileOp(kind="ldmatrix", count=4, trans=True)),
+    ("stmatrix.sync.aligned.m8n8.x2.shared.b16", ir.TileOp(kind="stmatrix", count=2)),
 ])
-def test_opcodes_of_the_three_counts_parse(opcode: str) -> None:
-    op = tile.parse_op(opcode)
-    assert op.count in (1, 2, 4) and op.opcode == opcode
+def test_an_opcode_parses_to_its_op_and_back(opcode: str, op: ir.TileOp) -> None:
+    assert tile.parse_op(opcode) == op and op.opcode == opcode
+
+
+def test_the_cta_state_space_is_the_shared_one() -> None:
+    assert tile.parse_op("stmatrix.sync.aligned.m8n8.x2.shared::cta.b16") == ir.TileOp(
+        kind="stmatrix", count=2)
+
+
+def test_an_op_is_a_structured_value_in_json() -> None:
+    stmt = ir.TileApply(op=ir.TileOp(kind="ldmatrix", count=4, trans=True), dst="r", src="s")
+    assert stmt.model_dump()["op"] == {"kind": "ldmatrix", "count": 4, "trans": True}
+    assert ir.TileApply.model_validate_json(stmt.model_dump_json()) == stmt
 
 
 def test_unknown_opcode_is_refused() -> None:
@@ -65,8 +76,8 @@ def test_unknown_opcode_is_refused() -> None:
 
 
 def test_instruction_architectures() -> None:
-    assert tile.parse_op("ldmatrix.sync.aligned.m8n8.x1.shared.b16").min_sm == 75
-    assert tile.parse_op("stmatrix.sync.aligned.m8n8.x1.shared.b16").min_sm == 90
+    assert tile.min_sm(tile.parse_op("ldmatrix.sync.aligned.m8n8.x1.shared.b16")) == 75
+    assert tile.min_sm(tile.parse_op("stmatrix.sync.aligned.m8n8.x1.shared.b16")) == 90
 
 
 # ------------------------------------------------------------------------- the seed

@@ -131,11 +131,11 @@ def mma_asm(s: ir.Mma) -> str:
 def _tile_apply(p: Printer, s: ir.TileApply) -> list[str]:
     """One inline-PTX instruction per repeat of a tile pattern (never an x4 the opcode did not
     name, never a copy through a temporary)."""
-    op = tile.parse_op(s.op)
+    op = s.op
     dst, src = (_operand(p, name) for name in (s.dst, s.src))
     regs, rows = (dst, src) if op.kind == "ldmatrix" else (src, dst)
     rows_per_matrix = atoms.LDMATRIX.rows
-    lines = [f"{{ /* {s.op}: {s.dst} <- {s.src}, "
+    lines = [f"{{ /* {op.opcode}: {s.dst} <- {s.src}, "
              f"{len(tile.instructions(regs[1]))} instruction(s) per warp */",
              f"    const int sk_lane = {BUILTINS[Builtin.SUBGROUP_LANE]};",
              # the provider rule of sarek.atoms.LDMATRIX: lane = row + rows * matrix
@@ -151,11 +151,11 @@ def _tile_apply(p: Printer, s: ir.TileApply) -> list[str]:
         vec = ", ".join(f"%{i + (1 if op.kind == 'stmatrix' else 0)}" for i in range(op.count))
         if op.kind == "ldmatrix":
             outs = ", ".join(f'"=r"({w})' for w in words)
-            lines.append(f'    asm volatile("{s.op} {{{vec}}}, [%{op.count}];" : {outs} '
+            lines.append(f'    asm volatile("{op.opcode} {{{vec}}}, [%{op.count}];" : {outs} '
                          f': "r"({addr}) : "memory");')
         else:
             ins = ", ".join(f'"r"({w})' for w in words)
-            lines.append(f'    asm volatile("{s.op} [%0], {{{vec}}};" :: "r"({addr}), {ins} '
+            lines.append(f'    asm volatile("{op.opcode} [%0], {{{vec}}};" :: "r"({addr}), {ins} '
                          ': "memory");')
     return [*lines, "}"]
 

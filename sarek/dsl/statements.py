@@ -234,14 +234,13 @@ class Translator(ExprTranslator):
         for node in call.args[1:]:
             self.tensor_arg(node)
             names.append(node.id)  # type: ignore[attr-defined]
-        stmt = ir.TileApply(op=op, dst=names[0], src=names[1], line=line)
         try:
             parsed = tile.parse_op(op)
             dst, src = (self.tile_operand(n, call) for n in names)
             tile.check(parsed, *tile.roles(parsed, dst, src))
         except tile.ContractError as e:
             raise tile.ContractError(f"{self.file}:{line}: {e.reason}") from None
-        return stmt
+        return ir.TileApply(op=parsed, dst=names[0], src=names[1], line=line)
 
     def compile_time_int(self, node: ast.expr) -> int:
         v = self.expr(node)
