@@ -19,7 +19,7 @@ class Tiles(Core):
     def tile_apply(self, s: ir.TileApply, scope: Scope, site: Site) -> StmtFn:
         """A warp-level ldmatrix/stmatrix; the contract was checked with the kernel's
         well-formedness."""
-        op = tile.parse_op(s.op)
+        op = s.op
         dst, src = (self._tile_operand(scope, name) for name in (s.dst, s.src))
         registers, shared = (dst, src) if op.kind == "ldmatrix" else (src, dst)
         tile_sim.check_geometry(self.geo, site)
