@@ -7,14 +7,17 @@ through ``simulate``; the recognizer, the rewrite and the IR modules do not impo
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from backends import registry
 from sarek import ir
-from sim import simulate as run
-from sim.fragments import Model
+
+if TYPE_CHECKING:
+    from sim.fragments import Model
+
+# ``sim`` and ``backends`` are imported when called, not here: importing any module of theirs
+# first runs ``sarek/__init__``, which imports this module while theirs is still half made.
 
 
 def simulate(kernel: ir.Kernel, args: Any, grid: Any = (1, 1, 1), block: Any = (1, 1, 1),
@@ -25,15 +28,20 @@ def simulate(kernel: ir.Kernel, args: Any, grid: Any = (1, 1, 1), block: Any = (
     and the lowered kernel, which is what the target's printer prints, runs lane by lane under
     the target's arithmetic model unless ``arith`` names another; ``target=None`` runs the
     kernel as given (neutral fragments whole, ``sequential`` arithmetic by default)."""
+    import sim
+    from backends import registry
+
     if target is not None:
         chosen = registry.target(target)
         kernel = registry.lower(kernel, target)
         arith = arith or chosen.arith
     model = cast("Model", arith or "sequential")  # sim.simulate refuses unknown models
-    return run(kernel, args, grid, block, arith=model, **options)
+    return sim.simulate(kernel, args, grid, block, arith=model, **options)
 
 
 def emit(kernel: ir.Kernel, target: str) -> str:
     """``kernel`` (original or rewritten) validated, lowered for ``target`` and printed as
     that target's source text; ``backends.registry.names()`` lists the targets."""
+    from backends import registry
+
     return registry.emit(kernel, target)

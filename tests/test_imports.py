@@ -13,8 +13,12 @@ There is none, and only the entry modules of ``sarek`` (``ENTRY_MODULES``) impor
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections.abc import Iterable
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("sarek", "sim", "backends")
@@ -193,3 +197,19 @@ if __name__ == "__main__":
     found = import_graph()
     for component in cycles(found):
         print(" -> ".join(cycle_through(found, component)), f"  (all of {component})")
+
+
+@pytest.mark.parametrize("first", ["sim", "sim.execute", "backends.registry", "backends.cuda",
+                                   "sarek"])
+def test_the_entry_points_work_whichever_package_is_imported_first(first: str) -> None:
+    # Importing a module of sim or backends first runs sarek/__init__ half-way through theirs:
+    # the entry points must not bind names of a module that is still being made.
+    script = (f"import {first}\nimport sarek\nfrom sarek.loader import load_module\n"
+              "launch = load_module('examples/gemm_f32.py').make(4, 4, 4)\n"
+              "launch.simulate()\n"
+              "sarek.simulate(launch.kernel, dict(launch.args), launch.grid, launch.block, "
+              "target='cuda')\n"
+              "print(len(sarek.emit(launch.kernel, 'opencl')) > 0)\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "True", done.stderr[-2000:]
