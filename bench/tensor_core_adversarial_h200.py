@@ -19,8 +19,9 @@ Two phases, so that the device does little:
   and writes ``bench/results/tensor_core_adversarial_h200.json`` with every mismatching case in
   full.
 
-Outputs agree when their bits are equal or both are NaN: ``specs/simulator.md`` fixes NaN-ness,
-not a payload, so the device's NaN payloads are counted and recorded instead. ``--dry-run``
+Outputs agree when their bits are equal: the model gives the device's canonical NaN and +0 for
+a zero result, so NaN payloads and zero signs count (the device's NaN patterns are also
+tallied in the JSON). ``--dry-run``
 runs both phases here on ``DRY_TILES`` tiles per distribution, with the simulator running the
 lowered kernel in the device's place, and writes nothing under ``bench/results``.
 """
@@ -306,9 +307,8 @@ def digest(*arrays: np.ndarray) -> str:
 
 
 def agree(got: np.ndarray, want: np.ndarray) -> np.ndarray:
-    """Per output: equal bits, or both NaN."""
-    same: np.ndarray = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got)
-                                                                       & np.isnan(want))
+    """Per output: equal bits (NaN payloads and zero signs included)."""
+    same: np.ndarray = got.view(np.uint32) == want.view(np.uint32)
     return same
 
 
@@ -422,7 +422,7 @@ def compare_phase(path: Path, result: Path, sim_tiles: int = SIM_TILES) -> bool:
         "seed": seed, "tiles_per_distribution": tiles,
         "outputs_per_type": {op: sum(r["outputs"] for r in rows if r["operands"] == op)
                              for op in OPERANDS},
-        "agreement": "equal bits, or both NaN (payloads counted in nan_payloads)",
+        "agreement": "equal bits (NaN payloads and zero signs included)",
         "device_outputs_sha256": {op: digest(saved[f"d_{op}"]) for op in OPERANDS},
         "inputs_sha256": {op: dict(zip(names, (str(x) for x in saved[f"inputs_sha256_{op}"]),
                                        strict=True)) for op in OPERANDS},

@@ -8,7 +8,10 @@ exponents (so a product's significand lies in [1, 4) and is not renormalized; su
 operands take their type's minimum exponent). All terms are aligned to the largest exponent
 ``E``: each significand is truncated toward zero to 25 bits after the binary point at ``E``
 (what falls below that is lost). The aligned terms are added exactly, and the sum is converted
-to f32 by truncation toward zero. NaN or infinite terms give the IEEE result of the exact sum.
+to f32 by truncation toward zero, and a zero result is +0 (even when every term is -0, or the
+sum is negative and smaller than f32's smallest subnormal). A zero term counts as exponent -133
+when the largest exponent is found. NaN or infinite terms give the IEEE result of the exact sum,
+a NaN always as the pattern 0x7FFFFFFF.
 
 This follows the published models (Fasi, Higham, Mikaitis and Pranesh 2021; Khattak and
 Mikaitis 2025; MMA-Sim 2025) with Hopper's parameters, and reproduces the probes recorded in
@@ -34,8 +37,13 @@ CHUNK = 32
 """Fragments per step: the (m, k, n, chunk) float64 products of 16x16x16 fragments take 1 MiB,
 which keeps the temporaries in cache and the model's memory independent of the launch."""
 
-_ZERO_EXPONENT = -10_000  # below anything, so a zero never sets the largest exponent
-_LOWEST_TOP = -400  # below every nonzero term (bf16 products reach 2^-266): scales stay finite
+_ZERO_EXPONENT = -10_000  # of a zero operand: a product with one never sets the largest exponent
+CANONICAL_NAN = np.uint32(0x7FFFFFFF).view(np.float32)
+"""Every NaN result, whatever the NaN operands' signs and payloads (as the H200 gives it)."""
+ZERO_TERM_EXPONENT = -133
+"""The exponent a zero term (a zero addend, a zero product) aligns with: with a zero addend and
+every product below 2^-133 (bf16 only), the terms are aligned at 2^-133 and what lies below
+2^-158 is lost. A nonzero addend is at least 2^-126 in f32, so ``E`` is never below this."""
 _FORMATS = {np.dtype(np.float16).name: (10, 15), "bfloat16": (7, 127), "float32": (23, 127)}
 """Fraction bits and exponent bias of the operand and accumulator types, by dtype name."""
 
@@ -85,7 +93,7 @@ def _chunk(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     ea, eb, ec = (_exponents(x) for x in (at, bt, ct))
     top = (ea[:, :, None, :] + eb[None, :, :, :]).max(axis=1)  # int16: zeros stay far below
     np.maximum(top, ec, out=top)
-    np.maximum(top, _LOWEST_TOP, out=top)
+    np.maximum(top, ZERO_TERM_EXPONENT, out=top)
     scale = _power_of_two(FRACTION_BITS - top)  # [m, n, g]
     products = a64[:, :, None, :] * b64[None, :, :, :]
     aligned = np.multiply(products, scale[:, None], out=np.empty_like(products))
@@ -94,10 +102,12 @@ def _chunk(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     total += np.trunc(c64 * scale)
     total *= _power_of_two(top - FRACTION_BITS)
     result = _truncate_to_f32(total)
+    result[result == 0] = 0.0  # a zero result is +0, whatever the terms' signs
     if not (np.isfinite(a64).all() and np.isfinite(b64).all() and np.isfinite(c64).all()):
         # NaN and infinity: the IEEE value of the exact sum (finite terms cannot overflow f64)
         special = ~np.isfinite(products).all(axis=1) | ~np.isfinite(c64)
         ieee = (products.sum(axis=1) + c64).astype(np.float32)
+        ieee[np.isnan(ieee)] = CANONICAL_NAN  # the device's one NaN, whatever the operands'
         result = np.where(special, ieee, result)
     return result.transpose(2, 0, 1)
 

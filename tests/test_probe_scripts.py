@@ -36,10 +36,10 @@ def test_every_distribution_is_drawn_reproducibly_from_the_seed() -> None:
         assert PROBE.digest(*first) != PROBE.digest(*PROBE.draw(8, "bf16", name, 2)), name
 
 
-def test_nan_agrees_with_any_nan_and_zeros_keep_their_sign() -> None:
-    got = np.array([0x7FFFFFFF, 0x80000000, 0x3F800000], np.uint32).view(np.float32)
-    want = np.array([0xFFC00000, 0x00000000, 0x3F800000], np.uint32).view(np.float32)
-    assert PROBE.agree(got, want).tolist() == [True, False, True]
+def test_agreement_is_equal_bits_nan_payloads_and_zero_signs_included() -> None:
+    got = np.array([0x7FFFFFFF, 0x7FFFFFFF, 0x80000000, 0x3F800000], np.uint32).view(np.float32)
+    want = np.array([0x7FFFFFFF, 0xFFC00000, 0x00000000, 0x3F800000], np.uint32).view(np.float32)
+    assert PROBE.agree(got, want).tolist() == [True, False, False, True]
 
 
 def test_the_comparison_records_a_planted_mismatch_in_full(device_file: Path,

@@ -22,14 +22,16 @@ from sim import tensor_core
 
 def unchunked_h200(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     """The model as first written: every term's significand and exponent split with frexp,
-    (groups, m, n, k+1) arrays aligned with ldexp, summed, truncated (the oracle)."""
+    (groups, m, n, k+1) arrays aligned with ldexp, summed, truncated (the oracle); with the
+    rules the H200 confirmed later: a zero term aligns at exponent -133, a zero result is +0,
+    a NaN result is 0x7FFFFFFF."""
     def split(x: np.ndarray, min_exponent: int) -> tuple[np.ndarray, np.ndarray]:
         mant, exp = np.frexp(x)
         s, e = mant * 2.0, exp.astype(np.int64) - 1
         low = e < min_exponent
         s = np.where(low, np.ldexp(s, np.minimum(e - min_exponent, 0)), s)
         e = np.where(low, min_exponent, e)
-        return s, np.where(x == 0, -10_000, e)
+        return s, np.where(x == 0, -133, e)
 
     lowest = {np.dtype(np.float16): -14}
     a64, b64, c64 = (x.astype(np.float64) for x in (a, b, c))
@@ -37,14 +39,18 @@ def unchunked_h200(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     sb, eb = split(b64, lowest.get(b.dtype, -126))
     sc, ec = split(c64, -126)
     s = np.concatenate([sc[..., None], sa[:, :, None, :] * np.moveaxis(sb, 1, 2)[:, None]], -1)
-    e = np.concatenate([ec[..., None], ea[:, :, None, :] + np.moveaxis(eb, 1, 2)[:, None]], -1)
+    products_e = ea[:, :, None, :] + np.moveaxis(eb, 1, 2)[:, None]
+    zero_product = (a64[:, :, None, :] * np.moveaxis(b64, 1, 2)[:, None]) == 0
+    e = np.concatenate([ec[..., None], np.where(zero_product, -133, products_e)], -1)
     top = e.max(axis=-1, keepdims=True)
     aligned = np.trunc(np.ldexp(s, np.clip(25 + e - top, -1100, 60)))
     value = np.ldexp(aligned.sum(axis=-1), (top[..., 0] - 25).astype(np.int64))
     out = tensor_core._truncate_to_f32(value)
+    out[out == 0] = 0.0
     products = a64[:, :, None, :] * np.moveaxis(b64, 1, 2)[:, None]
     special = ~np.isfinite(products).all(axis=-1) | ~np.isfinite(c64)
     ieee = (products.sum(axis=-1) + c64).astype(np.float32)
+    ieee[np.isnan(ieee)] = np.uint32(0x7FFFFFFF).view(np.float32)
     return np.where(special, ieee, out)
 
 
