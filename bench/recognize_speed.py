@@ -77,7 +77,7 @@ def big_kernel(extra: int = 64) -> ir.Kernel:
 
 
 def statements(k: ir.Kernel) -> int:
-    from sarek.ir_check import walk
+    from sarek.ir_walk import walk
 
     return sum(1 for _ in walk(k.body))
 

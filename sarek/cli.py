@@ -20,7 +20,7 @@ import numpy as np
 from sarek import demo, ir
 from sarek.dsl import KernelFunction
 from sarek.errors import LaunchError, SarekError
-from sarek.ir_check import walk
+from sarek.ir_walk import walk
 from sarek.launch import Launch, dim3
 from sarek.loader import examples_dir, load_kernel, user_error
 from sim.launch import MAX_DIM, Limits, size_text

@@ -7,6 +7,11 @@ closed enums, and expression and statement nodes are discriminated unions on ``k
 kernel round-trips through JSON exactly::
 
     Kernel.model_validate_json(k.model_dump_json()) == k
+
+The whole IR is this one module of pure types (as Sarek's ``Sarek_ir_types``): the statement
+and expression unions are read with their members, and nothing of the project is imported but
+the layout type some statements carry. That is why it is longer than the project's other
+modules.
 """
 
 from __future__ import annotations

@@ -3,6 +3,11 @@
 ``check(kernel)`` returns every problem found, each with the statement path where it occurs
 (``body[2].then[0]``); ``ensure_valid(kernel)`` raises ``IRError`` when there is any. The rules
 are those of ``specs/ir.md``.
+
+The checker is one pass with one scope chain: every rule reads the same scopes and reports
+through the same path, so the rules stay together in this module, which is why it is longer
+than the others. The structural limits (``MAX_EXPR_DEPTH``, ``MAX_NESTING``) are checked first,
+without deep recursion, so that the pass itself may recurse.
 """
 
 from __future__ import annotations
@@ -16,8 +21,7 @@ from pydantic import BaseModel
 from sarek import atoms, ir, tile
 from sarek.errors import IRError
 from sarek.ir import BinOp, ElemType, MathFn, MemSpace, UnOp
-from sarek.ir_walk import subexpressions as subexpressions  # re-exported for the analyses
-from sarek.ir_walk import walk as walk  # re-exported for the analyses
+from sarek.ir_walk import subexpressions, walk
 
 MAX_EXPR_DEPTH = 64
 """The deepest expression a kernel may hold (a constant or a name is 1 deep, ``a + b`` one

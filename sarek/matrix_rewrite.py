@@ -84,7 +84,7 @@ def _zero(t: ElemType) -> ir.Const:
 
 
 def _placeholders(e: ir.Expr) -> Iterator[ir.Expr]:
-    from sarek.ir_check import subexpressions
+    from sarek.ir_walk import subexpressions
 
     return subexpressions(e)
 

@@ -15,7 +15,7 @@ import numpy as np
 from sarek import dtypes, ir
 from sarek.errors import LaunchError, LimitError
 from sarek.ir import Builtin, ElemType
-from sarek.ir_check import walk
+from sarek.ir_walk import walk
 from sim import arith
 from sim.arith import Value
 

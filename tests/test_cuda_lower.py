@@ -20,7 +20,7 @@ from backends.registry import target
 from sarek import ir
 from sarek.coopmat import Available, verdict
 from sarek.demo import lowerings_for
-from sarek.ir_check import walk
+from sarek.ir_walk import walk
 from sarek.launch import Launch
 from sarek.loader import load_module
 from sarek.matrix_pattern import recognize

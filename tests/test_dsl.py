@@ -20,7 +20,7 @@ from sarek import (
 )
 from sarek.errors import DslError
 from sarek.ir import BinOp, Builtin, ElemType
-from sarek.ir_check import subexpressions
+from sarek.ir_walk import subexpressions
 
 TILE = 8
 

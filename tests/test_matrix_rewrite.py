@@ -23,7 +23,7 @@ from gemm_gen import build_source
 
 from sarek import ir
 from sarek.ir import Builtin, ElemType
-from sarek.ir_check import walk
+from sarek.ir_walk import walk
 from sarek.launch import Launch
 from sarek.matrix_mapping import region
 from sarek.matrix_pattern import Gemm, NotAGemm, recognize

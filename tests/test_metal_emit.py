@@ -27,7 +27,7 @@ from backends.metal.check import STANDIN, MetalCheckError, clang_unavailable, sy
 from backends.registry import target
 from sarek import ir
 from sarek.ir import Builtin, ElemType, FragLayout
-from sarek.ir_check import walk
+from sarek.ir_walk import walk
 from sarek.loader import load_module
 from sarek.matrix_rewrite import rewrite_launch
 from sarek.matrix_scheme import Lowering

@@ -21,7 +21,7 @@ from sarek import ir
 from sarek.coopmat import Available, Unavailable, verdict
 from sarek.demo import lowerings_for
 from sarek.ir import ElemType, FragLayout, FragUse, MemSpace
-from sarek.ir_check import walk
+from sarek.ir_walk import walk
 from sarek.launch import Launch
 from sarek.loader import load_module
 from sarek.matrix_pattern import recognize

@@ -20,7 +20,7 @@ from backends.cstyle import EmitError
 from backends.opencl import lower as opencl_lower
 from backends.opencl.emit import emit, print_kernel
 from sarek import ir
-from sarek.ir_check import walk
+from sarek.ir_walk import walk
 from sarek.launch import Launch
 from sarek.loader import load_module
 from sarek.matrix_rewrite import rewrite_launch

@@ -22,7 +22,7 @@ from backends.cuda.emit import print_kernel as print_cuda
 from backends.opencl.emit import emit_nv, print_nv
 from sarek import atoms, ir
 from sarek.demo import lowerings_for
-from sarek.ir_check import walk
+from sarek.ir_walk import walk
 from sarek.launch import Launch
 from sarek.loader import load_module
 from sarek.matrix_pattern import recognize

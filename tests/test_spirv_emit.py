@@ -26,7 +26,7 @@ from backends.spirv.lower import STAGING, lower
 from sarek import ir
 from sarek.demo import lowerings_for
 from sarek.ir import ElemType, FragLayout, FragUse
-from sarek.ir_check import walk
+from sarek.ir_walk import walk
 from sarek.matrix_pattern import recognize
 from sarek.matrix_rewrite import rewrite_launch
 from sarek.matrix_scheme import Lowering

@@ -11,17 +11,9 @@ so that nothing is contracted into an FMA, tile patterns become one inline-PTX
 
 from __future__ import annotations
 
+from backends import cstyle
 from backends.c_helpers import helpers
-from backends.cstyle import (
-    C_MATH_NAMES,
-    Dialect,
-    EmitError,
-    Printer,
-    conversion_casts,
-    dim3_builtins,
-    math_calls,
-    render,
-)
+from backends.cstyle import Dialect, EmitError, Printer, render
 from backends.cuda.lower import lower
 from sarek import atoms, ir, ir_check, tile
 from sarek.ir import BinOp, Builtin, ElemType, MathFn
@@ -39,7 +31,7 @@ _LINEAR = "((int)(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadI
 _CUDA_NAMES = {"thread_idx": "threadIdx", "block_idx": "blockIdx", "block_dim": "blockDim",
                "grid_dim": "gridDim"}
 BUILTINS = {
-    **dim3_builtins(lambda vector, axis: f"{_CUDA_NAMES[vector]}.{'xyz'[axis]}"),
+    **cstyle.dim3_builtins(lambda vector, axis: f"{_CUDA_NAMES[vector]}.{'xyz'[axis]}"),
     Builtin.SUBGROUP_ID: f"({_LINEAR} >> 5)",
     Builtin.SUBGROUP_LANE: f"({_LINEAR} & 31)",
     Builtin.SUBGROUP_SIZE: "32",
@@ -64,15 +56,16 @@ F32_OPS = {BinOp.ADD: "__fadd_rn({a}, {b})", BinOp.SUB: "__fsub_rn({a}, {b})",
 F64_OPS = {BinOp.ADD: "__dadd_rn({a}, {b})", BinOp.SUB: "__dsub_rn({a}, {b})",
            BinOp.MUL: "__dmul_rn({a}, {b})", BinOp.DIV: "__ddiv_rn({a}, {b})"}
 # Correctly rounded sqrt and fma are intrinsics; the others are the C names, "f" for f32.
-MATH = math_calls({
-    **{(fn, t): name + ("f" if t is ElemType.F32 else "") for fn, name in C_MATH_NAMES.items()
-       if fn not in (MathFn.SQRT, MathFn.FMA) for t in (ElemType.F32, ElemType.F64)},
+MATH = cstyle.math_calls({
+    **{(fn, t): name + ("f" if t is ElemType.F32 else "")
+       for fn, name in cstyle.C_MATH_NAMES.items() if fn not in (MathFn.SQRT, MathFn.FMA)
+       for t in (ElemType.F32, ElemType.F64)},
     (MathFn.SQRT, ElemType.F32): "__fsqrt_rn", (MathFn.SQRT, ElemType.F64): "__dsqrt_rn",
     (MathFn.FMA, ElemType.F32): "__fmaf_rn", (MathFn.FMA, ElemType.F64): "__fma_rn",
 })
-CASTS = conversion_casts([(ElemType.F16, ElemType.F32), (ElemType.F32, ElemType.F16),
-                          (ElemType.F64, ElemType.F16), (ElemType.BF16, ElemType.F32),
-                          (ElemType.F32, ElemType.BF16), (ElemType.F64, ElemType.BF16)])
+CASTS = cstyle.conversion_casts([(ElemType.F16, ElemType.F32), (ElemType.F32, ElemType.F16),
+                                 (ElemType.F64, ElemType.F16), (ElemType.BF16, ElemType.F32),
+                                 (ElemType.F32, ElemType.BF16), (ElemType.F64, ElemType.BF16)])
 
 
 def _hook(p: Printer, s: ir.Stmt) -> list[str] | None:

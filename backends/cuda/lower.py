@@ -28,7 +28,7 @@ from backends.cstyle import EmitError
 from sarek import atoms, ir, ir_check
 from sarek.ir import BinOp, Builtin, ElemType, FragLayout, FragUse, MemSpace
 from sarek.ir_build import add, binary, const, mul, var
-from sarek.ir_check import walk
+from sarek.ir_walk import walk
 from sarek.schedule import Schedule
 from sarek.staging import Staging
 

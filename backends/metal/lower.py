@@ -25,7 +25,7 @@ from backends.cstyle import EmitError
 from backends.target import Target
 from sarek import coopmat, ir, ir_check
 from sarek.ir import ElemType, FragUse
-from sarek.ir_check import subexpressions, walk
+from sarek.ir_walk import subexpressions, walk
 from sarek.matrix_scheme import Lowering
 from sarek.staging import Staging
 

@@ -21,17 +21,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from backends import cstyle
 from backends.c_helpers import helpers
-from backends.cstyle import (
-    C_MATH_NAMES,
-    Dialect,
-    EmitError,
-    Printer,
-    conversion_casts,
-    dim3_builtins,
-    math_calls,
-    render,
-)
+from backends.cstyle import Dialect, EmitError, Printer, render
 from backends.opencl.lower import lower
 from sarek import ir, ir_check
 from sarek.ir import Builtin, ElemType
@@ -47,7 +39,7 @@ _IDS = {"thread_idx": "get_local_id", "block_idx": "get_group_id",
 _LINEAR = ("((int)(get_local_id(0) + get_local_size(0) * (get_local_id(1) + "
            "get_local_size(1) * get_local_id(2))))")
 BUILTINS = {
-    **dim3_builtins(lambda vector, axis: f"{_IDS[vector]}({axis})"),
+    **cstyle.dim3_builtins(lambda vector, axis: f"{_IDS[vector]}({axis})"),
     Builtin.SUBGROUP_ID: f"({_LINEAR} / SK_SUBGROUP)",
     Builtin.SUBGROUP_LANE: f"({_LINEAR} % SK_SUBGROUP)",
     Builtin.SUBGROUP_SIZE: "SK_SUBGROUP",
@@ -130,12 +122,12 @@ ushort sk_f64_to_bf16(double d) {
 }
 """
 
-MATH = math_calls({(fn, t): name for fn, name in C_MATH_NAMES.items()
-                   for t in (ElemType.F32, ElemType.F64)})  # OpenCL C overloads them
-CASTS = conversion_casts([(ElemType.F16, ElemType.F32), (ElemType.F16, ElemType.F64),
-                          (ElemType.F32, ElemType.F16), (ElemType.F64, ElemType.F16),
-                          (ElemType.BF16, ElemType.F32), (ElemType.F32, ElemType.BF16),
-                          (ElemType.F64, ElemType.BF16)])
+MATH = cstyle.math_calls({(fn, t): name for fn, name in cstyle.C_MATH_NAMES.items()
+                          for t in (ElemType.F32, ElemType.F64)})  # OpenCL C overloads them
+CASTS = cstyle.conversion_casts([(ElemType.F16, ElemType.F32), (ElemType.F16, ElemType.F64),
+                                 (ElemType.F32, ElemType.F16), (ElemType.F64, ElemType.F16),
+                                 (ElemType.BF16, ElemType.F32), (ElemType.F32, ElemType.BF16),
+                                 (ElemType.F64, ElemType.BF16)])
 
 
 _NEUTRAL = (ir.FragDecl, ir.FragFill, ir.FragLoad, ir.FragStore, ir.FragMulAdd)

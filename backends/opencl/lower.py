@@ -39,7 +39,7 @@ from sarek.coopmat import DeviceSupport
 from sarek.errors import IRError
 from sarek.ir import BinOp, Builtin, ElemType, FragLayout, FragUse, MemSpace
 from sarek.ir_build import add, binary, const, mul, var
-from sarek.ir_check import walk
+from sarek.ir_walk import walk
 from sarek.staging import DENSE
 
 SUBGROUPS = (32, 64)

@@ -12,7 +12,7 @@ import numpy as np
 
 from sarek import ir
 from sarek.ir import BinOp, Builtin, ElemType, FragLayout, FragUse, MathFn
-from sarek.ir_check import subexpressions
+from sarek.ir_walk import subexpressions
 
 T = ElemType
 SUBGROUP_SCOPE = 3  # Scope Subgroup

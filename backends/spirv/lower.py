@@ -19,7 +19,7 @@ from backends.cstyle import EmitError
 from backends.cuda.lower import divisor
 from sarek import ir
 from sarek.ir import ElemType, FragLayout, FragUse
-from sarek.ir_check import walk
+from sarek.ir_walk import walk
 from sarek.staging import Staging
 
 SUBGROUPS = (32, 64)
