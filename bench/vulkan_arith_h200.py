@@ -26,36 +26,21 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from arith_cases import (  # type: ignore[import-not-found]  # noqa: E402
-    FLOATS,
-    INTS,
     TRANSCENDENTAL,
     N,
-    binary_kernel,
-    cast_kernel,
-    edge_values,
-    mismatches,
-    tid,
+    compare,
+    probes,
 )
 
 from backends.spirv.run import device, device_name, run  # noqa: E402
-from sarek import ir  # noqa: E402
-from sarek.dsl import numpy_dtype  # noqa: E402
 from sarek.errors import SarekError  # noqa: E402
 from sarek.ir import ElemType, MathFn  # noqa: E402
 from sim import simulate  # noqa: E402
 
 
-def math_kernel(t: ElemType) -> tuple[ir.Kernel, list[MathFn]]:
+def math_functions(t: ElemType) -> tuple[MathFn, ...]:
     """Every math function the printer prints on ``t`` (no transcendentals on f64)."""
-    fns = [fn for fn in MathFn if t is not ElemType.F64 or fn not in TRANSCENDENTAL]
-    a, b, c = (ir.Load(array=x, index=tid(), type=t) for x in "abc")
-    body = tuple(ir.Store(array="out", index=ir.Binary(
-        op=ir.BinOp.ADD, a=ir.Const(value=k * N, type=ElemType.I32), b=tid(),
-        type=ElemType.I32), value=ir.Call(fn=fn, args=(a, b, c)[:ir.MATH_ARITY[fn]], type=t))
-        for k, fn in enumerate(fns))
-    params = (*(ir.ArrayParam(name=x, elem=t, readonly=True) for x in "abc"),
-              ir.ArrayParam(name="out", elem=t))
-    return ir.Kernel(name=f"math_{t.value}", params=params, body=body), fns
+    return tuple(fn for fn in MathFn if t is not ElemType.F64 or fn not in TRANSCENDENTAL)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,49 +50,15 @@ def main(argv: list[str] | None = None) -> int:
     out_path = parser.parse_args(argv).out or ROOT / "bench" / "results" / "vulkan_arith_h200.json"
     rng = np.random.default_rng(7)
     rows: list[dict[str, object]] = []
-
-    def check(label: str, kernel: ir.Kernel, args: dict[str, np.ndarray],
-              per_op: list[tuple[str, str, int]] | None = None) -> None:
-        want = simulate(kernel, args, grid=1, block=N)
+    for probe in probes(rng, math_functions):
+        want = simulate(probe.kernel, probe.args, grid=1, block=N)
         try:
-            got = run(kernel, args, (1,), (N,))
+            got = run(probe.kernel, probe.args, (1,), (N,))
         except SarekError as e:
-            rows.append({"kernel": label, "what": "run", "error": e.reason})
-            return
-        for name in want:
-            if per_op and name in {x[0] for x in per_op}:
-                for array, op, k in per_op:
-                    if array == name:
-                        bad = mismatches(got[name][k * N:(k + 1) * N],
-                                         want[name][k * N:(k + 1) * N])
-                        rows.append({"kernel": label, "what": op, "mismatches": bad})
-            elif not kernel.param(name).readonly:  # type: ignore[union-attr]
-                rows.append({"kernel": label, "what": name,
-                             "mismatches": mismatches(got[name], want[name])})
-
-    for t in INTS + FLOATS:
-        kernel, names = binary_kernel(t)
-        a, b = edge_values(t, rng), np.roll(edge_values(t, rng), 5)
-        if t.is_int:
-            b = np.where(b == 0, np.ones_like(b), b)  # the IR leaves x / 0 undefined
-        n_arith = len(names) - 6
-        per_op = [("out", names[k], k) for k in range(n_arith)]
-        per_op += [("flags", names[n_arith + k], k) for k in range(6)]
-        check(kernel.name, kernel, {"a": a, "b": b, "out": np.zeros(n_arith * N, a.dtype),
-                                    "flags": np.zeros(6 * N, np.bool_)}, per_op)
-    for src in [*INTS, *FLOATS, ElemType.F16, ElemType.BF16]:
-        kernel = cast_kernel(src)
-        values = (edge_values(src, rng) if src not in (ElemType.F16, ElemType.BF16)
-                  else edge_values(ElemType.F32, rng).astype(numpy_dtype(src)))
-        check(kernel.name, kernel, {"a": values, **{p.name: np.zeros(N, numpy_dtype(p.elem))
-                                                    for p in kernel.params[1:]}})
-    for t in FLOATS:
-        kernel, fns = math_kernel(t)
-        vals = [edge_values(t, rng) for _ in range(3)]
-        check(kernel.name, kernel, {"a": vals[0], "b": np.roll(vals[1], 3),
-                                    "c": np.roll(vals[2], 7),
-                                    "out": np.zeros(len(fns) * N, vals[0].dtype)},
-              [("out", fn.value, k) for k, fn in enumerate(fns)])
+            rows.append({"kernel": probe.kernel.name, "what": "run", "error": e.reason})
+            continue
+        rows += [{"kernel": probe.kernel.name, "what": what, "mismatches": bad}
+                 for what, bad in compare(probe, got, want)]
     loose = {f.value for f in TRANSCENDENTAL} | {"fma"}
     exact_rows = [r for r in rows if r["what"] not in loose]
     ok = all(r.get("mismatches") == 0 for r in exact_rows)

@@ -4,10 +4,13 @@ them on GPUs, the OpenCL tests on PoCL; both compare with the simulator bit for 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
 import numpy as np
 
 from sarek import ir
-from sarek.dsl import numpy_dtype
+from sarek.dtypes import numpy_dtype
 from sarek.ir import BinOp, Builtin, ElemType, MathFn, UnOp
 
 N = 512
@@ -85,18 +88,87 @@ def cast_kernel(src: ElemType) -> ir.Kernel:
     return ir.Kernel(name=f"cast_{src.value}", params=params, body=body)
 
 
-def math_kernel(t: ElemType) -> ir.Kernel:
+def math_kernel(t: ElemType, fns: tuple[MathFn, ...] = tuple(MathFn)) -> ir.Kernel:
+    """Each of ``fns`` on ``t``, function ``k`` writing slot ``k`` of ``out``."""
     a = ir.Load(array="a", index=tid(), type=t)
     b = ir.Load(array="b", index=tid(), type=t)
     c = ir.Load(array="c", index=tid(), type=t)
     body = []
-    for k, fn in enumerate(MathFn):
+    for k, fn in enumerate(fns):
         args = (a, b, c)[: ir.MATH_ARITY[fn]]
         body.append(ir.Store(array="out", index=index(k), value=ir.Call(fn=fn, args=args,
                                                                           type=t)))
     params = (*(ir.ArrayParam(name=x, elem=t, readonly=True) for x in "abc"),
               ir.ArrayParam(name="out", elem=t))
     return ir.Kernel(name=f"math_{t.value}", params=params, body=tuple(body))
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One probe launch of ``N`` invocations: its kernel, its arguments, and what each output
+    holds: ``(array, operation, slot)``, the slot ``k`` being elements ``k*N`` to ``(k+1)*N``
+    of the array, or the whole array when it is None."""
+
+    kernel: ir.Kernel
+    args: dict[str, np.ndarray]
+    outputs: tuple[tuple[str, str, int | None], ...]
+
+
+def binary_probe(t: ElemType, rng: np.random.Generator) -> Probe:
+    kernel, names = binary_kernel(t)
+    a, b = edge_values(t, rng), np.roll(edge_values(t, rng), 5)
+    if t.is_int:
+        b = np.where(b == 0, np.ones_like(b), b)  # the IR leaves x / 0 undefined
+    arith = len(names) - 6
+    outputs = (*(("out", names[k], k) for k in range(arith)),
+               *(("flags", names[arith + k], k) for k in range(6)))
+    return Probe(kernel, {"a": a, "b": b, "out": np.zeros(arith * N, a.dtype),
+                          "flags": np.zeros(6 * N, np.bool_)}, outputs)
+
+
+def cast_probe(src: ElemType, rng: np.random.Generator) -> Probe:
+    kernel = cast_kernel(src)
+    with np.errstate(over="ignore"):  # edge values beyond f16's range become infinities
+        values = (edge_values(src, rng) if src not in (ElemType.F16, ElemType.BF16)
+                  else edge_values(ElemType.F32, rng).astype(numpy_dtype(src)))
+    outputs = tuple((p.name, p.name, None) for p in kernel.params[1:])
+    return Probe(kernel, {"a": values, **{p.name: np.zeros(N, numpy_dtype(p.elem))
+                                          for p in kernel.params[1:]}}, outputs)
+
+
+def math_probe(t: ElemType, rng: np.random.Generator,
+               fns: tuple[MathFn, ...] = tuple(MathFn)) -> Probe:
+    vals = [edge_values(t, rng) for _ in range(3)]
+    return Probe(math_kernel(t, fns), {"a": vals[0], "b": np.roll(vals[1], 3),
+                                       "c": np.roll(vals[2], 7),
+                                       "out": np.zeros(len(fns) * N, vals[0].dtype)},
+                 tuple(("out", fn.value, k) for k, fn in enumerate(fns)))
+
+
+CAST_SOURCES = [*INTS, *FLOATS, ElemType.F16, ElemType.BF16]
+
+
+def probes(rng: np.random.Generator,
+           math_functions: Callable[[ElemType], tuple[MathFn, ...]] = lambda t: tuple(MathFn)
+           ) -> Iterator[Probe]:
+    """Every operation on every type, every conversion, the math functions on f32 and f64
+    (``math_functions`` says which a target prints on each), in that order."""
+    for t in INTS + FLOATS:
+        yield binary_probe(t, rng)
+    for src in CAST_SOURCES:
+        yield cast_probe(src, rng)
+    for t in FLOATS:
+        yield math_probe(t, rng, math_functions(t))
+
+
+def compare(probe: Probe, got: dict[str, np.ndarray], want: dict[str, np.ndarray]
+            ) -> list[tuple[str, int]]:
+    """``(operation, mismatching outputs)`` for each output of ``probe``."""
+    out = []
+    for array, operation, slot in probe.outputs:
+        part = slice(None) if slot is None else slice(slot * N, (slot + 1) * N)
+        out.append((operation, mismatches(got[array][part], want[array][part])))
+    return out
 
 
 def mismatches(got: np.ndarray, want: np.ndarray) -> int:
