@@ -6,23 +6,12 @@ from __future__ import annotations
 
 from sarek import ir, ir_check, tile
 from sarek.ir import BinOp, Builtin, ElemType, MemSpace
+from sarek.ir_build import binary, const, var
 from sarek.layout import TileLayout
 
 SENTINEL = 4294966519  # the bit pattern of int32(-777): register slots no pattern writes
 
 U32, I32 = ElemType.U32, ElemType.I32
-
-
-def _i(v: int) -> ir.Const:
-    return ir.Const(value=v, type=I32)
-
-
-def _var(name: str) -> ir.Var:
-    return ir.Var(name=name, type=I32)
-
-
-def _bin(op: BinOp, a: ir.Expr, b: ir.Expr) -> ir.Binary:
-    return ir.Binary(op=op, a=a, b=b, type=I32)
 
 
 def _load(array: str, index: ir.Expr) -> ir.Load:
@@ -33,11 +22,11 @@ def _copy(dst: str, src: str, words: int, step: ir.Expr | None = None,
           dst_base: ir.Expr | None = None, src_base: ir.Expr | None = None) -> ir.For:
     """``for i in range(lane, words, 32): dst[i] = src[i]`` (cooperative), or with a base and a
     step of 1 per invocation when ``step`` is 1."""
-    i = _var("i")
-    d = i if dst_base is None else _bin(BinOp.ADD, dst_base, i)
-    s = i if src_base is None else _bin(BinOp.ADD, src_base, i)
-    start = _var("lane") if step is None else _i(0)
-    return ir.For(var="i", start=start, stop=_i(words), step=step or _i(32),
+    i = var("i")
+    d = i if dst_base is None else binary(BinOp.ADD, dst_base, i)
+    s = i if src_base is None else binary(BinOp.ADD, src_base, i)
+    start = var("lane") if step is None else const(0)
+    return ir.For(var="i", start=start, stop=const(words), step=step or const(32),
                   body=(ir.Store(array=dst, index=d, value=_load(src, s)),))
 
 
@@ -53,7 +42,7 @@ def probe_kernel(opcode: str, shared: TileLayout, shared_words: int, registers: 
     ``out`` above), shared memory starts as ``init`` and ends in ``out``.
     """
     op = tile.parse_op(opcode)
-    lane_base = _bin(BinOp.MUL, _var("lane"), _i(register_words))
+    lane_base = binary(BinOp.MUL, var("lane"), const(register_words))
     body: list[ir.Stmt] = [
         ir.Let(name="lane", type=I32, value=ir.BuiltinValue(which=Builtin.THREAD_IDX_X)),
         ir.ArrayDecl(name="sm", elem=U32, size=shared_words, space=MemSpace.SHARED, align=16),
@@ -67,11 +56,11 @@ def probe_kernel(opcode: str, shared: TileLayout, shared_words: int, registers: 
         body += [
             _copy("sm", "src", shared_words),
             ir.Barrier(),
-            ir.For(var="i", start=_i(0), stop=_i(register_words), step=_i(1), body=(
-                ir.Store(array="raw", index=_var("i"),
+            ir.For(var="i", start=const(0), stop=const(register_words), step=const(1), body=(
+                ir.Store(array="raw", index=var("i"),
                          value=ir.Const(value=SENTINEL, type=U32)),)),
             ir.TileApply(op=op, dst="regs", src="rows"),
-            _copy("out", "raw", register_words, step=_i(1), dst_base=lane_base),
+            _copy("out", "raw", register_words, step=const(1), dst_base=lane_base),
         ]
     else:
         params = (ir.ArrayParam(name="regs_in", elem=U32, readonly=True),
@@ -79,7 +68,7 @@ def probe_kernel(opcode: str, shared: TileLayout, shared_words: int, registers: 
                   ir.ArrayParam(name="out", elem=U32))
         body += [
             _copy("sm", "init", shared_words),
-            _copy("raw", "regs_in", register_words, step=_i(1), src_base=lane_base),
+            _copy("raw", "regs_in", register_words, step=const(1), src_base=lane_base),
             ir.Barrier(),
             ir.TileApply(op=op, dst="rows", src="regs"),
             ir.Barrier(),
