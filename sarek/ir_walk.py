@@ -64,8 +64,7 @@ def rebuild(e: ir.Expr, leaf: Callable[[ir.Expr], ir.Expr | None],
             memo: dict[int, ir.Expr] | None = None) -> ir.Expr:
     """``e`` with every node for which ``leaf`` returns an expression replaced by it; nodes
     whose operands did not change are kept (sharing is preserved). ``memo`` carries the
-    replacements over several calls with the same ``leaf``. The operand of a ``Bitcast`` is not
-    visited: a bitcast is kept as it is."""
+    replacements over several calls with the same ``leaf``."""
     memo = {} if memo is None else memo
     key = id(e)
     if key in memo:
@@ -73,7 +72,7 @@ def rebuild(e: ir.Expr, leaf: Callable[[ir.Expr], ir.Expr | None],
     out = leaf(e)
     if out is None:
         match e:
-            case ir.Unary(x=x) | ir.Cast(x=x):
+            case ir.Unary(x=x) | ir.Cast(x=x) | ir.Bitcast(x=x):
                 new_x = rebuild(x, leaf, memo)
                 out = e if new_x is x else e.model_copy(update={"x": new_x})
             case ir.Binary(a=a, b=b):

@@ -72,7 +72,7 @@ class Assembler:
 
     def check_uniform(self, poly: Poly, what: str, e: ir.Expr) -> None:
         """Refuses a coefficient that still depends on the invocation or the reduction."""
-        for atom in poly.atoms():
+        for atom in sorted(poly.atoms()):  # sorted: the same reason whatever the hash seed
             if atom.startswith("@"):
                 raise Refusal(f"{what} {format_expr(e)} uses {atom[1:]} other than through the "
                               "global index of a mapping")
@@ -208,7 +208,7 @@ class Assembler:
                         isinstance(y, ir.Load) or _is_acc(y)
                         for y in distinct_subexpressions(x)):
                     poly = self.in_coordinates(x)
-                    for atom in poly.atoms():
+                    for atom in sorted(poly.atoms()):
                         if atom not in (ROW, COL, BATCH):
                             self.check_uniform(Poly.atom(atom), what, x)
                     return self.as_expr(poly)
