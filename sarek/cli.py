@@ -290,6 +290,13 @@ def _cmd_rewrite(args: argparse.Namespace) -> int:
     return 0
 
 
+def _preferred(chosen: int | None, offered: tuple[int, ...], usual: int) -> int:
+    """What the user chose, else ``usual`` when the target offers it, else its first."""
+    if chosen is not None:
+        return chosen
+    return usual if usual in offered else offered[0]
+
+
 def _cmd_emit(args: argparse.Namespace) -> int:
     from backends import registry
     from sarek.matrix_pattern import recognize
@@ -306,8 +313,8 @@ def _cmd_emit(args: argparse.Namespace) -> int:
         _, _, launch = _launch_of(args)
         lowering = (Lowering(args.lowering) if args.lowering
                     else select(recognize(launch.kernel)))
-        subgroup = 32 if args.subgroup is None else args.subgroup
-        frag = 16 if args.frag is None else args.frag
+        subgroup = _preferred(args.subgroup, target.subgroups, 32)
+        frag = _preferred(args.frag, target.fragments, 16)
         refusal = target.refuses(lowering, subgroup, frag)
         if refusal:
             raise SarekError(refusal)
@@ -405,8 +412,10 @@ def parser() -> argparse.ArgumentParser:
                    help=f"the target to print for: {', '.join(registry.names())}")
     e.add_argument("--lowering", choices=[x.value for x in _lowerings()],
                    help="the rewrite's lowering (default: the one selected for the operands)")
-    e.add_argument("--subgroup", type=int, help="lanes per subgroup (default 32)")
-    e.add_argument("--frag", type=int, help="fragment edge (default 16)")
+    e.add_argument("--subgroup", type=int,
+                   help="lanes per subgroup (default 32, or the target's first if it has not 32)")
+    e.add_argument("--frag", type=int,
+                   help="fragment edge (default 16, or the target's first if it has not 16)")
     e.add_argument("--original", action="store_true", help="print the kernel as written")
     e.add_argument("-o", "--out", help="write the text to this file instead of stdout")
     e.set_defaults(run=_cmd_emit)

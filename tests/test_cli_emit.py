@@ -42,6 +42,13 @@ def test_emit_o_writes_the_text_to_the_file(tmp_path: Path,
     assert capsys.readouterr().out == f"wrote {out}\n"
 
 
+def test_without_frag_a_target_gets_the_fragment_it_has(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # Metal multiplies 8x8 simdgroup matrices only: the default 16 would be refused
+    assert main(["emit", KERNEL, "--target", "metal", "--size", "20,12,9"]) == 0
+    assert "simdgroup_multiply_accumulate" in capsys.readouterr().out
+
+
 def test_an_unknown_target_is_one_error_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["emit", KERNEL, "--target", "nowhere"]) == 2
     assert error_line(capsys).startswith("sarek: error: unknown target 'nowhere'; the targets are")
