@@ -63,6 +63,7 @@ from sarek.errors import (
     DslError,
     IRError,
     LaunchError,
+    LimitError,
     OutOfBounds,
     SarekError,
     SharedRace,
@@ -76,14 +77,13 @@ from sarek.matrix_rewrite import RewriteError, rewrite_launch
 from sarek.targets import emit, simulate
 
 __all__ = [
-    "ArrayType", "BarrierDivergence", "DslError", "Global", "IRError", "KernelFunction",
-    "Launch", "LaunchError", "NotAGemm", "OutOfBounds", "ReadOnly", "RewriteError", "S",
+    "ArrayType", "BarrierDivergence", "DslError", "Global", "IRError", "KernelFunction", "Launch",
+    "LaunchError", "LimitError", "NotAGemm", "OutOfBounds", "ReadOnly", "RewriteError", "S",
     "SarekError", "ScalarType", "SharedRace", "SimError", "SubgroupDivergence", "TileLayout",
     "barrier", "bf16", "block_dim", "block_idx", "boolean", "ceil", "coopmat", "cos", "emit",
-    "exp",
-    "f16", "f32", "f64", "floor", "fma", "grid_dim", "i8", "i16", "i32", "i64", "ir", "kernel",
-    "laneid", "layout", "local", "log", "matrix_mapping", "matrix_pattern", "matrix_rewrite",
-    "matrix_scheme", "numpy_dtype", "rewrite_launch", "shared", "simulate", "sin", "sqrt",
-    "subgroup_id", "subgroup_lane", "subgroup_size", "tanh", "thread_idx", "tile", "u8", "u16",
-    "u32", "u64", "view", "warpid",
+    "exp", "f16", "f32", "f64", "floor", "fma", "grid_dim", "i8", "i16", "i32", "i64", "ir",
+    "kernel", "laneid", "layout", "local", "log", "matrix_mapping", "matrix_pattern",
+    "matrix_rewrite", "matrix_scheme", "numpy_dtype", "rewrite_launch", "shared", "simulate",
+    "sin", "sqrt", "subgroup_id", "subgroup_lane", "subgroup_size", "tanh", "thread_idx", "tile",
+    "u8", "u16", "u32", "u64", "view", "warpid",
 ]
