@@ -22,8 +22,11 @@ How it is computed (the same numbers, fewer and smaller arrays): a term's value 
 the exact float64 product ``a_k * b_k`` (or ``c``), so the aligned term is
 ``trunc(a_k * b_k * 2^(25 - E))``, a power-of-two scaling that float64 does exactly; only the
 exponents ``e_a + e_b`` (which decide ``E``) need the split, and they come from the operands'
-bits. The fragments are processed a bounded chunk at a time with the fragments as the fastest
-axis, so every NumPy loop runs over long contiguous rows and the temporaries stay a few MiB.
+bits (tables for the 16-bit types, which give the float64 values too). The fragments are the
+fastest axis and are processed a bounded chunk at a time, one ``k`` at a time, into buffers
+allocated once per call: every NumPy loop runs over long contiguous rows, the temporaries stay
+in cache, and no operation allocates (fresh megabyte temporaries cost a page fault per 4 KiB,
+which was most of the time).
 """
 
 from __future__ import annotations
@@ -33,9 +36,9 @@ from functools import cache
 import numpy as np
 
 FRACTION_BITS = 25  # Hopper's alignment width below the largest exponent
-CHUNK = 32
-"""Fragments per step: the (m, k, n, chunk) float64 products of 16x16x16 fragments take 1 MiB,
-which keeps the temporaries in cache and the model's memory independent of the launch."""
+CHUNK = 64
+"""Fragments per step: a step's (m, n, chunk) buffers of 16x16 outputs take 128 KiB each, so
+they stay in cache and the model's memory does not grow with the launch."""
 
 _ZERO_EXPONENT = -10_000  # of a zero operand: a product with one never sets the largest exponent
 CANONICAL_NAN = np.uint32(0x7FFFFFFF).view(np.float32)
@@ -65,9 +68,17 @@ def _exponent_table(name: str) -> np.ndarray:
 
 
 def _exponents(x: np.ndarray) -> np.ndarray:
-    if x.dtype.itemsize == 2:
-        return _exponent_table(x.dtype.name).take(x.view(np.uint16))
     return _exponents_of_bits(x.view(np.uint32), *_FORMATS[x.dtype.name])
+
+
+def _fragments_last(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``x[g, r, s]`` as float64 values and int16 exponents, both ``[r, s, g]``."""
+    moved = x.transpose(1, 2, 0)
+    if x.dtype.itemsize == 2:
+        exponents = _exponent_table(x.dtype.name).take(moved.view(np.uint16))
+    else:
+        exponents = _exponents(np.ascontiguousarray(moved))
+    return moved.astype(np.float64, order="C"), exponents
 
 
 def _power_of_two(e: np.ndarray) -> np.ndarray:
@@ -78,38 +89,73 @@ def _power_of_two(e: np.ndarray) -> np.ndarray:
 def mul_add(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     """``a @ b + c`` per fragment (``a[g, m, k]``, ``b[g, k, n]``, ``c[g, m, n]`` f32), each
     output one fused dot-add of its ``k`` products and ``c``."""
+    groups, m, _ = a.shape
+    n = b.shape[2]
     out = np.empty(c.shape, np.float32)
-    for start in range(0, a.shape[0], CHUNK):
-        part = slice(start, start + CHUNK)
-        out[part] = _chunk(a[part], b[part], c[part])
+    width = min(CHUNK, groups)
+    top, exponent = (np.empty((m, n, width), np.int16) for _ in range(2))
+    scale, term, total = (np.empty((m, n, width)) for _ in range(3))
+    for start in range(0, groups, width):
+        g = slice(start, start + width)
+        w = min(width, groups - start)
+        (a64, ea), (b64, eb), (c64, ec) = (_fragments_last(x[g]) for x in (a, b, c))
+        result = _chunk(a64, b64, c64, ea, eb, ec, top[..., :w], exponent[..., :w],
+                        scale[..., :w], term[..., :w], total[..., :w])
+        if not (np.isfinite(a64).all() and np.isfinite(b64).all() and np.isfinite(c64).all()):
+            result = _special(a64, b64, c64, result)
+        out[g] = result.transpose(2, 0, 1)
     return out
 
 
-def _chunk(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """``mul_add`` of a few fragments: every array has the fragments as its last axis,
-    ``[m, k, g]``, ``[k, n, g]``, ``[m, n, g]``, and the products ``[m, k, n, g]``."""
-    at, bt, ct = (np.ascontiguousarray(x.transpose(1, 2, 0)) for x in (a, b, c))
-    a64, b64, c64 = (x.astype(np.float64) for x in (at, bt, ct))
-    ea, eb, ec = (_exponents(x) for x in (at, bt, ct))
-    top = (ea[:, :, None, :] + eb[None, :, :, :]).max(axis=1)  # int16: zeros stay far below
-    np.maximum(top, ec, out=top)
-    np.maximum(top, ZERO_TERM_EXPONENT, out=top)
-    scale = _power_of_two(FRACTION_BITS - top)  # [m, n, g]
-    products = a64[:, :, None, :] * b64[None, :, :, :]
-    aligned = np.multiply(products, scale[:, None], out=np.empty_like(products))
-    np.trunc(aligned, out=aligned)  # integers below 2^27: exact in float64
-    total = aligned.sum(axis=1)  # at most 17 * 2^27: exact, in any order
-    total += np.trunc(c64 * scale)
-    total *= _power_of_two(top - FRACTION_BITS)
-    result = _truncate_to_f32(total)
-    result[result == 0] = 0.0  # a zero result is +0, whatever the terms' signs
-    if not (np.isfinite(a64).all() and np.isfinite(b64).all() and np.isfinite(c64).all()):
-        # NaN and infinity: the IEEE value of the exact sum (finite terms cannot overflow f64)
-        special = ~np.isfinite(products).all(axis=1) | ~np.isfinite(c64)
-        ieee = (products.sum(axis=1) + c64).astype(np.float32)
-        ieee[np.isnan(ieee)] = CANONICAL_NAN  # the device's one NaN, whatever the operands'
-        result = np.where(special, ieee, result)
-    return result.transpose(2, 0, 1)
+def _chunk(a: np.ndarray, b: np.ndarray, c: np.ndarray, ea: np.ndarray, eb: np.ndarray,
+           ec: np.ndarray, top: np.ndarray, exponent: np.ndarray, scale: np.ndarray,
+           term: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """The finite result of a few fragments, the fragments as the last axis: values and
+    exponents ``[m, k, g]``, ``[k, n, g]``, ``[m, n, g]``; ``top`` to ``total`` are ``[m, n,
+    g]`` buffers it overwrites."""
+    np.maximum(ec, ZERO_TERM_EXPONENT, out=top)
+    for p in range(a.shape[1]):  # int16: a zero operand's exponent stays far below -133
+        np.add(ea[:, p, None], eb[None, p], out=exponent)
+        np.maximum(top, exponent, out=top)
+    np.subtract(FRACTION_BITS, top, out=exponent)
+    scale[...] = _power_of_two(exponent)
+    np.multiply(c, scale, out=total)
+    np.trunc(total, out=total)
+    for p in range(a.shape[1]):
+        np.multiply(b[None, p], scale, out=term)
+        term *= a[:, p, None]  # the exact product, scaled by a power of two: exact
+        np.trunc(term, out=term)  # an integer below 2^27: exact in float64
+        total += term  # at most 17 * 2^27: exact, in any order
+    np.negative(exponent, out=exponent)
+    total *= _power_of_two(exponent)
+    return _truncate_aligned(total)
+
+
+def _special(a: np.ndarray, b: np.ndarray, c: np.ndarray, result: np.ndarray) -> np.ndarray:
+    """``result`` where every term is finite, else the IEEE value of the exact sum (finite
+    terms cannot overflow float64), a NaN as ``CANONICAL_NAN``."""
+    products = a[:, :, None] * b[None]
+    special = ~np.isfinite(products).all(axis=1) | ~np.isfinite(c)
+    ieee = (products.sum(axis=1) + c).astype(np.float32)
+    ieee[np.isnan(ieee)] = CANONICAL_NAN  # the device's one NaN, whatever the operands'
+    return np.where(special, ieee, result)
+
+
+def _truncate_aligned(v: np.ndarray) -> np.ndarray:
+    """``_truncate_to_f32`` of a finite aligned sum (a multiple of 2^-158, so a normal float64
+    or zero), a zero result as +0, in fewer operations: clearing the 29 low significand bits
+    of a float64 truncates it to f32's 24 (exact to convert; from 2^128 on it converts to
+    infinity, and below it to at most the largest f32), and below 2^-126 f32 keeps multiples
+    of 2^-149."""
+    bits = v.view(np.int64)
+    bits &= ~np.int64((1 << 29) - 1)
+    tiny = np.abs(v) < 2.0**-126
+    if tiny.any():
+        v[tiny] = np.trunc(v[tiny] * 2.0**149) * 2.0**-149
+    with np.errstate(over="ignore"):
+        out = v.astype(np.float32)
+    out += np.float32(0)  # -0 + +0 is +0: a zero result is +0, whatever the terms' signs
+    return out
 
 
 def _truncate_to_f32(v: np.ndarray) -> np.ndarray:
