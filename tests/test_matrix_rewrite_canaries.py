@@ -3,7 +3,7 @@
 C is pre-filled with a bit pattern, twice with two different patterns; an element counts as
 written when it differs from the pattern in either run. No element outside
 ``matrix_mapping.covered`` may be written (it keeps its pattern bit for bit), and every covered
-one must be, unless the description (``matrix_mapping.evaluate``) gives it its old value in
+one must be, unless the description (the oracle, ``tests/oracle.py``) gives it its old value in
 both runs (``beta * c`` with beta = 1 and K = 0, say). The whole of C must equal, bit for bit,
 what the original kernel leaves in the same pre-filled C. Float operands are small integers,
 so every lowering promises the original's bits.
