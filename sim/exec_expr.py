@@ -12,7 +12,7 @@ from sim import arith
 from sim.arith import Value
 from sim.compiler import Core
 from sim.memory import Site
-from sim.state import ExprFn, Mask, Scope, State, first_where
+from sim.state import ExprFn, Mask, Scope, State, combine, first_where
 
 
 class Expressions(Core):
@@ -62,7 +62,7 @@ class Expressions(Core):
             if isinstance(e.a, ir.Const):
                 ca = arith.constant(e.a.value, e.a.type)
                 return lambda st, m: f(ca, fb(st, m))
-            return lambda st, m: f(fa(st, m), fb(st, m))
+            return lambda st, m: combine(f, fa(st, m), fb(st, m))
         if op is BinOp.DIV or op is BinOp.REM:
             return self.int_division(op, t, fa, fb, site)
         return self.shift(op, t, fa, fb, site)

@@ -97,6 +97,25 @@ def spread(v: Value, shape: tuple[int, ...]) -> np.ndarray:
     return np.broadcast_to(v, shape).reshape(-1)
 
 
+GROUPED = (0, 3, 1, 4, 2, 5)
+"""The launch's axes with each grid axis beside its block axis (grid z, block z, grid y, block
+y, grid x, block x): the global coordinates' order."""
+UNGROUPED = tuple(GROUPED.index(axis) for axis in range(6))
+
+
+def combine(f: Callable[[Value, Value], Value], a: Value, b: Value) -> Value:
+    """``f(a, b)`` for an elementwise ``f``. When two arrays of different axes broadcast against
+    each other (``a[row]`` times ``b[col]``), NumPy would lay the result out in the launch's
+    order, whose last axis is the block's x extent: every inner loop 16 elements long. The
+    result is laid out in the global coordinates' order instead (the same values, a different
+    memory order), so the loops run over whole rows; later operations follow that layout."""
+    if (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.shape != b.shape
+            and a.ndim == b.ndim == 6):
+        out: np.ndarray = np.asarray(f(a.transpose(GROUPED), b.transpose(GROUPED)))
+        return out.transpose(UNGROUPED)
+    return f(a, b)
+
+
 def first_where(values: Value, where: np.ndarray) -> int:
     """The element of ``values`` at the first invocation where ``where`` holds (the C order of
     the broadcast shape is the invocation order)."""
