@@ -37,8 +37,9 @@ import numpy as np
 
 FRACTION_BITS = 25  # Hopper's alignment width below the largest exponent
 CHUNK = 64
-"""Fragments per step: a step's (m, n, chunk) buffers of 16x16 outputs take 128 KiB each, so
-they stay in cache and the model's memory does not grow with the launch."""
+"""Fragments per step: a step's float64 (m, n, chunk) buffers of 16x16 outputs take 128 KiB
+each and its int16 exponent pairs (m, k, n, chunk) 512 KiB, so they stay in cache and the
+model's memory does not grow with the launch."""
 
 _ZERO_EXPONENT = -10_000  # of a zero operand: a product with one never sets the largest exponent
 CANONICAL_NAN = np.uint32(0x7FFFFFFF).view(np.float32)
@@ -89,18 +90,19 @@ def _power_of_two(e: np.ndarray) -> np.ndarray:
 def mul_add(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     """``a @ b + c`` per fragment (``a[g, m, k]``, ``b[g, k, n]``, ``c[g, m, n]`` f32), each
     output one fused dot-add of its ``k`` products and ``c``."""
-    groups, m, _ = a.shape
+    groups, m, k = a.shape
     n = b.shape[2]
     out = np.empty(c.shape, np.float32)
     width = min(CHUNK, groups)
+    pairs = np.empty((m, k, n, width), np.int16)
     top, exponent = (np.empty((m, n, width), np.int16) for _ in range(2))
     scale, term, total = (np.empty((m, n, width)) for _ in range(3))
     for start in range(0, groups, width):
         g = slice(start, start + width)
         w = min(width, groups - start)
         (a64, ea), (b64, eb), (c64, ec) = (_fragments_last(x[g]) for x in (a, b, c))
-        result = _chunk(a64, b64, c64, ea, eb, ec, top[..., :w], exponent[..., :w],
-                        scale[..., :w], term[..., :w], total[..., :w])
+        result = _chunk(a64, b64, c64, ea, eb, ec, pairs[..., :w], top[..., :w],
+                        exponent[..., :w], scale[..., :w], term[..., :w], total[..., :w])
         if not (np.isfinite(a64).all() and np.isfinite(b64).all() and np.isfinite(c64).all()):
             result = _special(a64, b64, c64, result)
         out[g] = result.transpose(2, 0, 1)
@@ -108,15 +110,15 @@ def mul_add(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
 
 
 def _chunk(a: np.ndarray, b: np.ndarray, c: np.ndarray, ea: np.ndarray, eb: np.ndarray,
-           ec: np.ndarray, top: np.ndarray, exponent: np.ndarray, scale: np.ndarray,
-           term: np.ndarray, total: np.ndarray) -> np.ndarray:
+           ec: np.ndarray, pairs: np.ndarray, top: np.ndarray, exponent: np.ndarray,
+           scale: np.ndarray, term: np.ndarray, total: np.ndarray) -> np.ndarray:
     """The finite result of a few fragments, the fragments as the last axis: values and
-    exponents ``[m, k, g]``, ``[k, n, g]``, ``[m, n, g]``; ``top`` to ``total`` are ``[m, n,
-    g]`` buffers it overwrites."""
-    np.maximum(ec, ZERO_TERM_EXPONENT, out=top)
-    for p in range(a.shape[1]):  # int16: a zero operand's exponent stays far below -133
-        np.add(ea[:, p, None], eb[None, p], out=exponent)
-        np.maximum(top, exponent, out=top)
+    exponents ``[m, k, g]``, ``[k, n, g]``, ``[m, n, g]``; ``pairs`` (``[m, k, n, g]``) and
+    ``top`` to ``total`` (``[m, n, g]``) are buffers it overwrites."""
+    np.add(ea[:, :, None], eb[None], out=pairs)  # int16: zero operands stay far below -133
+    np.max(pairs, axis=1, out=top)
+    np.maximum(top, ec, out=top)
+    np.maximum(top, ZERO_TERM_EXPONENT, out=top)
     np.subtract(FRACTION_BITS, top, out=exponent)
     scale[...] = _power_of_two(exponent)
     np.multiply(c, scale, out=total)
@@ -152,7 +154,7 @@ def _truncate_aligned(v: np.ndarray) -> np.ndarray:
     tiny = np.abs(v) < 2.0**-126
     if tiny.any():
         v[tiny] = np.trunc(v[tiny] * 2.0**149) * 2.0**-149
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):  # the terms of a NaN result
         out = v.astype(np.float32)
     out += np.float32(0)  # -0 + +0 is +0: a zero result is +0, whatever the terms' signs
     return out
