@@ -39,7 +39,12 @@ def mul_add(a: np.ndarray, b: np.ndarray, c: np.ndarray, model: Model) -> np.nda
     if acc.kind in "iu":
         bound = float(np.abs(a).max(initial=0)) * float(np.abs(b).max(initial=0)) * a.shape[2]
         wide: np.ndarray
-        if bound < 2.0**53:  # every partial sum is an integer float64 holds exactly: use BLAS
+        # Every partial sum of any order is at most ``bound``: an integer that float32 (below
+        # 2^24: u8 x u8 over k = 16 stays under 2^20) or float64 (below 2^53) holds exactly,
+        # so BLAS gives the exact sum.
+        if bound < 2.0**24:
+            wide = np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(np.int64)
+        elif bound < 2.0**53:
             wide = np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(np.int64)
         else:
             wide = np.einsum("gmk,gkn->gmn", a.astype(np.int64), b.astype(np.int64))

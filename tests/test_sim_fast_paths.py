@@ -187,3 +187,28 @@ def test_reads_logged_over_few_axes_still_race_with_a_later_write() -> None:
                    ir.Store(array="s", index=TX, value=var("v")),)))
     err = failure(k, 1, SharedRace)
     assert "write-after-read race on shared array 's' element 0" in err.detail
+
+
+# --------------------------------------------------------------------------- integer products
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), dtype=st.sampled_from((np.uint8, np.int8, np.int32)),
+       magnitude=st.sampled_from((1, 255, 1 << 10, (1 << 10) + 1, 1 << 20, 1 << 31)),
+       k=st.sampled_from((8, 16, 32)))
+def test_integer_fragment_products_are_exact_on_every_path(
+        seed: int, dtype: type, magnitude: int, k: int) -> None:
+    # float32 BLAS below 2^24, float64 BLAS below 2^53, int64 beyond: each must equal the
+    # exact integer sum, wrapped to i32.
+    rng = np.random.default_rng(seed)
+    info = np.iinfo(dtype)
+    top = min(magnitude, int(info.max))
+    low = max(-top, int(info.min))
+    a = rng.integers(low, top, (5, 16, k), dtype=np.int64, endpoint=True).astype(dtype)
+    b = rng.integers(low, top, (5, k, 16), dtype=np.int64, endpoint=True).astype(dtype)
+    a[0], b[0] = dtype(top), dtype(top)  # the bound itself is reached
+    c = rng.integers(-(2**31), 2**31, (5, 16, 16), dtype=np.int64).astype(np.int32)
+    want = (np.einsum("gmk,gkn->gmn", a.astype(np.int64), b.astype(np.int64))
+            + c.astype(np.int64)).astype(np.int32)
+    got = sim.fragments.mul_add(a, b, c, "sequential")
+    assert got.dtype == np.int32 and np.array_equal(got, want)
