@@ -22,7 +22,7 @@ import numpy as np
 
 from sarek import ir
 from sim import fragments
-from sim.exec_control import MAX_WHILE_TRIPS, Control
+from sim.exec_control import Control
 from sim.exec_expr import Expressions
 from sim.exec_fragments import Fragments
 from sim.exec_memory import Memory
@@ -31,7 +31,7 @@ from sim.launch import Geometry, Limits
 from sim.memory import Site
 from sim.state import Array, Mask, Scalar, Scope, State, StmtFn, View
 
-__all__ = ["MAX_WHILE_TRIPS", "compile_kernel"]
+__all__ = ["compile_kernel"]
 
 
 def compile_kernel(kernel: ir.Kernel, geo: Geometry, arrays: dict[str, np.ndarray],

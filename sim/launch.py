@@ -42,7 +42,7 @@ class Limits:
     ``invocations``: blocks times invocations per block. ``memory``: bytes the launch's copies
     of the arrays, its shared, local and fragment storage and its per-invocation values are
     estimated to take. ``loop_trips``: the trips one execution of one ``for`` or ``while``
-    loop may run (None: ``sim.execute.MAX_WHILE_TRIPS``, 2^20). ``trips``: the trips all the
+    loop may run (None: ``sim.exec_control.MAX_WHILE_TRIPS``, 2^20). ``trips``: the trips all the
     loops of the launch may run together (each trip of a loop runs every active invocation
     at once and counts once)."""
 

@@ -80,7 +80,7 @@ def test_random_sources_build_or_raise_dsl_error(body: list[str]) -> None:
     assert ir_check.check(kern) == []
     args = {"a": np.linspace(-2, 2, 8, dtype=np.float32), "b": np.arange(8, dtype=np.int32),
             "n": 3, "m": 0.5}
-    with unittest.mock.patch("sim.execute.MAX_WHILE_TRIPS", 10_000):  # `while True: pass`
+    with unittest.mock.patch("sim.exec_control.MAX_WHILE_TRIPS", 10_000):  # `while True: pass`
         try:
             sim.simulate(kern, args, grid=2, block=4)
         except SarekError as e:
