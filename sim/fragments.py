@@ -20,7 +20,6 @@ summed is the named arithmetic model:
 
 from __future__ import annotations
 
-import math
 from typing import Literal, TypeAlias
 
 import numpy as np
@@ -66,20 +65,50 @@ def mul_add(a: np.ndarray, b: np.ndarray, c: np.ndarray, model: Model) -> np.nda
 
 
 def _exact(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """The exact sum of ``c`` and the products, rounded once: ``math.fsum`` gives it rounded
-    to f64 and, from the exact remainder's sign, the f64 is rounded to odd instead, so that
-    the final rounding to the accumulator type is the only one."""
-    products = a.astype(np.float64)[:, :, :, None] * b.astype(np.float64)[:, None, :, :]
-    terms = np.concatenate([c.astype(np.float64)[:, :, None, :], products], axis=2)
-    flat = np.moveaxis(terms, 2, -1).reshape(-1, terms.shape[2])
-    sums = np.array([math.fsum(row) for row in flat.tolist()], np.float64)
-    rest = np.array([math.fsum([*row, -s]) for row, s in zip(flat.tolist(), sums.tolist(),
-                                                              strict=True)], np.float64)
+    """The exact sum of ``c`` and the products, rounded once. Every term is exact in f64
+    (products of 16-bit floats have at most 22 significant bits). Error-free additions
+    (``_two_sum``) pass over each output's terms until they no longer change: then each term
+    is at most half a unit in the last place of the next, so the top one is less than a unit
+    from the exact sum and the next one has the sign of what it left out. For an f32 (or
+    narrower) accumulator the top is rounded to odd from that sign, so that the final rounding
+    is the only one; for f64 the tie the top won is settled by the term after. Infinite and NaN
+    terms give the IEEE sum."""
+    with np.errstate(invalid="ignore", over="ignore"):  # inf * 0 and inf - inf give NaN
+        products = a.astype(np.float64)[:, :, :, None] * b.astype(np.float64)[:, None, :, :]
+        terms = np.concatenate([c.astype(np.float64)[:, :, None, :], products], axis=2)
+        flat = np.ascontiguousarray(np.moveaxis(terms, 2, -1).reshape(-1, terms.shape[2]))
+        ieee = flat.sum(axis=1)
+        finite = np.isfinite(flat).all(axis=1)
+        x = np.where(finite[:, None], flat, 0.0)
+        for _ in range(x.shape[1]):  # each pass settles at least one more term
+            before = x.copy()
+            for i in range(1, x.shape[1]):
+                x[:, i], x[:, i - 1] = _two_sum(x[:, i], x[:, i - 1])
+            if np.array_equal(x, before):
+                break
+    zero = np.zeros_like(x[:, -1])
+    top = x[:, -1]
+    rest = x[:, -2] if x.shape[1] > 1 else zero
+    tail = x[:, -3] if x.shape[1] > 2 else zero
+    toward = np.nextafter(top, np.where(rest > 0, np.inf, -np.inf))
     if c.dtype == np.float64:
-        return sums.reshape(c.shape)
-    fix = (rest != 0) & ((sums.view(np.int64) & 1) == 0) & np.isfinite(sums)
-    odd = np.where(fix, np.nextafter(sums, np.where(rest > 0, np.inf, -np.inf)), sums)
-    return odd.astype(c.dtype).reshape(c.shape)
+        # ``rest`` is at most half the gap to ``toward``; at exactly half, ``top`` won the tie
+        # to even, and a ``tail`` of the same sign puts the exact sum past the midpoint.
+        past = (rest != 0) & (2 * np.abs(rest) == np.abs(toward - top)) & (
+            np.sign(tail) == np.sign(rest))
+        nearest = np.where(past, toward, top)
+        return np.where(finite, nearest, ieee).reshape(c.shape)
+    fix = (rest != 0) & ((top.view(np.int64) & 1) == 0)
+    odd = np.where(fix, toward, top)
+    with np.errstate(over="ignore"):  # past the accumulator's range: infinity, as IEEE says
+        return np.where(finite, odd, ieee).astype(c.dtype).reshape(c.shape)
+
+
+def _two_sum(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``s = fl(x + y)`` and the exact error ``x + y - s`` (Knuth's TwoSum, no branch)."""
+    s = x + y
+    v = s - x
+    return s, (x - (s - v)) + (y - v)
 
 
 def accumulator_types(operand: ElemType) -> tuple[ElemType, ...]:

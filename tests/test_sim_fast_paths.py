@@ -4,6 +4,8 @@ same values spread over every invocation (results, out-of-bounds reports, races)
 
 from __future__ import annotations
 
+import math
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -212,3 +214,62 @@ def test_integer_fragment_products_are_exact_on_every_path(
             + c.astype(np.int64)).astype(np.int32)
     got = sim.fragments.mul_add(a, b, c, "sequential")
     assert got.dtype == np.int32 and np.array_equal(got, want)
+
+
+# --------------------------------------------------------------------------- the exact model
+
+
+def fsum_exact(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """The ``exact`` model as first written (the oracle): ``math.fsum`` of every output's
+    terms, rounded to odd from the sign of the exact remainder, then to the accumulator."""
+    products = a.astype(np.float64)[:, :, :, None] * b.astype(np.float64)[:, None, :, :]
+    terms = np.concatenate([c.astype(np.float64)[:, :, None, :], products], axis=2)
+    flat = np.moveaxis(terms, 2, -1).reshape(-1, terms.shape[2]).tolist()
+    sums = np.array([math.fsum(row) for row in flat], np.float64)
+    rest = np.array([math.fsum([*row, -s]) for row, s in zip(flat, sums.tolist(), strict=True)])
+    if c.dtype == np.float64:
+        return sums.reshape(c.shape)
+    fix = (rest != 0) & ((sums.view(np.int64) & 1) == 0)
+    odd = np.where(fix, np.nextafter(sums, np.where(rest > 0, np.inf, -np.inf)), sums)
+    with np.errstate(over="ignore"):
+        return odd.astype(c.dtype).reshape(c.shape)
+
+
+def finite_operand(rng: np.random.Generator, dtype: type, shape: tuple[int, ...], kind: str
+                   ) -> np.ndarray:
+    with np.errstate(over="ignore", invalid="ignore"):
+        x = operand(rng, dtype, shape, kind)
+        return np.where(np.isfinite(x.astype(np.float64)), x, dtype(0.0)).astype(dtype)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), groups=st.integers(1, 9), bf16=st.booleans(),
+       kind=st.sampled_from(KINDS), wide=st.booleans())
+def test_the_vectorized_exact_model_equals_fsum(seed: int, groups: int, bf16: bool, kind: str,
+                                                wide: bool) -> None:
+    rng = np.random.default_rng(seed)
+    dtype = ml_dtypes.bfloat16 if bf16 else np.float16
+    acc = np.float64 if wide else np.float32
+    a = finite_operand(rng, dtype, (groups, 16, 16), kind)
+    b = finite_operand(rng, dtype, (groups, 16, 8), kind)
+    c = finite_operand(rng, np.float32, (groups, 16, 8), kind).astype(acc)
+    got = sim.fragments.mul_add(a, b, c, "exact")
+    assert np.array_equal(got.view(f"u{got.itemsize}"), fsum_exact(a, b, c).view(
+        f"u{got.itemsize}"))
+
+
+def test_the_exact_model_settles_a_tie_by_the_term_after_it() -> None:
+    # 1 + 2^-53 + 2^-80: the first two tie at f64's midpoint, the third breaks it upward.
+    a = np.zeros((1, 1, 16), np.float32)
+    b = np.zeros((1, 16, 1), np.float32)
+    a[0, 0, :2], b[0, :2, 0] = (2.0**-26, 2.0**-40), (2.0**-27, 2.0**-40)
+    c = np.ones((1, 1, 1), np.float64)
+    assert sim.fragments.mul_add(a, b, c, "exact")[0, 0, 0] == 1.0 + 2.0**-52
+
+
+def test_the_exact_model_gives_the_ieee_sum_for_opposite_infinities() -> None:
+    a = np.zeros((1, 16, 16), np.float16)
+    b = np.zeros((1, 16, 16), np.float16)
+    a[0, 0, 0], a[0, 0, 1], b[0, 0, 0], b[0, 1, 0] = np.inf, -np.inf, 1.0, 1.0
+    out = sim.fragments.mul_add(a, b, np.zeros((1, 16, 16), np.float32), "exact")
+    assert np.isnan(out[0, 0, 0]) and (out[0, 1:] == 0).all()
