@@ -32,7 +32,8 @@ from arith_cases import (  # type: ignore[import-not-found]  # noqa: E402
     probes,
 )
 
-from backends.spirv.run import device, device_name, run  # noqa: E402
+from backends.spirv.device import device, device_name  # noqa: E402
+from backends.spirv.run import run  # noqa: E402
 from sarek.errors import SarekError  # noqa: E402
 from sarek.ir import ElemType, MathFn  # noqa: E402
 from sim import simulate  # noqa: E402

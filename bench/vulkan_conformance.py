@@ -34,8 +34,8 @@ from sarek.matrix_scheme import SUPPORTED_FRAGMENT, SUPPORTED_SUBGROUP  # noqa: 
 
 def device_defaults() -> list[str]:
     """The float-controls properties the device lacks: modules run with its defaults there
-    (``backends.spirv.run.device_defaults``)."""
-    from backends.spirv.run import device
+    (``backends.spirv.device.device_defaults``)."""
+    from backends.spirv.device import device
 
     return sorted(name for name, ok in device().features.items()
                   if name.startswith(("shaderDenorm", "shaderSignedZero", "shaderRounding"))
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     if args.arith:
         target = replace(target, arith=args.arith)
-    from backends.spirv.run import device_name
+    from backends.spirv.device import device_name
 
     cases = conformance.matrix(target, ROOT / "examples", quick=args.quick,
                                only=tuple(args.example))

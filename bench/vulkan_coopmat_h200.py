@@ -54,7 +54,7 @@ def chained_halves(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
 
 
 def device_facts() -> dict[str, Any]:
-    from backends.spirv.run import device
+    from backends.spirv.device import device
 
     d = device()
     recorded = recorded_h200_vulkan().configs or frozenset()

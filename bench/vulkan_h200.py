@@ -43,7 +43,7 @@ def main() -> int:
                         help="coopmat, arith, conformance or speed")
     opts = parser.parse_args()
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    query = ("import json; from backends.spirv.run import device; d = device(); "
+    query = ("import json; from backends.spirv.device import device; d = device(); "
              "print(json.dumps({'device': d.name, 'subgroups': d.subgroup_sizes, "
              "'features': d.features}))")
     facts = subprocess.run([sys.executable, "-c", query], cwd=ROOT, env=env, text=True,

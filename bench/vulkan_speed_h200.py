@@ -34,7 +34,8 @@ from gpu_speed_h200 import REPEATS, kernel_output, kernel_seconds, torch_seconds
 
 from backends.cuda.run import device_arch  # noqa: E402
 from backends.registry import target  # noqa: E402
-from backends.spirv.run import device_name, time_kernel  # noqa: E402
+from backends.spirv.device import device_name  # noqa: E402
+from backends.spirv.run import time_kernel  # noqa: E402
 from sarek import emit  # noqa: E402
 from sarek.errors import SarekError  # noqa: E402
 from sarek.loader import load_module  # noqa: E402

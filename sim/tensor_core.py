@@ -144,7 +144,7 @@ def _special(a: np.ndarray, b: np.ndarray, c: np.ndarray, result: np.ndarray) ->
 
 
 def _truncate_aligned(v: np.ndarray) -> np.ndarray:
-    """``_truncate_to_f32`` of a finite aligned sum (a multiple of 2^-158, so a normal float64
+    """A finite aligned sum truncated toward zero to f32 (a multiple of 2^-158, so a normal float64
     or zero), a zero result as +0, in fewer operations: clearing the 29 low significand bits
     of a float64 truncates it to f32's 24 (exact to convert; from 2^128 on it converts to
     infinity, and below it to at most the largest f32), and below 2^-126 f32 keeps multiples
@@ -158,14 +158,3 @@ def _truncate_aligned(v: np.ndarray) -> np.ndarray:
         out = v.astype(np.float32)
     out += np.float32(0)  # -0 + +0 is +0: a zero result is +0, whatever the terms' signs
     return out
-
-
-def _truncate_to_f32(v: np.ndarray) -> np.ndarray:
-    """``v`` (float64) converted to f32 by truncation toward zero; beyond f32's range, inf."""
-    with np.errstate(over="ignore"):
-        nearest = v.astype(np.float32)
-    too_far = np.abs(nearest.astype(np.float64)) > np.abs(v)
-    toward_zero = np.nextafter(nearest, np.float32(0))  # from inf: the largest finite f32
-    out = np.where(too_far, toward_zero, nearest)
-    huge = np.abs(v) >= 2.0**128
-    return np.where(huge, np.copysign(np.float32(np.inf), v).astype(np.float32), out)

@@ -22,6 +22,18 @@ from sim import tensor_core
 # --------------------------------------------------------------------------- h200 in chunks
 
 
+def truncate_to_f32(v: np.ndarray) -> np.ndarray:
+    """``v`` (float64) converted to f32 by truncation toward zero; beyond f32's range, inf
+    (the model's first conversion, kept here as part of the oracle)."""
+    with np.errstate(over="ignore"):
+        nearest = v.astype(np.float32)
+    too_far = np.abs(nearest.astype(np.float64)) > np.abs(v)
+    toward_zero = np.nextafter(nearest, np.float32(0))  # from inf: the largest finite f32
+    out = np.where(too_far, toward_zero, nearest)
+    huge = np.abs(v) >= 2.0**128
+    return np.where(huge, np.copysign(np.float32(np.inf), v).astype(np.float32), out)
+
+
 def unchunked_h200(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     """The model as first written: every term's significand and exponent split with frexp,
     (groups, m, n, k+1) arrays aligned with ldexp, summed, truncated (the oracle); with the
@@ -47,7 +59,7 @@ def unchunked_h200(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     top = e.max(axis=-1, keepdims=True)
     aligned = np.trunc(np.ldexp(s, np.clip(25 + e - top, -1100, 60)))
     value = np.ldexp(aligned.sum(axis=-1), (top[..., 0] - 25).astype(np.int64))
-    out = tensor_core._truncate_to_f32(value)
+    out = truncate_to_f32(value)
     out[out == 0] = 0.0
     products = a64[:, :, None, :] * np.moveaxis(b64, 1, 2)[:, None]
     special = ~np.isfinite(products).all(axis=-1) | ~np.isfinite(c64)

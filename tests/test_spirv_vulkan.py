@@ -74,8 +74,7 @@ def test_no_vulkan_is_a_reason_and_an_exit_status(monkeypatch: pytest.MonkeyPatc
         raise vulkan_device.VulkanError("no Vulkan loader here")
 
     monkeypatch.setattr(vulkan_device, "device", absent)
-    monkeypatch.setattr(vulkan, "device", absent)
-    assert vulkan.unavailable_reason() in ("no Vulkan loader here", tools_reason())
+    assert vulkan_device.unavailable_reason() in ("no Vulkan loader here", tools_reason())
     report = tmp_path / "r.json"  # type: ignore[operator]
     assert conform("--target", "vulkan", "--quick", "--report", str(report)) == 3
 
@@ -95,8 +94,8 @@ def test_scalars_travel_in_the_push_constant_block_the_printer_declares() -> Non
 
 # ----------------------------------------------------------------- on a Vulkan device
 
-needs_vulkan = pytest.mark.skipif(vulkan.unavailable_reason() is not None,
-                                  reason=f"no Vulkan device: {vulkan.unavailable_reason()}")
+needs_vulkan = pytest.mark.skipif(vulkan_device.unavailable_reason() is not None,
+                                  reason=f"no Vulkan device: {vulkan_device.unavailable_reason()}")
 
 
 @needs_vulkan
@@ -148,11 +147,11 @@ def test_every_conversion_is_bit_identical(src: ElemType) -> None:
 def test_a_rewrite_runs_or_is_refused_with_the_reason() -> None:
     launch = rewrite_launch(example("gemm_f16").make(40, 24, 20),
                             lowering=Lowering.F16_OPERANDS).launch
-    if vulkan.device().features.get("cooperativeMatrix") and \
-            vulkan.device().subgroup_sizes[0] <= 32 <= vulkan.device().subgroup_sizes[1]:
+    d = vulkan_device.device()
+    if d.features.get("cooperativeMatrix") and d.subgroup_sizes[0] <= 32 <= d.subgroup_sizes[1]:
         want = launch.simulate(target="vulkan")
         got = vulkan.run(launch.kernel, dict(launch.args), launch.grid, launch.block)
         assert all(np.array_equal(got[k].view(np.uint8), want[k].view(np.uint8)) for k in want)
     else:
-        with pytest.raises(vulkan.VulkanError, match=r"cooperativeMatrix|subgroups of 32"):
+        with pytest.raises(vulkan_device.VulkanError, match=r"cooperativeMatrix|subgroups of 32"):
             vulkan.run(launch.kernel, dict(launch.args), launch.grid, launch.block)

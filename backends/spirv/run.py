@@ -20,23 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from backends.spirv.device import (
-    REQUIRE_FULL_SUBGROUPS,
-    Device,
-    VulkanError,
-    device,
-    device_name,
-    missing,
-    runnable,
-    unavailable_reason,
-)
+from backends.spirv import device as vulkan_device
+from backends.spirv.device import REQUIRE_FULL_SUBGROUPS, Device, VulkanError, missing, runnable
 from backends.spirv.emit import emit, push_constant_layout
 from backends.spirv.tools import assemble
 from sarek import ir
 from sarek.dtypes import numpy_dtype
 
-__all__ = ["Device", "VulkanError", "device", "device_name", "push_constants", "run",
-           "time_kernel", "unavailable_reason"]
 
 @dataclass
 class _Buffer:
@@ -287,7 +277,7 @@ def run(kernel: ir.Kernel, args: Sequence[Any] | Mapping[str, Any], grid: tuple[
         block: tuple[int, ...]) -> dict[str, np.ndarray]:
     """Dispatches ``kernel`` once on the Vulkan device and returns every array parameter's
     contents afterwards; ``VulkanError`` when the device cannot run it (with the reason)."""
-    d = device()
+    d = vulkan_device.device()
     params, arrays, pc = _prepare(kernel, args)
     pipe = _Pipeline(d, kernel, arrays, pc, _dims(block))
     try:
@@ -304,7 +294,7 @@ def time_kernel(kernel: ir.Kernel, args: Sequence[Any] | Mapping[str, Any],
     and returns the arrays after the last and the seconds of each timed dispatch (GPU
     timestamps). ``text``: a module to run instead of the printed one (for experiments on
     the SPIR-V a kernel is printed as; its interface must be the kernel's)."""
-    d = device()
+    d = vulkan_device.device()
     params, arrays, pc = _prepare(kernel, args)
     pipe = _Pipeline(d, kernel, arrays, pc, _dims(block), text)
     try:
