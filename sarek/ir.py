@@ -552,9 +552,62 @@ class Mma(_Stmt):
     c_offset: int = Field(default=0, ge=0)
 
 
+class StageCopy(_Stmt):
+    """The block's copy of a ``rows`` x ``cols`` tile of the global array ``src`` into the
+    shared array ``dst`` of the same element type: tile element ``(r, c)`` is
+    ``src[src_offset + r*src_row_stride + c*src_col_stride]`` where ``r < row_limit`` and
+    ``c < col_limit``, else ``fill``, and lands at ``dst[dst_offset + r*dst_pitch + c]``. The
+    offsets, strides and limits are i32 and the same for the whole block; every invocation of
+    the block issues the copy together (as a barrier). A target may run it asynchronously: it
+    belongs to the group the next ``StageCommit`` closes and is visible to the block after the
+    ``StageWait`` that completes that group and a barrier (``specs/ir.md``)."""
+
+    kind: Literal["stage_copy"] = "stage_copy"
+    dst: str
+    dst_offset: Expr
+    dst_pitch: int = Field(ge=1)
+    src: str
+    src_offset: Expr
+    src_row_stride: Expr
+    src_col_stride: Expr
+    rows: int = Field(ge=1)
+    cols: int = Field(ge=1)
+    row_limit: Expr
+    col_limit: Expr
+    fill: Const
+
+
+class StageCommit(_Stmt):
+    """Closes the group of copies this invocation issued since its last commit."""
+
+    kind: Literal["stage_commit"] = "stage_commit"
+
+
+class StageWait(_Stmt):
+    """Waits until at most the ``pending`` most recent groups this invocation committed are
+    incomplete; the copies of every older group have landed."""
+
+    kind: Literal["stage_wait"] = "stage_wait"
+    pending: int = Field(ge=0)
+
+
+class CpAsync(_Stmt):
+    """Lane-explicit ``cp.async.cg.shared.global`` of 16 bytes by each invocation: the
+    ``16 / size`` elements from ``src[src_index]`` (a global array) land at
+    ``dst[dst_index]`` (a shared array of the same element type), both 16-byte aligned; the
+    copy joins the invocation's open group (``StageCommit``, ``StageWait``)."""
+
+    kind: Literal["cp_async"] = "cp_async"
+    dst: str
+    dst_index: Expr
+    src: str
+    src_index: Expr
+
+
 Stmt: TypeAlias = Annotated[
     Let | Assign | Store | For | While | If | Barrier | Return | ArrayDecl | TensorView
-    | FragDecl | FragFill | FragLoad | FragStore | FragMulAdd | TileApply | Ldmatrix | Mma,
+    | FragDecl | FragFill | FragLoad | FragStore | FragMulAdd | TileApply | Ldmatrix | Mma
+    | StageCopy | StageCommit | StageWait | CpAsync,
     Field(discriminator="kind"),
 ]
 
@@ -579,7 +632,7 @@ class Kernel(_Node):
 
 
 for _model in (Unary, Binary, Cast, Bitcast, Load, Select, Call, For, While, If, Ldmatrix,
-               Kernel):
+               StageCopy, CpAsync, Kernel):
     _model.model_rebuild()
 
 
@@ -590,9 +643,9 @@ def schema() -> dict[str, object]:
 
 __all__ = [
     "ArrayDecl", "ArrayParam", "Assign", "Barrier", "BinOp", "Binary", "Bitcast", "Builtin",
-    "BuiltinValue", "Call", "Cast", "Const", "ElemType", "Expr", "For", "FragDecl", "FragFill",
-    "FragLayout", "FragLoad", "FragMulAdd", "FragShape", "FragStore", "FragUse", "If", "Kernel",
-    "Ldmatrix", "Let", "Load", "MathFn", "MemSpace", "Mma", "MmaAtom", "Param", "Return",
-    "ScalarParam", "Select", "Stmt", "Store", "TensorView", "TileApply", "TileOp", "UnOp", "Unary",
-    "Var", "While", "schema",
+    "BuiltinValue", "Call", "Cast", "Const", "CpAsync", "ElemType", "Expr", "For", "FragDecl",
+    "FragFill", "FragLayout", "FragLoad", "FragMulAdd", "FragShape", "FragStore", "FragUse", "If",
+    "Kernel", "Ldmatrix", "Let", "Load", "MathFn", "MemSpace", "Mma", "MmaAtom", "Param", "Return",
+    "ScalarParam", "Select", "StageCommit", "StageCopy", "StageWait", "Stmt", "Store",
+    "TensorView", "TileApply", "TileOp", "UnOp", "Unary", "Var", "While", "schema",
 ]

@@ -105,6 +105,7 @@ _INT_RANGES = {
 class _Checker:
     def __init__(self) -> None:
         self.problems: list[Problem] = []
+        self.block_size: int | None = None  # invocations per block, when the kernel says
         # Names whose value may differ between invocations of one block (for barrier checks).
         self.varying: set[str] = set()
         self.line: int | None = None  # of the statement being checked
@@ -372,6 +373,15 @@ class _Checker:
                 elif isinstance(sym.decl, ir.ArrayDecl) and sym.decl.align % 16:
                     self.report(path, f"ldmatrix rows are 16-byte aligned; {src!r} is aligned "
                                 f"to {sym.decl.align} bytes")
+            case ir.StageCopy():
+                self._stage_copy(s, scope, path, divergent)
+            case ir.StageCommit() | ir.StageWait():
+                pass
+            case ir.CpAsync(dst=dst, dst_index=di, src=src, src_index=si):
+                for x in (di, si):
+                    self.expr(x, scope, path)
+                    self._index(x, path)
+                self._copy_arrays(scope, path, "cp.async", dst, src)
             case ir.Mma(atom=atom, d=d, a=a, b=b, c=c):
                 facts = atoms.MMA[atom]
                 for name, elem, start, use in (
@@ -380,6 +390,44 @@ class _Checker:
                         (d, facts.accumulator, s.d_offset, "c")):
                     self._registers(scope, path, name, elem, start + facts.registers(use))
         return divergent
+
+    def _stage_copy(self, s: ir.StageCopy, scope: _Scope, path: str, divergent: bool) -> None:
+        if divergent:
+            self.report(path, "staged copy in divergent code: every invocation of the block "
+                        "issues it together, as a barrier")
+        if self.block_size is None:
+            self.report(path, "a staged copy needs the kernel's block shape (Kernel.block): "
+                        "the block's invocations share the tile")
+        for what, x in (("offset", s.dst_offset), ("source offset", s.src_offset),
+                        ("source row stride", s.src_row_stride),
+                        ("source column stride", s.src_col_stride),
+                        ("row limit", s.row_limit), ("column limit", s.col_limit)):
+            self.expr(x, scope, path)
+            self._same(x.type, ElemType.I32, f"the staged copy's {what}", path)
+        elem = self._copy_arrays(scope, path, "a staged copy", s.dst, s.src)
+        if elem is not None:
+            self._same(s.fill.type, elem, "the staged copy's fill value", path)
+        if s.cols > s.dst_pitch:
+            self.report(path, f"a staged tile of {s.cols} columns does not fit rows of "
+                        f"{s.dst_pitch} elements")
+
+    def _copy_arrays(self, scope: _Scope, path: str, what: str, dst: str, src: str
+                     ) -> ElemType | None:
+        """A copy's arrays: from a global array into a shared one of the same element type
+        (the type, or None after a report)."""
+        to, frm = scope.lookup(dst), scope.lookup(src)
+        if not isinstance(to, _Array) or to.space is not MemSpace.SHARED:
+            self.report(path, f"{what} writes a shared array; {dst!r} is not one")
+        elif not isinstance(frm, _Array) or frm.space is not MemSpace.GLOBAL:
+            self.report(path, f"{what} reads a global array; {src!r} is not one")
+        elif to.elem != frm.elem:
+            self.report(path, f"{what} moves elements unchanged; {src!r} holds {frm.elem} "
+                        f"and {dst!r} holds {to.elem}")
+        elif to.elem is ElemType.BOOL or to.elem.bits > 32:
+            self.report(path, f"{what} moves 8-, 16- or 32-bit elements, not {to.elem}")
+        else:
+            return to.elem
+        return None
 
     def _launch_shape(self, kernel: ir.Kernel) -> None:
         """The block shape and subgroup a kernel records must be launchable."""
@@ -577,6 +625,7 @@ def check(kernel: ir.Kernel) -> list[Problem]:
     if shape:
         return shape
     c = _Checker()
+    c.block_size = math.prod(kernel.block) if kernel.block is not None else None
     if not kernel.name.isidentifier():
         c.report("name", f"the kernel name {kernel.name[:40]!r} is not an identifier")
     c._launch_shape(kernel)

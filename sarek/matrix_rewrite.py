@@ -161,6 +161,7 @@ class _Builder:
         self.gemm, self.scheme, self.subgroup, self.frag = gemm, scheme, subgroup, frag
         self.tile, self.wave_tile, self.step = schedule.tile, schedule.wave_tile, schedule.step
         self.prefetching = schedule.prefetch
+        self.stages = schedule.stages
         self.threads = WAVES * subgroup
         self.per_wave = self.wave_tile // frag  # fragments along each side of a wave's tile
         # Row strides and B's layout of the staged tiles: the target's policy (padded 16-bit
@@ -223,14 +224,19 @@ class _Builder:
             for j in range(self.per_wave):
                 yield i, j
 
+    def buffer(self, name: str) -> int:
+        """Elements of one step's staged tile of operand ``name`` (each term has its own)."""
+        if name == "a":
+            return self.tile * self.a_stride
+        return (self.step if self.b_layout is FragLayout.ROW else self.tile) * self.b_stride
+
     def declarations(self) -> list[ir.Stmt]:
         out: list[ir.Stmt] = []
         for term in self.scheme.terms:
-            out.append(ir.ArrayDecl(name=self.staged("a", term), elem=self.scheme.operand,
-                                    size=self.tile * self.a_stride, space=MemSpace.SHARED))
-            b_rows = self.step if self.b_layout is FragLayout.ROW else self.tile
-            out.append(ir.ArrayDecl(name=self.staged("b", term), elem=self.scheme.operand,
-                                    size=b_rows * self.b_stride, space=MemSpace.SHARED))
+            for name in ("a", "b"):
+                out.append(ir.ArrayDecl(name=self.staged(name, term), elem=self.scheme.operand,
+                                        size=self.stages * self.buffer(name),
+                                        space=MemSpace.SHARED))
         # One fragment per wave at a time leaves through here (and an initial value enters).
         out.append(ir.ArrayDecl(name="sk_cs", elem=self.scheme.acc,
                                 size=WAVES * self.frag * self.frag,
@@ -367,14 +373,18 @@ class _Builder:
                    value=ir.Select(cond=inside, a=load, b=pad, type=access.elem)),
         ]
 
-    def store(self, name: str, access: Access, cols: int) -> list[ir.Stmt]:
-        """``sk_x``, element ``sk_e`` of the A or B tile, converted into its staged terms."""
+    def store(self, name: str, access: Access, cols: int, base: ir.Expr | None = None
+              ) -> list[ir.Stmt]:
+        """``sk_x``, element ``sk_e`` of the A or B tile, converted into its staged terms (of
+        the buffer starting at ``base``, when the step's tiles are one of several)."""
         stride = self.a_stride if name == "a" else self.b_stride
         major = binary(BinOp.DIV, var("sk_e"), const(cols))
         minor = binary(BinOp.REM, var("sk_e"), const(cols))
         if name == "b" and self.b_layout is FragLayout.COL:
             major, minor = minor, major  # column c of B: its k are consecutive
         at = add(mul(major, const(stride)), minor)
+        if base is not None:
+            at = add(base, at)
         return [ir.Store(array=self.staged(name, term), index=at, value=staged)
                 for term, staged in self.convert(var("sk_x", access.elem))]
 
@@ -383,6 +393,63 @@ class _Builder:
         return [self.per_thread(rows * cols, [*self.fetch(name, access, cols, var("sk_k0")),
                                               *self.store(name, access, cols)])
                 for name, access, rows, cols in self.operands()]
+
+    def copy(self, name: str, access: Access, rows: int, cols: int, k0: ir.Expr,
+             base: ir.Expr) -> ir.StageCopy | None:
+        """The staged copy of the A or B tile of the step starting at ``k0`` into the buffer
+        at ``base``, when its elements are staged as they are (one term of the array's own
+        type, B row-major); None when they are converted on the way."""
+        if self.scheme.terms != ("",) or self.scheme.operand != access.elem or (
+                name == "b" and self.b_layout is not FragLayout.ROW):
+            return None
+        sub = binary  # limits: the rows and columns left in the region from this tile on
+        if name == "a":
+            origin = self.address(access, var("sk_row0"), const(0), k0)
+            strides = (access.row_stride, access.red_stride)
+            limits = (sub(BinOp.SUB, var("me"), var("sk_row0")), sub(BinOp.SUB, var("d"), k0))
+        else:
+            origin = self.address(access, const(0), var("sk_col0"), k0)
+            strides = (access.red_stride, access.col_stride)
+            limits = (sub(BinOp.SUB, var("d"), k0), sub(BinOp.SUB, var("ne"), var("sk_col0")))
+        # A pads with -0.0, as ``fetch`` explains.
+        fill = ir.Const(value=-0.0, type=access.elem) if (
+            name == "a" and access.elem.is_float) else _zero(access.elem)
+        return ir.StageCopy(dst=self.staged(name, ""), dst_offset=base,
+                            dst_pitch=self.a_stride if name == "a" else self.b_stride,
+                            src=access.array, src_offset=origin, src_row_stride=strides[0],
+                            src_col_stride=strides[1], rows=rows, cols=cols,
+                            row_limit=limits[0], col_limit=limits[1], fill=fill)
+
+    def stage_into(self, k0: ir.Expr, slot: ir.Expr) -> list[ir.Stmt]:
+        """The A and B tiles of the step starting at ``k0`` into buffer ``slot``: a staged copy
+        where the elements go as they are, element by element where they are converted; then
+        the group of copies is closed."""
+        out: list[ir.Stmt] = []
+        for name, access, rows, cols in self.operands():
+            base = mul(slot, const(self.buffer(name)))
+            copy = self.copy(name, access, rows, cols, k0, base)
+            out.append(copy if copy is not None else self.per_thread(rows * cols, [
+                *self.fetch(name, access, cols, k0), *self.store(name, access, cols, base)]))
+        return [*out, ir.StageCommit()]
+
+    def pipelined(self) -> list[ir.Stmt]:
+        """The steps of the reduction with ``stages`` buffers: the first ``stages - 1`` steps
+        are issued before the loop; each step waits for its own tiles, passes a barrier (its
+        tiles are complete, and every wave is done with the buffer the step refills), issues
+        the tiles of ``stages - 1`` steps ahead into that buffer and multiplies."""
+        ahead, step = self.stages - 1, self.step
+        slot = binary(BinOp.REM, binary(BinOp.DIV, var("sk_k0"), const(step)),
+                      const(self.stages))
+        refill = binary(BinOp.REM, add(var("sk_slot"), const(ahead)), const(self.stages))
+        prologue = [stmt for s in range(ahead)
+                    for stmt in self.stage_into(const(s * step), const(s))]
+        body = (ir.Let(name="sk_slot", type=I32, value=slot),
+                ir.StageWait(pending=ahead - 1), ir.Barrier(),
+                *self.stage_into(add(var("sk_k0"), const(ahead * step)), refill),
+                *self.multiply(var("sk_slot")))
+        return [*prologue,
+                ir.For(var="sk_k0", start=const(0), stop=var("d"), step=const(step), body=body),
+                ir.StageWait(pending=0)]  # the copies issued past the end land too
 
     def prefetch(self, k0: ir.Expr) -> list[ir.Stmt]:
         """The A and B tiles of the step starting at ``k0`` into each invocation's registers
@@ -406,6 +473,8 @@ class _Builder:
         registers fetched during the previous one and fetches the next step's tiles before
         multiplying; one barrier before the products (the staged tiles are complete) and one
         after (nobody still reads them when the next step overwrites them)."""
+        if self.stages > 1:
+            return self.pipelined()
         if not self.prefetching:
             body = (*self.stage(), ir.Barrier(), *self.multiply(), ir.Barrier())
             return [ir.For(var="sk_k0", start=const(0), stop=var("d"), step=const(self.step),
@@ -420,23 +489,30 @@ class _Builder:
                 ir.For(var="sk_k0", start=const(0), stop=var("d"), step=const(self.step),
                        body=body)]
 
-    def multiply(self) -> list[ir.Stmt]:
-        """Each wave: per sub-step of ``frag`` along k, load fragments, multiply-accumulate."""
+    def multiply(self, slot: ir.Expr | None = None) -> list[ir.Stmt]:
+        """Each wave: per sub-step of ``frag`` along k, load fragments (from buffer ``slot``
+        when the step's tiles are one of several), multiply-accumulate."""
         out: list[ir.Stmt] = []
         f = self.frag
+
+        def buffered(name: str, offset: ir.Expr) -> ir.Expr:
+            return offset if slot is None else add(mul(slot, const(self.buffer(name))), offset)
+
         for kk0 in range(0, self.step, f):
             for t, term in enumerate(self.scheme.terms):
                 for i in range(self.per_wave):
                     row, _ = self.wave_origin(i, 0)
+                    a_offset = add(mul(row, const(self.a_stride)), const(kk0))
                     out.append(ir.FragLoad(frag=f"sk_fa{t}_{i}", array=self.staged("a", term),
-                                           offset=add(mul(row, const(self.a_stride)), const(kk0)),
+                                           offset=buffered("a", a_offset),
                                            stride=const(self.a_stride), layout=FragLayout.ROW))
                     _, col = self.wave_origin(0, i)
                     b_offset = (add(const(kk0 * self.b_stride), col)
                                 if self.b_layout is FragLayout.ROW
                                 else add(mul(col, const(self.b_stride)), const(kk0)))
                     out.append(ir.FragLoad(frag=f"sk_fb{t}_{i}", array=self.staged("b", term),
-                                           offset=b_offset, stride=const(self.b_stride),
+                                           offset=buffered("b", b_offset),
+                                           stride=const(self.b_stride),
                                            layout=self.b_layout))
             # Products outer, fragments inner: each accumulator still takes its products in
             # the scheme's order, and every run of (i, j) is independent (a simulator batches

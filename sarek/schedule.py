@@ -16,6 +16,7 @@ from sarek.errors import SarekError
 
 WAVES = 4  # a block is four waves, 2 x 2 over its tile
 STAGE_QUANTUM = 16  # reduction steps are whole multiples of 16
+MAX_STAGES = 4  # steps a schedule keeps in shared memory at once
 
 
 class ScheduleError(SarekError):
@@ -26,11 +27,15 @@ class ScheduleError(SarekError):
 class Schedule:
     """``tile`` x ``tile`` outputs per block, ``tile / 2`` square per wave, ``step`` deep
     reduction steps staged through shared memory; with ``prefetch`` each invocation fetches
-    the next step's elements into registers while the current step multiplies."""
+    the next step's elements into registers while the current step multiplies; with
+    ``stages`` of 2 to 4 the block keeps that many steps in shared memory, copying the tiles
+    of ``stages - 1`` steps ahead (``StageCopy``, asynchronous where the target's copies are)
+    while it multiplies the current one."""
 
     tile: int = 64
     step: int = 16
     prefetch: bool = False
+    stages: int = 1
 
     @property
     def wave_tile(self) -> int:
@@ -38,7 +43,8 @@ class Schedule:
 
     @property
     def name(self) -> str:
-        return f"t{self.tile}k{self.step}{'p' if self.prefetch else ''}"
+        stages = f"s{self.stages}" if self.stages > 1 else ""
+        return f"t{self.tile}k{self.step}{'p' if self.prefetch else ''}{stages}"
 
     def check(self, frag: int, threads: int) -> None:
         """``ScheduleError`` when the schedule does not divide into ``frag`` fragments and the
@@ -47,6 +53,12 @@ class Schedule:
             raise ScheduleError(f"block tiles of 64 or 128 outputs are built, not {self.tile}")
         if self.step % STAGE_QUANTUM or not STAGE_QUANTUM <= self.step <= 64:
             raise ScheduleError(f"the reduction step must be 16, 32, 48 or 64, not {self.step}")
+        if not 1 <= self.stages <= MAX_STAGES:
+            raise ScheduleError(f"a schedule keeps 1 to {MAX_STAGES} steps in shared memory, "
+                                f"not {self.stages}")
+        if self.stages > 1 and self.prefetch:
+            raise ScheduleError("a schedule either prefetches into registers or keeps several "
+                                "steps in shared memory, not both")
         if self.wave_tile % frag or self.step % frag:
             raise ScheduleError(f"a {self.wave_tile}x{self.wave_tile} wave tile with "
                                 f"{self.step}-deep steps does not divide into {frag}x{frag} "

@@ -9,8 +9,8 @@ statement with no active invocation is skipped).
 
 Each statement family compiles in its own module: ``sim.exec_expr`` (expressions),
 ``sim.exec_memory`` (loads, stores, arrays), ``sim.exec_control`` (control flow, barriers,
-limits), ``sim.exec_fragments`` and ``sim.exec_tiles``; this module puts them together and
-dispatches statements.
+limits), ``sim.exec_fragments``, ``sim.exec_tiles`` and ``sim.exec_copies``; this module
+puts them together and dispatches statements.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import numpy as np
 from sarek import ir
 from sim import fragments
 from sim.exec_control import Control
+from sim.exec_copies import Copies
 from sim.exec_expr import Expressions
 from sim.exec_fragments import Fragments
 from sim.exec_memory import Memory
@@ -44,7 +45,7 @@ def compile_kernel(kernel: ir.Kernel, geo: Geometry, arrays: dict[str, np.ndarra
     return _Compiler(kernel, geo, arith, limits or Limits()).program(arrays, scalars)
 
 
-class _Compiler(Expressions, Memory, Control, Fragments, Tiles):
+class _Compiler(Expressions, Memory, Control, Fragments, Tiles, Copies):
     def program(self, arrays: dict[str, np.ndarray], scalars: dict[str, np.generic]
                 ) -> Callable[[], None]:
         scope: Scope = ChainMap()
@@ -151,6 +152,14 @@ class _Compiler(Expressions, Memory, Control, Fragments, Tiles):
                 return self.ldmatrix(s, scope, site), False
             case ir.Mma():
                 return self.mma(s, scope, site), False
+            case ir.StageCopy():
+                return self.stage_copy(s, scope, path), False
+            case ir.CpAsync():
+                return self.cp_async(s, scope, site), False
+            case ir.StageCommit():
+                return self.stage_commit(), False
+            case ir.StageWait():
+                return self.stage_wait(s, site), False
             case ir.FragDecl() | ir.FragFill() | ir.FragLoad() | ir.FragStore() | \
                     ir.FragMulAdd():
                 return self.fragment(s, scope, site), False

@@ -21,6 +21,7 @@ from sim.arith import Value
 from sim.launch import SHARED_LOG_ELEMENTS, Geometry
 
 NOBODY = -1
+LANDED = -1  # the group of an element no copy is in flight to
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,11 @@ class SharedArray:
         # (elements, threads, mask): per access, or values over the launch (``read_lanes``)
         self._reads: list[tuple[Value, np.ndarray, np.ndarray | None]] = []
         self._logged = 0
+        # Copies in flight (``CpAsync``): per element the group number of the invocation that
+        # issued it (``LANDED`` once it has landed) and that invocation; made by the first copy.
+        self.flight: np.ndarray | None = None
+        self.flight_owner: np.ndarray | None = None
+        self._flying = False
 
     def barrier(self, blocks: np.ndarray | None) -> None:
         """Forgets the accesses of ``blocks`` (a mask over blocks; None: every block)."""
@@ -81,6 +87,8 @@ class SharedArray:
              site: Site) -> None:
         """Records reads of elements ``flat`` by ``threads`` (of invocations ``lanes``, None:
         all); raises ``SharedRace`` when another thread wrote one since the barrier."""
+        if self._flying:
+            self._landed(flat, None, "reads", site)
         if self._written:
             writer = self.writer[flat]
             conflict = (writer != NOBODY) & (writer != threads)
@@ -93,6 +101,8 @@ class SharedArray:
         """``read`` for a load by the invocations of ``mask`` (None: all): ``flat`` and
         ``threads`` are values over the launch (``sim.state``), checked and logged as they
         are, without one element per invocation (many invocations read one element)."""
+        if self._flying:
+            self._landed(flat, mask, "reads", site)
         if self._written:
             writer = self.writer[flat]
             conflict = (writer != NOBODY) & (writer != threads)
@@ -131,6 +141,8 @@ class SharedArray:
               site: Site) -> None:
         """Records writes like ``read``; raises ``SharedRace`` when another thread read or wrote
         an element since the barrier, or two lanes of this store write one element."""
+        if self._flying:
+            self._landed(flat, None, "writes", site)
         self._fold()
         writer = self.writer[flat] if self._written else None
         self.writer[flat] = threads
@@ -150,6 +162,55 @@ class SharedArray:
             if after_read.any():
                 other = np.where(first != threads, first, last)
                 self._race(flat, threads, lanes, after_read, other, "write-after-read", site)
+
+    def issue(self, flat: np.ndarray, owners: np.ndarray, groups: np.ndarray) -> None:
+        """Marks elements ``flat`` in flight: copied by invocations ``owners`` (one per
+        element) as part of their open groups ``groups``. The copy's write was recorded
+        (``write``) when it was issued."""
+        if self.flight is None or self.flight_owner is None:
+            self.flight = np.full(self.data.size, LANDED, np.int64)
+            self.flight_owner = np.zeros(self.data.size, np.int64)
+        self.flight[flat] = groups
+        self.flight_owner[flat] = owners
+        self._flying = True
+
+    def land(self, committed: np.ndarray, pending: int, waiting: np.ndarray | None,
+             site: Site) -> None:
+        """The copies that a wait for all but ``pending`` groups completes, for the invocations
+        of ``waiting`` (a mask over the launch; None: all), whose committed group counts are
+        ``committed``: they land, and count as written by their invocations' threads now, so
+        that another thread reads them only after the next barrier."""
+        if not self._flying or self.flight is None or self.flight_owner is None:
+            return
+        flying = np.flatnonzero(self.flight != LANDED)
+        owners = self.flight_owner[flying]
+        done = self.flight[flying] < committed[owners] - pending
+        if waiting is not None:
+            done &= waiting[owners]
+        landed = flying[done]
+        self.flight[landed] = LANDED
+        self._flying = bool(done.size - np.count_nonzero(done))
+        if landed.size:
+            self.write(landed, self.geo.lane_thread[self.flight_owner[landed]].astype(np.int32),
+                       None, site)
+
+    def _landed(self, flat: Value, mask: np.ndarray | None, verb: str, site: Site) -> None:
+        """``SharedRace`` when one of ``flat`` (of the invocations of ``mask``) is still being
+        copied."""
+        assert self.flight is not None and self.flight_owner is not None
+        flying = self.flight[flat] != LANDED
+        if mask is not None:
+            flying = flying & mask
+        if not np.any(flying):
+            return
+        element = int(np.broadcast_to(flat, flying.shape)[flying].flat[0])
+        block, index = divmod(element, self.size)
+        owner = int(self.flight_owner[element])
+        raise SharedRace(
+            f"shared array {self.name!r} element {index} in block {self.geo.block_of(block)} is "
+            f"still being copied (thread {self.geo.thread(int(self.geo.lane_thread[owner]))}'s "
+            f"cp.async has not been waited for) when an access {verb} it",
+            site.path, site.line, self.geo.describe(np.array([owner])))
 
     def _race(self, flat: np.ndarray, threads: np.ndarray, lanes: np.ndarray | None,
               bad: np.ndarray, other: np.ndarray, kind: str, site: Site,

@@ -40,6 +40,7 @@ class State:
         self.shared: dict[int, SharedArray] = {}  # by slot: the arrays a barrier resets
         self.alive: Mask = None  # invocations that have not returned (None: all)
         self.trips = 0  # loop trips run so far by the whole launch (Limits.trips)
+        self.copy_groups: np.ndarray | None = None  # committed copy groups, per invocation
 
 
 ExprFn: TypeAlias = Callable[[State, Mask], Value]

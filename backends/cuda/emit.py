@@ -78,6 +78,14 @@ def _hook(p: Printer, s: ir.Stmt) -> list[str] | None:
             return [_ldmatrix(p, s)]
         case ir.Mma():
             return [mma_asm(s)]
+        case ir.CpAsync():
+            address = f"(unsigned)__cvta_generic_to_shared(&{s.dst}[{p.expr(s.dst_index)}])"
+            return [cp_async_asm(address, f"&{s.src}[{p.expr(s.src_index)}]")]
+        case ir.StageCommit() | ir.StageWait():
+            return [group_asm(s)]
+        case ir.StageCopy():
+            raise EmitError("stage_copy is a neutral statement: lower the kernel for CUDA "
+                            "first (backends.cuda.lower, or emit, which does)")
         case ir.FragDecl() | ir.FragFill() | ir.FragLoad() | ir.FragStore() | ir.FragMulAdd():
             raise EmitError(f"{s.kind} is a neutral fragment statement: lower the kernel for "
                             "CUDA first (backends.cuda.lower, or emit, which does)")
@@ -98,6 +106,20 @@ def ldmatrix_asm(s: ir.Ldmatrix, address: str) -> str:
     regs = ", ".join(f"%{j}" for j in range(s.count))
     outs = ", ".join(f'"=r"({s.dst}[{s.offset + j}])' for j in range(s.count))
     return f'asm volatile("{op} {{{regs}}}, [%{s.count}];" : {outs} : "r"({address}) : "memory");'
+
+
+def cp_async_asm(shared_address: str, source: str) -> str:
+    """One 16-byte ``cp.async`` from the global element ``source`` (a C pointer expression)
+    to ``shared_address`` (this lane's 32-bit shared-window address)."""
+    return (f'asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: '
+            f'"r"({shared_address}), "l"({source}) : "memory");')
+
+
+def group_asm(s: ir.StageCommit | ir.StageWait) -> str:
+    """``cp.async.commit_group`` or ``cp.async.wait_group``."""
+    if isinstance(s, ir.StageCommit):
+        return 'asm volatile("cp.async.commit_group;" ::: "memory");'
+    return f'asm volatile("cp.async.wait_group {s.pending};" ::: "memory");'
 
 
 def mma_asm(s: ir.Mma) -> str:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from backends.cstyle import EmitError
+from backends.cuda import copies
 from sarek import atoms, ir, ir_check
 from sarek.ir import BinOp, Builtin, ElemType, FragLayout, FragUse, MemSpace
 from sarek.ir_build import add, binary, const, mul, var
@@ -54,7 +55,9 @@ I32, U32 = ElemType.I32, ElemType.U32
 
 def lower(kernel: ir.Kernel) -> ir.Kernel:
     """``kernel`` with every fragment statement lowered (kernels without fragments come back
-    unchanged); ``EmitError`` with the reason for a fragment CUDA has no instruction for."""
+    unchanged) and its staged copies as ``cp.async`` (``backends.cuda.copies``);
+    ``EmitError`` with the reason for a fragment CUDA has no instruction for."""
+    kernel = copies.lower(kernel)
     if not any(isinstance(s, _FRAGMENT_STMTS) for s in walk(kernel.body)):
         return kernel
     if kernel.subgroup not in (None, *SUBGROUPS):

@@ -170,7 +170,7 @@ def _hook(p: Printer, s: ir.Stmt) -> list[str] | None:
                     f"(ulong)({p.expr(s.stride)}), ulong2(0, 0), {transpose});"]
         case ir.FragMulAdd(d=d, a=a, b=b, c=c):
             return [f"simdgroup_multiply_accumulate({d}, {a}, {b}, {c});"]
-        case ir.TileApply() | ir.Ldmatrix() | ir.Mma():
+        case ir.TileApply() | ir.Ldmatrix() | ir.Mma() | ir.CpAsync():
             raise EmitError(f"Metal has no {s.kind}: lower the kernel for Metal first "
                             "(backends.metal.lower refuses it with the reason)")
     return None

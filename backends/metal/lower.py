@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from backends.cstyle import EmitError
 from backends.target import Target
-from sarek import coopmat, ir, ir_check
+from sarek import coopmat, ir, ir_check, stage_copy
 from sarek.ir import ElemType, FragUse
 from sarek.ir_walk import subexpressions, walk
 from sarek.matrix_scheme import Lowering
@@ -108,6 +108,7 @@ def lower(kernel: ir.Kernel) -> ir.Kernel:
     and checked (``check``), fragments kept whole, a kernel with fragments marked as written
     for SIMD-groups of 32."""
     ir_check.ensure_valid(kernel)
+    kernel = stage_copy.synchronous(kernel)  # Metal copies complete as they are issued
     check(kernel)
     if not any(isinstance(s, _FRAGMENT_STMTS) for s in walk(kernel.body)):
         return kernel
@@ -146,9 +147,9 @@ def check(kernel: ir.Kernel) -> None:
                     raise EmitError(f"the multiply-accumulate into {d!r} takes "
                                     f"{'/'.join(u.value for u in uses)} fragments; Metal's is "
                                     "printed for A and B operands into f32 accumulators only")
-            case ir.TileApply() | ir.Ldmatrix() | ir.Mma():
-                raise EmitError(f"{s.kind} is an NVIDIA instruction (ldmatrix / mma.sync); "
-                                "Metal has none: print the kernel for cuda")
+            case ir.TileApply() | ir.Ldmatrix() | ir.Mma() | ir.CpAsync():
+                raise EmitError(f"{s.kind} is an NVIDIA instruction (ldmatrix, mma.sync, "
+                                "cp.async); Metal has none: print the kernel for cuda")
 
 
 def _check_fragment(d: ir.FragDecl) -> None:

@@ -139,7 +139,7 @@ def _hook(p: Printer, s: ir.Stmt) -> list[str] | None:
     if isinstance(s, _NEUTRAL):
         raise EmitError(f"{s.kind} is a neutral fragment statement: lower the kernel for "
                         "OpenCL first (backends.opencl.lower, or emit, which does)")
-    if isinstance(s, ir.Ldmatrix | ir.Mma | ir.TileApply):
+    if isinstance(s, ir.Ldmatrix | ir.Mma | ir.TileApply | ir.CpAsync):
         raise EmitError(f"portable OpenCL C has no {s.kind} (inline PTX): print it for "
                         "opencl-nv")
     return None
@@ -156,13 +156,18 @@ def shared_address(p: Printer, array: str, index: ir.Expr) -> str:
 def _nv_hook(p: Printer, s: ir.Stmt) -> list[str] | None:
     """opencl-nv prints the CUDA lowering's lane-explicit instructions as inline PTX, with
     the CUDA printer's own text builders (imported here: the portable path needs no CUDA)."""
-    from backends.cuda.emit import ldmatrix_asm, mma_asm
+    from backends.cuda.emit import cp_async_asm, group_asm, ldmatrix_asm, mma_asm
 
     match s:
         case ir.Ldmatrix():
             return [ldmatrix_asm(s, shared_address(p, s.src, s.address))]
         case ir.Mma():
             return [mma_asm(s)]
+        case ir.CpAsync():
+            return [cp_async_asm(shared_address(p, s.dst, s.dst_index),
+                                 f"&{s.src}[{p.expr(s.src_index)}]")]
+        case ir.StageCommit() | ir.StageWait():
+            return [group_asm(s)]
         case ir.TileApply():
             raise EmitError("opencl-nv does not print TileApply statements (tile patterns are "
                             "printed for CUDA)")

@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from backends.cstyle import EmitError
-from sarek import ir, ir_check
+from sarek import ir, ir_check, stage_copy
 from sarek.coopmat import DeviceSupport
 from sarek.errors import IRError
 from sarek.ir import BinOp, Builtin, ElemType, FragLayout, FragUse, MemSpace
@@ -65,6 +65,7 @@ def lower(kernel: ir.Kernel) -> ir.Kernel:
     """``kernel`` with every fragment statement emulated lane by lane (kernels without
     fragments come back unchanged); ``EmitError`` with the reason for what the emulation
     cannot express."""
+    kernel = stage_copy.synchronous(kernel)  # OpenCL copies complete as they are issued
     stmts = list(walk(kernel.body))
     if any(isinstance(s, ir.TileApply) for s in stmts):
         raise EmitError("portable OpenCL has no ldmatrix/stmatrix: TileApply statements are "

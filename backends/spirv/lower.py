@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from backends.cstyle import EmitError
 from backends.cuda.lower import divisor
-from sarek import ir
+from sarek import ir, stage_copy
 from sarek.ir import ElemType, FragLayout, FragUse
 from sarek.ir_walk import walk
 from sarek.staging import Staging
@@ -44,13 +44,14 @@ PRODUCTS = {
 }
 """The accumulator types each pair of operand types multiplies into."""
 
-_LANE_EXPLICIT = (ir.Ldmatrix, ir.Mma, ir.TileApply, ir.TensorView)
+_LANE_EXPLICIT = (ir.Ldmatrix, ir.Mma, ir.TileApply, ir.TensorView, ir.CpAsync)
 
 
 def lower(kernel: ir.Kernel) -> ir.Kernel:
     """``kernel`` checked for SPIR-V and returned with its fragment statements unchanged
     (subgroup fixed to 32 when a fragment kernel names none); ``EmitError`` with the reason
     for anything a cooperative matrix cannot express."""
+    kernel = stage_copy.synchronous(kernel)  # Vulkan copies complete as they are issued
     stmts = list(walk(kernel.body))
     for s in stmts:
         if isinstance(s, _LANE_EXPLICIT):

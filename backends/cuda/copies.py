@@ -1,0 +1,93 @@
+"""Lowering for CUDA: staged copies into ``cp.async`` 16-byte copies.
+
+A ``StageCopy`` whose rows are contiguous in global memory (a column stride of the literal 1)
+and whose columns split into 16-byte chunks becomes, for each chunk a thread of the block
+takes (chunk ``e = trip * threads + thread``, row-major over the tile):
+
+* one lane-explicit ``CpAsync`` when the whole chunk lies inside the limits and both its
+  source and its destination element indices are multiples of the chunk (16-byte aligned,
+  global arrays being whole allocations);
+* otherwise the chunk's elements one by one, as ``sarek.stage_copy`` copies them (read
+  inside the limits, the fill outside, stored at once).
+
+Any other staged copy becomes ``sarek.stage_copy.element_copy``. ``StageCommit`` and
+``StageWait`` stay: they print as ``cp.async.commit_group`` and ``cp.async.wait_group``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from sarek import dtypes, ir
+from sarek.ir import BinOp, ElemType
+from sarek.ir_build import add, binary, const, is_literal, mul, var
+from sarek.stage_copy import element_copy, element_store, linear_thread, source_index, spread
+
+COPY_BYTES = 16
+I32 = ElemType.I32
+
+
+def lower(kernel: ir.Kernel) -> ir.Kernel:
+    """``kernel`` with its staged copies lowered (as it is when it has none)."""
+    if kernel.block is None:
+        return kernel
+    block = kernel.block
+    body = _block(kernel.body, block)
+    return kernel if body == kernel.body else kernel.model_copy(update={"body": body})
+
+
+def _block(body: tuple[ir.Stmt, ...], block: tuple[int, int, int]) -> tuple[ir.Stmt, ...]:
+    out: list[ir.Stmt] = []
+    for s in body:
+        match s:
+            case ir.StageCopy():
+                out.append(copy(s, block))
+            case ir.For(body=inner) | ir.While(body=inner):
+                out.append(s.model_copy(update={"body": _block(inner, block)}))
+            case ir.If(then=then, orelse=orelse):
+                out.append(s.model_copy(update={"then": _block(then, block),
+                                                "orelse": _block(orelse, block)}))
+            case _:
+                out.append(s)
+    return tuple(out)
+
+
+def chunk(elem: ElemType) -> int:
+    """Elements per 16-byte copy."""
+    return COPY_BYTES // dtypes.numpy_dtype(elem).itemsize
+
+
+def vectorizable(s: ir.StageCopy) -> bool:
+    """Whether tile rows are contiguous in memory and split into whole 16-byte chunks."""
+    width = chunk(s.fill.type)
+    return is_literal(s.src_col_stride, 1) and s.cols % width == 0
+
+
+def copy(s: ir.StageCopy, block: tuple[int, int, int]) -> ir.For:
+    """One staged copy for a block of shape ``block``."""
+    if not vectorizable(s):
+        return element_copy(s, block)
+    width = chunk(s.fill.type)
+    per_row = s.cols // width
+    row, col = var("sk_cr"), var("sk_cc")
+    source, target = var("sk_csrc"), var("sk_cdst")
+
+    def aligned(index: ir.Expr) -> ir.Expr:
+        low = binary(BinOp.AND, index, const(width - 1))
+        return binary(BinOp.EQ, low, const(0))
+
+    whole = binary(BinOp.LAND, binary(BinOp.LT, row, s.row_limit),
+                   binary(BinOp.LE, add(col, const(width)), s.col_limit))
+    fast = binary(BinOp.LAND, whole, binary(BinOp.LAND, aligned(source), aligned(target)))
+    one_by_one = tuple(element_store(s, row, add(col, const(j))) for j in range(width))
+    return spread(s.rows * per_row, math.prod(block), linear_thread(block), [
+        ir.Let(name="sk_cr", type=I32, value=binary(BinOp.DIV, var("sk_ce"), const(per_row))),
+        ir.Let(name="sk_cc", type=I32,
+               value=mul(binary(BinOp.REM, var("sk_ce"), const(per_row)), const(width))),
+        ir.Let(name="sk_csrc", type=I32, value=source_index(s, row, col)),
+        ir.Let(name="sk_cdst", type=I32,
+               value=add(s.dst_offset, add(mul(row, const(s.dst_pitch)), col))),
+        ir.If(cond=fast, then=(ir.CpAsync(dst=s.dst, dst_index=target, src=s.src,
+                                          src_index=source, line=s.line),),
+              orelse=one_by_one),
+    ], "sk_ce")

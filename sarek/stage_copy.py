@@ -1,0 +1,115 @@
+"""Staged copies as plain statements: what ``StageCopy`` means on a target whose copies are
+synchronous, and in the simulator's neutral kernel.
+
+``element_copy`` spreads the tile over the block's invocations, one element per invocation and
+trip (element ``e = trip * threads + thread``, row ``e / cols``, column ``e % cols``), each
+read inside the limits and ``fill`` outside, and stored at once. The group statements
+(``StageCommit``, ``StageWait``) order nothing when every copy is complete as it is issued, so
+``synchronous`` drops them. A target with asynchronous copies (CUDA's ``cp.async``) lowers
+``StageCopy`` itself and keeps the group statements.
+"""
+
+from __future__ import annotations
+
+import math
+
+from sarek import ir
+from sarek.ir import BinOp, Builtin, ElemType
+from sarek.ir_build import add, binary, const, is_literal, mul, var
+
+I32 = ElemType.I32
+
+
+def linear_thread(block: tuple[int, int, int]) -> ir.Expr:
+    """The invocation's index in its block (x fastest), for a kernel written for ``block``."""
+    def builtin(which: Builtin) -> ir.Expr:
+        return ir.BuiltinValue(which=which)
+
+    out = builtin(Builtin.THREAD_IDX_X)
+    if block[1] * block[2] > 1:
+        y = add(builtin(Builtin.THREAD_IDX_Y),
+                mul(const(block[1]), builtin(Builtin.THREAD_IDX_Z)))
+        out = add(out, mul(const(block[0]), y))
+    return out
+
+
+def source_index(s: ir.StageCopy, row: ir.Expr, col: ir.Expr) -> ir.Expr:
+    """The element of ``s.src`` that tile element (``row``, ``col``) reads."""
+    def scaled(x: ir.Expr, stride: ir.Expr) -> ir.Expr:
+        return x if is_literal(stride, 1) else mul(x, stride)
+
+    return add(add(s.src_offset, scaled(row, s.src_row_stride)), scaled(col, s.src_col_stride))
+
+
+def inside(s: ir.StageCopy, row: ir.Expr, col: ir.Expr) -> ir.Expr:
+    """Whether tile element (``row``, ``col``) is read (else it is ``s.fill``)."""
+    return binary(BinOp.LAND, binary(BinOp.LT, row, s.row_limit),
+                  binary(BinOp.LT, col, s.col_limit))
+
+
+def element_store(s: ir.StageCopy, row: ir.Expr, col: ir.Expr) -> ir.Store:
+    """Tile element (``row``, ``col``) into ``s.dst``: read inside the limits, else the fill."""
+    elem = s.fill.type
+    value = ir.Select(cond=inside(s, row, col),
+                      a=ir.Load(array=s.src, index=source_index(s, row, col), type=elem),
+                      b=s.fill, type=elem)
+    at = add(s.dst_offset, add(mul(row, const(s.dst_pitch)), col))
+    return ir.Store(array=s.dst, index=at, value=value, line=s.line)
+
+
+def spread(items: int, threads: int, thread: ir.Expr, body: list[ir.Stmt], index: str
+           ) -> ir.For:
+    """``for q in range(ceil(items / threads)): index = q * threads + thread; body`` with the
+    body guarded by ``index < items`` when the items do not divide among the threads."""
+    e = add(mul(var("sk_cq"), const(threads)), thread)
+    inner: tuple[ir.Stmt, ...] = tuple(body)
+    if items % threads:
+        inner = (ir.If(cond=binary(BinOp.LT, var(index), const(items)), then=inner),)
+    return ir.For(var="sk_cq", start=const(0), stop=const(math.ceil(items / threads)),
+                  step=const(1), body=(ir.Let(name=index, type=I32, value=e), *inner))
+
+
+def element_copy(s: ir.StageCopy, block: tuple[int, int, int]) -> ir.For:
+    """``s`` as a loop of single-element copies over a block of shape ``block``."""
+    cols = const(s.cols)
+    row, col = var("sk_cr"), var("sk_cc")
+    return spread(s.rows * s.cols, math.prod(block), linear_thread(block), [
+        ir.Let(name="sk_cr", type=I32, value=binary(BinOp.DIV, var("sk_ce"), cols)),
+        ir.Let(name="sk_cc", type=I32, value=binary(BinOp.REM, var("sk_ce"), cols)),
+        element_store(s, row, col),
+    ], "sk_ce")
+
+
+def synchronous(kernel: ir.Kernel) -> ir.Kernel:
+    """``kernel`` with every ``StageCopy`` an ``element_copy`` and the group statements
+    dropped (a kernel without staged copies comes back as it is)."""
+    if kernel.block is None or not _has_stages(kernel.body):
+        return kernel
+    return kernel.model_copy(update={"body": _expand(kernel.body, kernel.block)})
+
+
+_GROUPS = (ir.StageCommit, ir.StageWait)
+
+
+def _has_stages(body: tuple[ir.Stmt, ...]) -> bool:
+    from sarek.ir_walk import walk
+
+    return any(isinstance(s, (ir.StageCopy, *_GROUPS)) for s in walk(body))
+
+
+def _expand(body: tuple[ir.Stmt, ...], block: tuple[int, int, int]) -> tuple[ir.Stmt, ...]:
+    out: list[ir.Stmt] = []
+    for s in body:
+        match s:
+            case ir.StageCopy():
+                out.append(element_copy(s, block))
+            case ir.StageCommit() | ir.StageWait():
+                pass
+            case ir.For(body=inner) | ir.While(body=inner):
+                out.append(s.model_copy(update={"body": _expand(inner, block)}))
+            case ir.If(then=then, orelse=orelse):
+                out.append(s.model_copy(update={"then": _expand(then, block),
+                                                "orelse": _expand(orelse, block)}))
+            case _:
+                out.append(s)
+    return tuple(out)
