@@ -139,6 +139,7 @@ class Device:
         from backends.cuda.emit import emit
         from backends.cuda.nvrtc import compile_cubin
         from backends.cuda.run import launch_cubin
+        from backends.cuda.shared import dynamic_bytes
 
         source = emit(launch.kernel)
         if source not in self.cubins:
@@ -149,7 +150,7 @@ class Device:
             value = launch.args[p.name]
             params.append(np.asarray(value, dt) if hasattr(value, "shape") else dt.type(value))
         out = launch_cubin(self.cubins[source], launch.kernel.name, params, launch.grid,
-                           launch.block)
+                           launch.block, dynamic_bytes(launch.kernel))
         result = out[[p.name for p in launch.kernel.params].index("c")]
         assert result is not None
         return result

@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 from backends.cuda.emit import emit  # noqa: E402
 from backends.cuda.nvrtc import compile_cubin  # noqa: E402
 from backends.cuda.run import device_arch, device_name, launch_cubin, time_cubin  # noqa: E402
+from backends.cuda.shared import dynamic_bytes  # noqa: E402
 from backends.registry import target  # noqa: E402
 from sarek.dsl import numpy_dtype  # noqa: E402
 from sarek.errors import SarekError  # noqa: E402
@@ -56,13 +57,14 @@ def _compiled(launch: Launch, arch: str) -> tuple[bytes, list[Any]]:
 def kernel_seconds(launch: Launch, arch: str) -> float:
     cubin, params = _compiled(launch, arch)
     return statistics.median(time_cubin(cubin, launch.kernel.name, params, launch.grid,
-                                        launch.block, REPEATS))
+                                        launch.block, REPEATS, dynamic_bytes(launch.kernel)))
 
 
 def kernel_output(launch: Launch, arch: str, array: str) -> np.ndarray:
     """``array`` after one launch on the device (its bit pattern)."""
     cubin, params = _compiled(launch, arch)
-    out = launch_cubin(cubin, launch.kernel.name, params, launch.grid, launch.block)
+    out = launch_cubin(cubin, launch.kernel.name, params, launch.grid, launch.block,
+                       dynamic_bytes(launch.kernel))
     index = [p.name for p in launch.kernel.params].index(array)
     result = out[index]
     assert result is not None

@@ -11,9 +11,12 @@ so that nothing is contracted into an FMA, tile patterns become one inline-PTX
 
 from __future__ import annotations
 
+import dataclasses
+
 from backends import cstyle
 from backends.c_helpers import helpers
 from backends.cstyle import Dialect, EmitError, Printer, render
+from backends.cuda import shared
 from backends.cuda.lower import lower
 from sarek import atoms, ir, ir_check, tile
 from sarek.ir import BinOp, Builtin, ElemType, MathFn
@@ -210,8 +213,22 @@ DIALECT = Dialect(
 
 
 def print_kernel(kernel: ir.Kernel) -> str:
-    """A kernel without neutral fragments (original, or lowered for CUDA) as CUDA C++."""
-    return render(kernel, DIALECT)
+    """A kernel without neutral fragments (original, or lowered for CUDA) as CUDA C++; shared
+    arrays past 48 KiB in all come out of one dynamic allocation (``backends.cuda.shared``)."""
+    layout = shared.offsets(kernel)
+    if layout is None:
+        return render(kernel, DIALECT)
+
+    def hook(p: Printer, s: ir.Stmt) -> list[str] | None:
+        if not (isinstance(s, ir.ArrayDecl) and s.space is ir.MemSpace.SHARED):
+            return _hook(p, s)
+        p.arrays[s.name] = s
+        t, offset = p.mem_t(s.elem), layout[s.name]
+        first = [f"extern __shared__ __align__(16) unsigned char {shared.DYNAMIC}[];"]
+        return [*(first if offset == 0 else []),
+                f"{t}* const {s.name} = ({t}*)({shared.DYNAMIC} + {offset});"]
+
+    return render(kernel, dataclasses.replace(DIALECT, stmt_hook=hook))
 
 
 def emit(kernel: ir.Kernel) -> str:

@@ -15,6 +15,7 @@ import numpy as np
 
 from backends.cuda.emit import emit
 from backends.cuda.nvrtc import compile_cubin, nvrtc_available
+from backends.cuda.shared import dynamic_bytes
 from sarek import ir
 from sarek.dtypes import numpy_dtype
 from sarek.errors import SarekError
@@ -87,7 +88,7 @@ def run(kernel: ir.Kernel, args: Sequence[Any] | Mapping[str, Any], grid: tuple[
             params.append(np.asarray(values[p.name], dtype=dt))
         else:
             params.append(dt.type(values[p.name]))
-    out = launch_cubin(cubin, kernel.name, params, grid, block)
+    out = launch_cubin(cubin, kernel.name, params, grid, block, dynamic_bytes(kernel))
     return {p.name: arr for p, arr in zip(kernel.params, out, strict=True)
             if isinstance(p, ir.ArrayParam) and arr is not None}
 
@@ -99,22 +100,23 @@ class _Loaded:
     function: Any
     pointers: np.ndarray  # the kernel-parameter pointer array cuLaunchKernel takes
     buffers: list[tuple[Any, np.ndarray] | None]  # per parameter: device copy and host array
+    shared_bytes: int  # dynamic shared memory per block
 
     def launch(self, grid: tuple[int, ...], block: tuple[int, ...]) -> None:
         from cuda.bindings import driver as cu
 
         g, b = (*grid, 1, 1)[:3], (*block, 1, 1)[:3]
         if all(g):
-            _check(cu.cuLaunchKernel(self.function, *g, *b, 0, 0, self.pointers.ctypes.data,
-                                     0), "cuLaunchKernel")
+            _check(cu.cuLaunchKernel(self.function, *g, *b, self.shared_bytes, 0,
+                                     self.pointers.ctypes.data, 0), "cuLaunchKernel")
 
 
 @contextmanager
-def _loaded(cubin: bytes, name: str, params: Sequence[np.ndarray | np.generic]
-            ) -> Iterator[_Loaded]:
-    """Loads ``cubin`` in device 0's primary context and copies the array parameters to the
-    device (scalars are passed by value, the driver copying their bytes); frees everything
-    afterwards."""
+def _loaded(cubin: bytes, name: str, params: Sequence[np.ndarray | np.generic],
+            shared_bytes: int = 0) -> Iterator[_Loaded]:
+    """Loads ``cubin`` in device 0's primary context (raising the kernel's dynamic shared
+    memory limit to ``shared_bytes``) and copies the array parameters to the device (scalars
+    are passed by value, the driver copying their bytes); frees everything afterwards."""
     from cuda.bindings import driver as cu
 
     _check(cu.cuInit(0), "cuInit")
@@ -125,6 +127,10 @@ def _loaded(cubin: bytes, name: str, params: Sequence[np.ndarray | np.generic]
     buffers: list[tuple[Any, np.ndarray] | None] = []
     try:
         function = _check(cu.cuModuleGetFunction(module, name.encode()), "cuModuleGetFunction")
+        if shared_bytes:
+            _check(cu.cuFuncSetAttribute(
+                function, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                shared_bytes), "cuFuncSetAttribute")
         holders: list[np.ndarray] = []
         for value in params:
             if isinstance(value, np.ndarray):
@@ -138,7 +144,7 @@ def _loaded(cubin: bytes, name: str, params: Sequence[np.ndarray | np.generic]
                 buffers.append(None)
                 holders.append(np.array([value]))
         pointers = np.array([h.ctypes.data for h in holders], dtype=np.uint64)
-        yield _Loaded(function, pointers, buffers)
+        yield _Loaded(function, pointers, buffers, shared_bytes)
     finally:
         for entry in buffers:
             if entry is not None:
@@ -147,13 +153,15 @@ def _loaded(cubin: bytes, name: str, params: Sequence[np.ndarray | np.generic]
 
 
 def launch_cubin(cubin: bytes, name: str, params: Sequence[np.ndarray | np.generic],
-                 grid: tuple[int, ...], block: tuple[int, ...]) -> list[np.ndarray | None]:
-    """Launches kernel ``name`` of ``cubin`` once on device 0: an array parameter is copied to
+                 grid: tuple[int, ...], block: tuple[int, ...], shared_bytes: int = 0
+                 ) -> list[np.ndarray | None]:
+    """Launches kernel ``name`` of ``cubin`` once on device 0 with ``shared_bytes`` of dynamic
+    shared memory (``backends.cuda.shared.dynamic_bytes``): an array parameter is copied to
     the device and its contents after the launch come back (in the same position of the
     result), a NumPy scalar is passed by value (None in the result)."""
     from cuda.bindings import driver as cu
 
-    with _loaded(cubin, name, params) as k:
+    with _loaded(cubin, name, params, shared_bytes) as k:
         k.launch(grid, block)
         _check(cu.cuCtxSynchronize(), "cuCtxSynchronize")
         out: list[np.ndarray | None] = []
@@ -170,13 +178,13 @@ def launch_cubin(cubin: bytes, name: str, params: Sequence[np.ndarray | np.gener
 
 
 def time_cubin(cubin: bytes, name: str, params: Sequence[np.ndarray | np.generic],
-               grid: tuple[int, ...], block: tuple[int, ...], repeats: int = 10
-               ) -> list[float]:
+               grid: tuple[int, ...], block: tuple[int, ...], repeats: int = 10,
+               shared_bytes: int = 0) -> list[float]:
     """Seconds per launch of kernel ``name`` over the same device copies of ``params``, timed
     with CUDA events after one warm-up launch: one figure per repeat."""
     from cuda.bindings import driver as cu
 
-    with _loaded(cubin, name, params) as k:
+    with _loaded(cubin, name, params, shared_bytes) as k:
         start, stop = (_check(cu.cuEventCreate(0), "cuEventCreate") for _ in range(2))
         times = []
         for i in range(repeats + 1):

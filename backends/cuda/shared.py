@@ -1,0 +1,49 @@
+"""Where a CUDA kernel's shared arrays live.
+
+Up to ``STATIC_BYTES`` (48 KiB, the most a kernel may declare statically) each shared array is
+a ``__shared__`` declaration. Beyond, every shared array is carved, in declaration order and at
+its own alignment, out of one dynamic allocation (``extern __shared__``), which the launch
+asks for by size after raising the kernel's limit (``cuFuncSetAttribute``), up to
+``MAX_BYTES``, the most an sm_90 block may opt in to.
+"""
+
+from __future__ import annotations
+
+from backends.cstyle import EmitError
+from sarek import dtypes, ir
+from sarek.ir import MemSpace
+from sarek.ir_walk import walk
+
+STATIC_BYTES = 48 * 1024
+MAX_BYTES = 227 * 1024
+DYNAMIC = "sk_dynamic"  # the name of the one dynamic allocation
+
+
+def _shared(kernel: ir.Kernel) -> list[ir.ArrayDecl]:
+    return [s for s in walk(kernel.body)
+            if isinstance(s, ir.ArrayDecl) and s.space is MemSpace.SHARED]
+
+
+def offsets(kernel: ir.Kernel) -> dict[str, int] | None:
+    """The byte offset of each shared array in the dynamic allocation, or None when the
+    kernel's shared arrays fit in static declarations; ``EmitError`` past ``MAX_BYTES``."""
+    out: dict[str, int] = {}
+    end = 0
+    for decl in _shared(kernel):
+        align = max(decl.align, 16)
+        start = -(-end // align) * align
+        out[decl.name] = start
+        end = start + decl.size * dtypes.numpy_dtype(decl.elem).itemsize
+    if end > MAX_BYTES:
+        raise EmitError(f"kernel {kernel.name!r} needs {end} bytes of shared memory; a CUDA "
+                        f"block has at most {MAX_BYTES}")
+    return out if end > STATIC_BYTES else None
+
+
+def dynamic_bytes(kernel: ir.Kernel) -> int:
+    """Bytes of dynamic shared memory a launch of ``kernel`` asks for (0: none)."""
+    layout = offsets(kernel)
+    if layout is None:
+        return 0
+    last = max(_shared(kernel), key=lambda d: layout[d.name])
+    return layout[last.name] + last.size * dtypes.numpy_dtype(last.elem).itemsize

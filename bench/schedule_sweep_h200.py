@@ -1,0 +1,93 @@
+"""Schedules on the H200: every candidate schedule of every lowering at one size, timed side by
+side, each output checked bit for bit against the seed schedule's on the device.
+
+Every schedule takes each output's products in the same order, so each must give the seed's
+bits. Prints a table and writes bench/results/schedule_sweep_h200.json (medians of
+``gpu_speed_h200.REPEATS`` launches, TFLOP/s at 2mnk). CUDA's staging policy
+(``backends/cuda/lower.py``) names the fastest for large regions.
+
+    python bench/schedule_sweep_h200.py [--n 4096] [--lowering F16_operands ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from gpu_speed_h200 import kernel_output, kernel_seconds  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from backends.cuda.run import device_arch, device_name  # noqa: E402
+from backends.registry import target  # noqa: E402
+from sarek.errors import SarekError  # noqa: E402
+from sarek.loader import load_module  # noqa: E402
+from sarek.matrix_pattern import recognize  # noqa: E402
+from sarek.matrix_rewrite import rewrite_launch  # noqa: E402
+from sarek.matrix_scheme import Lowering  # noqa: E402
+from sarek.schedule import SEED, Schedule  # noqa: E402
+
+CANDIDATES = (
+    SEED, Schedule(tile=128, step=16),
+    Schedule(step=32, stages=3), Schedule(step=32, stages=4),
+    Schedule(tile=128, step=16, stages=3), Schedule(tile=128, step=16, stages=4),
+    Schedule(tile=128, step=32, stages=2), Schedule(tile=128, step=32, stages=3),
+    Schedule(tile=128, step=32, stages=4), Schedule(tile=128, step=64, stages=2),
+    Schedule(tile=128, step=64, stages=3),
+)
+EXAMPLE = {Lowering.F16_OPERANDS: "gemm_f16", Lowering.BF16_OPERANDS: "gemm_f32",
+           Lowering.BF16X3_OPERANDS: "gemm_f32", Lowering.INT32_BYTE_PLANES: "gemm_i32"}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=4096)
+    parser.add_argument("--lowering", action="append", choices=[x.value for x in Lowering])
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results"
+                        / "schedule_sweep_h200.json")
+    args = parser.parse_args()
+    n, arch, staging = args.n, device_arch(), target("cuda").staging
+    lowerings = [Lowering(x) for x in args.lowering] if args.lowering else list(Lowering)
+    table = Table(title=f"schedules at {n}^3 on {device_name()}")
+    for col in ("lowering", "schedule", "ms", "TFLOP/s", "x seed", "bits = seed"):
+        table.add_column(col)
+    rows: list[dict[str, Any]] = []
+    for lowering in lowerings:
+        launch = load_module(ROOT / "examples" / f"{EXAMPLE[lowering]}.py").make(n, n, n)
+        c = recognize(launch.kernel).c.array
+        seed = rewrite_launch(launch, lowering=lowering, staging=staging, schedule=SEED).launch
+        seed_c = kernel_output(seed, arch, c)
+        seed_s = kernel_seconds(seed, arch)
+        for schedule in CANDIDATES:
+            row: dict[str, Any] = {"lowering": lowering.value, "schedule": schedule.name}
+            try:
+                rw = rewrite_launch(launch, lowering=lowering, staging=staging,
+                                    schedule=schedule).launch
+                s = seed_s if schedule == SEED else kernel_seconds(rw, arch)
+                same = schedule == SEED or bool(np.array_equal(kernel_output(rw, arch, c),
+                                                               seed_c))
+                row |= {"median_s": s, "tflops": 2.0 * n**3 / s / 1e12,
+                        "vs_seed": seed_s / s, "bit_identical_to_seed": same}
+                table.add_row(lowering.value, schedule.name, f"{s * 1e3:.3f}",
+                              f"{row['tflops']:.1f}", f"{row['vs_seed']:.2f}", str(same))
+            except SarekError as e:  # too much shared memory, a schedule refused
+                row["error"] = e.reason.splitlines()[0][:200]
+                table.add_row(lowering.value, schedule.name, "-", "-", "-", row["error"][:60])
+            rows.append(row)
+    Console(width=120).print(table)
+    args.out.write_text(json.dumps({"device": device_name(), "arch": arch, "n": n,
+                                    "rows": rows}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
