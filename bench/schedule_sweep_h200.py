@@ -52,6 +52,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=4096)
     parser.add_argument("--lowering", action="append", choices=[x.value for x in Lowering])
+    parser.add_argument("--schedule", action="append", help="only these (Schedule.name)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results"
                         / "schedule_sweep_h200.json")
     args = parser.parse_args()
@@ -68,6 +69,8 @@ def main() -> int:
         seed_c = kernel_output(seed, arch, c)
         seed_s = kernel_seconds(seed, arch)
         for schedule in CANDIDATES:
+            if args.schedule and schedule.name not in args.schedule and schedule != SEED:
+                continue
             row: dict[str, Any] = {"lowering": lowering.value, "schedule": schedule.name}
             try:
                 rw = rewrite_launch(launch, lowering=lowering, staging=staging,

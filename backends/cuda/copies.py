@@ -63,8 +63,10 @@ def vectorizable(s: ir.StageCopy) -> bool:
     return is_literal(s.src_col_stride, 1) and s.cols % width == 0
 
 
-def copy(s: ir.StageCopy, block: tuple[int, int, int]) -> ir.For:
-    """One staged copy for a block of shape ``block``."""
+def copy(s: ir.StageCopy, block: tuple[int, int, int]) -> ir.Stmt:
+    """One staged copy for a block of shape ``block``: when the whole tile is inside the
+    limits and its rows start aligned (a condition the same for the whole block), every chunk
+    is one ``CpAsync`` without further checks; otherwise each chunk is checked."""
     if not vectorizable(s):
         return element_copy(s, block)
     width = chunk(s.fill.type)
@@ -76,18 +78,67 @@ def copy(s: ir.StageCopy, block: tuple[int, int, int]) -> ir.For:
         low = binary(BinOp.AND, index, const(width - 1))
         return binary(BinOp.EQ, low, const(0))
 
-    whole = binary(BinOp.LAND, binary(BinOp.LT, row, s.row_limit),
-                   binary(BinOp.LE, add(col, const(width)), s.col_limit))
-    fast = binary(BinOp.LAND, whole, binary(BinOp.LAND, aligned(source), aligned(target)))
+    def both(a: ir.Expr, b: ir.Expr) -> ir.Expr:
+        return binary(BinOp.LAND, a, b)
+
+    def chunks(body: list[ir.Stmt]) -> ir.For:
+        return spread(s.rows * per_row, math.prod(block), linear_thread(block), [
+            ir.Let(name="sk_cr", type=I32,
+                   value=binary(BinOp.DIV, var("sk_ce"), const(per_row))),
+            ir.Let(name="sk_cc", type=I32,
+                   value=mul(binary(BinOp.REM, var("sk_ce"), const(per_row)), const(width))),
+            ir.Let(name="sk_csrc", type=I32, value=source_index(s, row, col)),
+            ir.Let(name="sk_cdst", type=I32,
+                   value=add(s.dst_offset, add(mul(row, const(s.dst_pitch)), col))),
+            *body], "sk_ce")
+
+    cp_async = ir.CpAsync(dst=s.dst, dst_index=target, src=s.src, src_index=source,
+                          line=s.line)
+    whole = both(binary(BinOp.LT, row, s.row_limit),
+                 binary(BinOp.LE, add(col, const(width)), s.col_limit))
+    fast = both(whole, both(aligned(source), aligned(target)))
     one_by_one = tuple(element_store(s, row, add(col, const(j))) for j in range(width))
-    return spread(s.rows * per_row, math.prod(block), linear_thread(block), [
-        ir.Let(name="sk_cr", type=I32, value=binary(BinOp.DIV, var("sk_ce"), const(per_row))),
+    checked = chunks([ir.If(cond=fast, then=(cp_async,), orelse=one_by_one)])
+    if s.dst_pitch % width:
+        return checked
+    # Every chunk passes ``fast`` when the tile is whole and its first row's start, the row
+    # stride and the destination offset are multiples of the chunk.
+    tile_whole = both(binary(BinOp.GE, s.row_limit, const(s.rows)),
+                      binary(BinOp.GE, s.col_limit, const(s.cols)))
+    starts = both(aligned(s.src_offset), both(aligned(s.src_row_stride), aligned(s.dst_offset)))
+    return ir.If(cond=both(tile_whole, starts), then=_unchecked(s, block, per_row, width),
+                 orelse=(checked,))
+
+
+def _unchecked(s: ir.StageCopy, block: tuple[int, int, int], per_row: int, width: int
+               ) -> tuple[ir.Stmt, ...]:
+    """Every chunk of a whole, aligned tile as one ``CpAsync``. When the block's threads
+    cover whole rows of chunks, a thread's chunks lie in one column, ``threads / per_row``
+    rows apart: their addresses are its first chunk's plus a constant step per trip."""
+    threads = math.prod(block)
+    chunks = s.rows * per_row
+    thread = linear_thread(block)
+    if threads % per_row:
+        return (spread(chunks, threads, thread, [
+            ir.Let(name="sk_cr", type=I32, value=binary(BinOp.DIV, var("sk_ce"), const(per_row))),
+            ir.Let(name="sk_cc", type=I32,
+                   value=mul(binary(BinOp.REM, var("sk_ce"), const(per_row)), const(width))),
+            _cp_async(s, var("sk_cr"), var("sk_cc"))], "sk_ce"),)
+    rows_apart = threads // per_row
+    first = [
+        ir.Let(name="sk_cr", type=I32, value=binary(BinOp.DIV, thread, const(per_row))),
         ir.Let(name="sk_cc", type=I32,
-               value=mul(binary(BinOp.REM, var("sk_ce"), const(per_row)), const(width))),
-        ir.Let(name="sk_csrc", type=I32, value=source_index(s, row, col)),
-        ir.Let(name="sk_cdst", type=I32,
-               value=add(s.dst_offset, add(mul(row, const(s.dst_pitch)), col))),
-        ir.If(cond=fast, then=(ir.CpAsync(dst=s.dst, dst_index=target, src=s.src,
-                                          src_index=source, line=s.line),),
-              orelse=one_by_one),
-    ], "sk_ce")
+               value=mul(binary(BinOp.REM, thread, const(per_row)), const(width))),
+    ]
+    row = add(var("sk_cr"), mul(var("sk_cq"), const(rows_apart)))
+    body: list[ir.Stmt] = [_cp_async(s, row, var("sk_cc"))]
+    if chunks % threads:
+        body = [ir.If(cond=binary(BinOp.LT, row, const(s.rows)), then=tuple(body))]
+    return (*first, ir.For(var="sk_cq", start=const(0), stop=const(math.ceil(chunks / threads)),
+                           step=const(1), body=tuple(body)))
+
+
+def _cp_async(s: ir.StageCopy, row: ir.Expr, col: ir.Expr) -> ir.CpAsync:
+    return ir.CpAsync(dst=s.dst, dst_index=add(s.dst_offset, add(mul(row, const(s.dst_pitch)),
+                                                                 col)),
+                      src=s.src, src_index=source_index(s, row, col), line=s.line)

@@ -1,0 +1,59 @@
+"""One rewritten kernel launched a few times on the device, for a profiler to look at.
+
+    ncu --clock-control none --section SpeedOfLight --section WarpStateStats \
+        python bench/profile_h200.py --lowering F16_operands --schedule t128k64s3 [--n 4096]
+
+Prints the kernel's name, its median time over the launches (CUDA events) and its TFLOP/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from gpu_speed_h200 import kernel_seconds  # noqa: E402
+from schedule_sweep_h200 import EXAMPLE  # noqa: E402
+
+from backends.cuda.run import device_arch  # noqa: E402
+from backends.registry import target  # noqa: E402
+from sarek.loader import load_module  # noqa: E402
+from sarek.matrix_rewrite import rewrite_launch  # noqa: E402
+from sarek.matrix_scheme import Lowering  # noqa: E402
+from sarek.schedule import Schedule  # noqa: E402
+
+_NAME = re.compile(r"t(\d+)k(\d+)(p?)(?:s(\d))?$")
+
+
+def schedule(name: str) -> Schedule:
+    """The schedule a name such as ``t128k64s3`` stands for (``Schedule.name``)."""
+    m = _NAME.match(name)
+    if m is None:
+        raise SystemExit(f"not a schedule name: {name!r} (for example t128k64s3)")
+    return Schedule(tile=int(m[1]), step=int(m[2]), prefetch=bool(m[3]),
+                    stages=int(m[4] or 1))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=4096)
+    parser.add_argument("--lowering", required=True, choices=[x.value for x in Lowering])
+    parser.add_argument("--schedule", required=True)
+    args = parser.parse_args()
+    lowering = Lowering(args.lowering)
+    launch = load_module(ROOT / "examples" / f"{EXAMPLE[lowering]}.py").make(args.n, args.n,
+                                                                             args.n)
+    rw = rewrite_launch(launch, lowering=lowering, staging=target("cuda").staging,
+                        schedule=schedule(args.schedule)).launch
+    s = kernel_seconds(rw, device_arch())
+    print(f"{rw.kernel.name}: {s * 1e3:.3f} ms, {2.0 * args.n**3 / s / 1e12:.1f} TFLOP/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
