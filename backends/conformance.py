@@ -72,6 +72,8 @@ class Size:
 RAGGED = Size(70, 45, 33, purpose="ragged: no extent a multiple of a tile")
 LARGE_TILES = Size(150, 133, 70,
                    purpose="more than one large tile each way, a partial last step")
+ALIGNED_TILES = Size(256, 136, 136, purpose="large tiles of 16-byte aligned rows (staged by "
+                     "asynchronous copies where a target has them), a partial last tile and step")
 SIZES = (
     RAGGED,
     Size(128, 96, 64, purpose="whole 64x64 block tiles and reduction steps"),
@@ -170,7 +172,7 @@ def matrix(target: Target, examples: Path, *, quick: bool = False,
         # at sizes the simulator can afford: more than one large tile each way.
         large = dict(target.staging.large)
         cases += [Case(path, size, low, sg, frag, large[low.value])
-                  for size in (() if quick else (LARGE_TILES, RAGGED))
+                  for size in (() if quick else (LARGE_TILES, ALIGNED_TILES, RAGGED))
                   for low, sg, frag in variants[1:] if low is not None and low.value in large]
     return cases
 

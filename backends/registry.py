@@ -71,6 +71,7 @@ def _metal() -> Target:
 
 def _opencl_nv() -> Target:
     """CUDA's target with another printer and runner: one lowering, two printers."""
+    from backends.cuda import lower as cuda_lower
     from backends.opencl.emit import print_nv
     from backends.opencl.run import nv_available, run_nv
 
@@ -78,7 +79,8 @@ def _opencl_nv() -> Target:
         _made("cuda"), name="opencl-nv",
         description="OpenCL C with inline PTX (the CUDA lowering: ldmatrix + mma.sync "
                     "m16n8k16) through NVIDIA's OpenCL",
-        print_lowered=print_nv, run=run_nv, device_reason=nv_available)
+        print_lowered=print_nv, run=run_nv, device_reason=nv_available,
+        staging=cuda_lower.NV_STAGING)
 
 
 def _opencl() -> Target:

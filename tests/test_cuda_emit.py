@@ -33,6 +33,34 @@ def test_every_gemm_example_compiles(name: str, arch: str) -> None:
     assert compile_cubin(emit(kernel), arch)[:4] == b"\x7fELF"
 
 
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_shared_arrays_past_48_kib_come_from_one_dynamic_allocation(arch: str) -> None:
+    from backends.cuda import shared
+    from backends.registry import target
+    from sarek.matrix_rewrite import rewrite_launch
+    from sarek.schedule import Schedule
+
+    launch = rewrite_launch(example("gemm_f16").make(64, 64, 64),
+                            staging=target("cuda").staging,
+                            schedule=Schedule(tile=128, step=64, stages=2)).launch
+    src = emit(launch.kernel)
+    # A: 2 x 128 x (64 + 8) halves, B: 2 x 64 x (128 + 8) halves, the exchange: 4 x 256 f32
+    assert shared.dynamic_bytes(launch.kernel) == 2 * (2 * 128 * 72 + 2 * 64 * 136) + 4096
+    assert "extern __shared__ __align__(16) unsigned char sk_dynamic[];" in src
+    assert "__shared__ __align__(16) unsigned short" not in src
+    assert compile_cubin(src, arch)[:4] == b"\x7fELF"
+
+
+def test_more_shared_memory_than_a_block_has_is_refused_with_the_size() -> None:
+    from backends.cstyle import EmitError
+    from sarek import ir
+
+    huge = ir.Kernel(name="k", params=(), body=(ir.ArrayDecl(
+        name="s", elem=ir.ElemType.F32, size=60_000, space=ir.MemSpace.SHARED),))
+    with pytest.raises(EmitError, match="240000 bytes of shared memory"):
+        emit(huge)
+
+
 def test_seed_example_emits_two_x2_loads_and_no_x4() -> None:
     src = emit(example("ldmatrix_interleaved").ldmatrix_interleaved.ir)
     x2 = r"asm volatile\(\"ldmatrix\.sync\.aligned\.m8n8\.x2\.shared\.b16"

@@ -24,7 +24,9 @@ from sarek.staging import Staging
 
 SCHEDULES = [LARGE, Schedule(tile=128, step=16), Schedule(tile=64, step=32),
              Schedule(tile=64, step=64), Schedule(prefetch=True),
-             Schedule(tile=128, step=16, prefetch=True), Schedule(tile=128, step=32, prefetch=True)]
+             Schedule(tile=128, step=16, prefetch=True), Schedule(tile=128, step=32, prefetch=True),
+             Schedule(stages=2), Schedule(step=32, stages=3), Schedule(tile=128, step=64, stages=2),
+             Schedule(tile=128, step=16, stages=4)]
 SIZE = (150, 133, 70)  # more than one large tile each way, ragged, a partial last step
 CONFIGS = [(32, 16), (64, 8)]
 
@@ -60,6 +62,33 @@ def test_a_schedule_that_does_not_divide_is_refused_with_the_reason() -> None:
     with pytest.raises(RewriteError, match="block tiles of 64 or 128"):
         kernel(launch.kernel, recognize(launch.kernel), Lowering.F16_OPERANDS,
                schedule=Schedule(tile=96))
+
+
+def test_a_schedule_keeps_one_to_four_steps_in_shared_memory_and_does_not_also_prefetch(
+        ) -> None:
+    launch = example("gemm_f16").make(8, 8, 8)
+    with pytest.raises(RewriteError, match="1 to 4 steps"):
+        kernel(launch.kernel, recognize(launch.kernel), Lowering.F16_OPERANDS,
+               schedule=Schedule(stages=5))
+    with pytest.raises(RewriteError, match="not both"):
+        kernel(launch.kernel, recognize(launch.kernel), Lowering.F16_OPERANDS,
+               schedule=Schedule(stages=2, prefetch=True))
+
+
+def test_a_pipelined_schedule_stages_operands_of_their_own_type_by_staged_copies() -> None:
+    from sarek import ir
+    from sarek.ir_walk import walk
+
+    def copies(name: str, lowering: Lowering) -> int:
+        launch = example(name).make(8, 8, 8)
+        rw = kernel(launch.kernel, recognize(launch.kernel), lowering,
+                    schedule=Schedule(stages=3))
+        return sum(isinstance(s, ir.StageCopy) for s in walk(rw.body))
+
+    # A and B once before the loop per step issued ahead (two), and once in the loop.
+    assert copies("gemm_f16", Lowering.F16_OPERANDS) == 2 * 3
+    assert copies("gemm_f32", Lowering.BF16_OPERANDS) == 0  # f32 converted on the way in
+    assert copies("gemm_i32", Lowering.INT32_BYTE_PLANES) == 0
 
 
 def test_rewrite_launch_takes_the_targets_large_schedule_for_large_regions_only() -> None:

@@ -36,17 +36,24 @@ from sarek.staging import Staging
 SUBGROUPS = (32,)
 FRAGMENTS = (16,)
 STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True, large=(
-    ("F16_operands", Schedule(tile=128, step=16)),
+    ("F16_operands", Schedule(tile=128, step=64, stages=2)),
     ("Bf16_operands", Schedule(tile=128, step=16)),
     ("Bf16x3_operands", Schedule(tile=128, step=16)),
 ))
 """Padded 16-bit rows put the 8 rows one ldmatrix reads in distinct banks; 8-bit B staged
 column-major lets ldmatrix deliver B's k-consecutive bytes. Large regions take the schedule
-that measured fastest on the H200 at 4096^3 (``bench/gpu_speed_h200.py``'s sweep, one run):
-128x128 tiles with 16-deep steps for the 16-bit lowerings (1.24x, 1.20x and 1.27x the seed's
-for F16, Bf16, Bf16x3); deeper steps and register prefetching were slower (registers spill),
-and the byte planes' four accumulators per fragment spill at 128x128, so they keep the
-seed's."""
+that measured fastest on the H200 at 4096^3 (``bench/schedule_sweep_h200.py``, one run): for
+F16, whose operands are staged as they are, 128x128 tiles with two 64-deep steps in shared
+memory, copied by ``cp.async`` (4.8x the seed's); for Bf16 and Bf16x3, whose f32 operands are
+converted on the way in (synchronously, so deeper pipelines only cost shared memory), 128x128
+tiles with 16-deep steps; the byte planes' four accumulators per fragment spill at 128x128,
+so they keep the seed's."""
+
+NV_STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True, large=tuple(
+    (name, Schedule(tile=128, step=16)) for name in ("F16_operands", "Bf16_operands",
+                                                      "Bf16x3_operands")))
+"""opencl-nv's policy: the same layouts, and schedules whose shared arrays fit the 48 KiB of
+local memory NVIDIA's OpenCL gives a work-group (it has no opt-in to more)."""
 
 EDGE = 16
 _LANE, _G, _T = "sk_lane", "sk_lane_g", "sk_lane_t"  # lane, lane / 4, lane % 4
