@@ -3,7 +3,10 @@ account of ``cp.async`` copies in flight (``specs/ir.md``, "Staged copies")."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -146,6 +149,20 @@ def test_cuda_prints_cp_async_and_the_group_instructions() -> None:
 def test_opencl_nv_prints_cp_async_into_local_memory() -> None:
     text = sarek.emit(staged(), target="opencl-nv")
     assert "cp.async.cg.shared.global" in text and "(uint)(ulong)(&s[" in text
+
+
+@pytest.mark.skipif(shutil.which("clang") is None, reason="no clang to compile OpenCL C for NVPTX")
+def test_opencl_nv_cp_async_compiles_to_ptx(tmp_path: Path) -> None:
+    (tmp_path / "k.cl").write_text(sarek.emit(staged(), target="opencl-nv"))
+    done = subprocess.run(["clang", "-x", "cl", "-cl-std=CL1.2", "-target", "nvptx64-nvidia-nvcl",
+                           "-Xclang", "-finclude-default-header", "-march=sm_80",
+                           "-Dasm=__asm__", "-O2", "-S", "-o", str(tmp_path / "k.ptx"),
+                           str(tmp_path / "k.cl")], capture_output=True, text=True, check=False)
+    if done.returncode and "unknown target" in done.stderr.lower():
+        pytest.skip("this clang has no NVPTX target")
+    assert done.returncode == 0, done.stderr[-2000:]
+    ptx = (tmp_path / "k.ptx").read_text()
+    assert "cp.async.cg.shared.global" in ptx and "cp.async.wait_group 0;" in ptx
 
 
 @pytest.mark.parametrize("target", ["opencl", "spirv", "metal"])

@@ -105,9 +105,12 @@ def copy(s: ir.StageCopy, block: tuple[int, int, int]) -> ir.Stmt:
     # stride and the destination offset are multiples of the chunk.
     tile_whole = both(binary(BinOp.GE, s.row_limit, const(s.rows)),
                       binary(BinOp.GE, s.col_limit, const(s.cols)))
-    starts = both(aligned(s.src_offset), both(aligned(s.src_row_stride), aligned(s.dst_offset)))
-    return ir.If(cond=both(tile_whole, starts), then=_unchecked(s, block, per_row, width),
-                 orelse=(checked,))
+    starts = [aligned(x) for x in (s.src_offset, s.src_row_stride, s.dst_offset)
+              if not (isinstance(x, ir.Const) and int(x.value) % width == 0)]
+    cond = tile_whole
+    for start in starts:
+        cond = both(cond, start)
+    return ir.If(cond=cond, then=_unchecked(s, block, per_row, width), orelse=(checked,))
 
 
 def _unchecked(s: ir.StageCopy, block: tuple[int, int, int], per_row: int, width: int
