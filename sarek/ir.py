@@ -491,6 +491,16 @@ class FragMulAdd(_Stmt):
     c: str
 
 
+class FragAdd(_Stmt):
+    """``d = a + b`` element by element over accumulator fragments of one shape and element
+    type; float adds round to nearest even, integer adds wrap."""
+
+    kind: Literal["frag_add"] = "frag_add"
+    d: str
+    a: str
+    b: str
+
+
 class TileOp(_Node):
     """A warp-level tile instruction: ``ldmatrix`` (shared rows into registers) or ``stmatrix``
     (registers into shared rows) of ``count`` 8x8 matrices of 16-bit elements, transposed or
@@ -606,8 +616,8 @@ class CpAsync(_Stmt):
 
 Stmt: TypeAlias = Annotated[
     Let | Assign | Store | For | While | If | Barrier | Return | ArrayDecl | TensorView
-    | FragDecl | FragFill | FragLoad | FragStore | FragMulAdd | TileApply | Ldmatrix | Mma
-    | StageCopy | StageCommit | StageWait | CpAsync,
+    | FragDecl | FragFill | FragLoad | FragStore | FragMulAdd | FragAdd | TileApply | Ldmatrix
+    | Mma | StageCopy | StageCommit | StageWait | CpAsync,
     Field(discriminator="kind"),
 ]
 
@@ -643,9 +653,9 @@ def schema() -> dict[str, object]:
 
 __all__ = [
     "ArrayDecl", "ArrayParam", "Assign", "Barrier", "BinOp", "Binary", "Bitcast", "Builtin",
-    "BuiltinValue", "Call", "Cast", "Const", "CpAsync", "ElemType", "Expr", "For", "FragDecl",
-    "FragFill", "FragLayout", "FragLoad", "FragMulAdd", "FragShape", "FragStore", "FragUse", "If",
-    "Kernel", "Ldmatrix", "Let", "Load", "MathFn", "MemSpace", "Mma", "MmaAtom", "Param", "Return",
-    "ScalarParam", "Select", "StageCommit", "StageCopy", "StageWait", "Stmt", "Store",
-    "TensorView", "TileApply", "TileOp", "UnOp", "Unary", "Var", "While", "schema",
+    "BuiltinValue", "Call", "Cast", "Const", "CpAsync", "ElemType", "Expr", "For", "FragAdd",
+    "FragDecl", "FragFill", "FragLayout", "FragLoad", "FragMulAdd", "FragShape", "FragStore",
+    "FragUse", "If", "Kernel", "Ldmatrix", "Let", "Load", "MathFn", "MemSpace", "Mma", "MmaAtom",
+    "Param", "Return", "ScalarParam", "Select", "StageCommit", "StageCopy", "StageWait", "Stmt",
+    "Store", "TensorView", "TileApply", "TileOp", "UnOp", "Unary", "Var", "While", "schema",
 ]

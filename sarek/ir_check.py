@@ -357,6 +357,8 @@ class _Checker:
                                 f"global memory, not local array {a!r}")
             case ir.FragMulAdd(d=d, a=a, b=b, c=c):
                 self._mul_add(scope, path, d, a, b, c)
+            case ir.FragAdd(d=d, a=a, b=b):
+                self._add(scope, path, d, a, b)
             case ir.TileApply():
                 self._tile_apply(s, scope, path)
             case ir.Ldmatrix(dst=dst, offset=offset, src=src, address=address, count=count):
@@ -535,6 +537,25 @@ class _Checker:
                                                for x in frags))
         if a.elem != b.elem:
             self.report(path, f"a and b fragments have different types {a.elem} and {b.elem}")
+
+    def _add(self, scope: _Scope, path: str, *names: str) -> None:
+        decls = [self._frag(n, scope, path) for n in names]
+        frags = [x for x in decls if x is not None]
+        if len(frags) < len(decls):
+            return
+        for frag in frags:
+            if frag.use is not ir.FragUse.ACCUMULATOR:
+                self.report(path, f"fragment {frag.name!r} is used as accumulator but declared "
+                            f"{frag.use}: an element-wise add takes accumulators only")
+        if len({(x.rows, x.cols) for x in frags}) > 1:
+            self.report(path, "the fragments of one add have different shapes: " + ", ".join(
+                f"{x.name!r} {x.rows}x{x.cols}" for x in frags))
+        if len({x.elem for x in frags}) > 1:
+            self.report(path, "the fragments of one add hold different element types: "
+                        + ", ".join(f"{x.name!r} {x.elem}" for x in frags))
+        elif not frags[0].elem.is_arith:
+            self.report(path, f"fragments of {frags[0].elem} cannot be added: an element-wise "
+                        "add is defined on integer, f32 and f64 accumulators")
 
 
 def _number(v: int) -> str:

@@ -10,7 +10,8 @@ target-neutral fragment statements (``specs/matrix-pattern-rewrite.md``, "The re
 * the reduction runs in steps of 16: the block stages the 64x16 A tile and the 16x64 B tile
   from global into shared memory, converted to the lowering's operand type (one array per
   term or byte plane), zero outside the region; each wave loads its fragments and multiplies,
-  with fragment 8 as two chained 8-deep multiply-accumulates in k order;
+  with fragment 8 as two chained 8-deep multiply-accumulates in k order (``Bf16x3``: each
+  sub-step's six products into a fresh accumulator, then added to the running one);
 * accumulators start at the original's initial value (float lowerings stage it through shared
   memory unless it is a constant; the byte planes add it at the end, which modular arithmetic
   allows) and leave through shared memory, where each covered output gets the original's
@@ -246,6 +247,10 @@ class _Builder:
             for a in range(self.scheme.accumulators):
                 out.append(ir.FragDecl(name=f"sk_acc{a}_{i}_{j}", use=FragUse.ACCUMULATOR,
                                        shape=shape, elem=self.scheme.acc))
+        if self.scheme.step_sums:
+            out += [ir.FragDecl(name=self.step_sum(a, i, j), use=FragUse.ACCUMULATOR,
+                                shape=shape, elem=self.scheme.acc)
+                    for i, j in self.frag_names() for a in range(self.scheme.accumulators)]
         for t in range(len(self.scheme.terms)):
             for i in range(self.per_wave):
                 out.append(ir.FragDecl(name=f"sk_fa{t}_{i}", use=FragUse.A, shape=shape,
@@ -514,14 +519,34 @@ class _Builder:
                                            offset=buffered("b", b_offset),
                                            stride=const(self.b_stride),
                                            layout=self.b_layout))
-            # Products outer, fragments inner: each accumulator still takes its products in
-            # the scheme's order, and every run of (i, j) is independent (a simulator batches
-            # it, a device overlaps it).
-            for ta, tb, a in self.scheme.products:
-                for i, j in self.frag_names():
-                    acc = f"sk_acc{a}_{i}_{j}"
-                    out.append(ir.FragMulAdd(d=acc, a=f"sk_fa{ta}_{i}", b=f"sk_fb{tb}_{j}",
-                                             c=acc))
+            out += self.products()
+        return out
+
+    def step_sum(self, a: int, i: int, j: int) -> str:
+        """The fresh accumulator of accumulator ``a`` of fragment (i, j) (``Scheme.step_sums``)."""
+        return f"sk_step{a}_{i}_{j}"
+
+    def products(self) -> list[ir.Stmt]:
+        """One sub-step's products, in the scheme's order for each accumulator. Products
+        outer, fragments inner: every run of (i, j) is independent (a simulator batches it, a
+        device overlaps it). With ``step_sums`` they go into fresh accumulators, one per
+        fragment, that start at -0.0 (the identity of round-to-nearest addition, so an
+        all-zero sub-step leaves the running sum's bits alone, a -0.0 one too) and are then
+        added to the running ones."""
+        s = self.scheme
+        frags = [(a, i, j) for i, j in self.frag_names() for a in range(s.accumulators)]
+        into = {x: self.step_sum(*x) if s.step_sums else f"sk_acc{x[0]}_{x[1]}_{x[2]}"
+                for x in frags}
+        zero = ir.Const(value=-0.0 if s.acc.is_float else 0, type=s.acc)
+        out: list[ir.Stmt] = [ir.FragFill(frag=into[x], value=zero)
+                              for x in frags] if s.step_sums else []
+        for ta, tb, a in s.products:
+            for i, j in self.frag_names():
+                acc = into[(a, i, j)]
+                out.append(ir.FragMulAdd(d=acc, a=f"sk_fa{ta}_{i}", b=f"sk_fb{tb}_{j}", c=acc))
+        if s.step_sums:
+            out += [ir.FragAdd(d=f"sk_acc{a}_{i}_{j}", a=f"sk_acc{a}_{i}_{j}", b=into[(a, i, j)])
+                    for a, i, j in frags]
         return out
 
     def finish(self) -> list[ir.Stmt]:

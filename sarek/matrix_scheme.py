@@ -56,6 +56,10 @@ class Scheme:
     products: tuple[tuple[int, int, int], ...]
     accumulators: int  # per output fragment
     acc: ElemType
+    # Each sub-step's products summed in a fresh accumulator, then added to the running one
+    # with round to nearest (FragAdd): a tensor core truncates every multiply-accumulate at the
+    # addend's magnitude, so chaining many products into one growing sum biases it with K.
+    step_sums: bool = False
 
 
 SCHEMES = {
@@ -64,7 +68,8 @@ SCHEMES = {
     # Smallest terms first: mid*mid, lo*hi, hi*lo, mid*hi, hi*mid, hi*hi (terms: hi, mid, lo).
     Lowering.BF16X3_OPERANDS: Scheme(
         ElemType.BF16, ("hi", "mid", "lo"),
-        ((1, 1, 0), (2, 0, 0), (0, 2, 0), (1, 0, 0), (0, 1, 0), (0, 0, 0)), 1, ElemType.F32),
+        ((1, 1, 0), (2, 0, 0), (0, 2, 0), (1, 0, 0), (0, 1, 0), (0, 0, 0)), 1, ElemType.F32,
+        step_sums=True),
     # Byte planes p, q with p + q <= 3; accumulator p + q carries the shift 8 * (p + q).
     Lowering.INT32_BYTE_PLANES: Scheme(
         ElemType.U8, ("p0", "p1", "p2", "p3"),

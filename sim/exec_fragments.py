@@ -50,6 +50,8 @@ class Fragments(Core):
                 return self.frag_memory(s, scope, site)
             case ir.FragMulAdd():
                 return self.mul_adds([s], scope, site)
+            case ir.FragAdd():
+                return self.add(s, scope, site)
         raise AssertionError(s)
 
     def independent_mul_adds(self, stmts: tuple[ir.Stmt, ...], start: int, scope: Scope
@@ -98,6 +100,19 @@ class Fragments(Core):
                 fd[groups] = out[n * groups.size:(n + 1) * groups.size]
 
         return mul_add
+
+    def add(self, s: ir.FragAdd, scope: Scope, site: Site) -> StmtFn:
+        """``d = a + b`` element by element: NumPy's add in the elements' own dtype rounds f32
+        and f64 once to nearest even and wraps integers, as the IR's scalar add does."""
+        d, a, b = (self._frag(scope, x).slot for x in (s.d, s.a, s.b))
+
+        def add(st: State, m: Mask) -> None:
+            groups = self._groups(m, site)
+            fd, fa, fb = st.frags[d], st.frags[a], st.frags[b]
+            assert fd is not None and fa is not None and fb is not None
+            fd[groups] = np.add(fa[groups], fb[groups])
+
+        return add
 
     def frag_memory(self, s: ir.FragLoad | ir.FragStore, scope: Scope, site: Site) -> StmtFn:
         frag, arr = self._frag(scope, s.frag), self._array(scope, s.array)

@@ -161,6 +161,6 @@ class _Compiler(Expressions, Memory, Control, Fragments, Tiles, Copies):
             case ir.StageWait():
                 return self.stage_wait(s, site), False
             case ir.FragDecl() | ir.FragFill() | ir.FragLoad() | ir.FragStore() | \
-                    ir.FragMulAdd():
+                    ir.FragMulAdd() | ir.FragAdd():
                 return self.fragment(s, scope, site), False
         raise AssertionError(s)

@@ -6,6 +6,7 @@ B halves) make that comparison fail, so the CPU suite catches them without a GPU
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -203,3 +204,33 @@ def test_larger_schedules_lowered_for_cuda_equal_the_neutral_kernel(schedule: Sc
     launch = load_module(next(p for p in EXAMPLES if p.stem == name)).make(150, 133, 40)
     rw = rewrite_launch(launch, staging=CUDA.staging, schedule=schedule).launch
     assert lowered_matches_neutral(rw)
+
+
+# ----------------------------------------------------------------- Bf16x3's fragment adds
+
+BF16X3 = [rw for name, rw in CASES if name.endswith(Lowering.BF16X3_OPERANDS.value)]
+
+
+def test_a_fragment_add_becomes_a_per_lane_loop_of_round_to_nearest_adds() -> None:
+    for rw in BF16X3:
+        adds = sum(isinstance(s, ir.FragAdd) for s in walk(rw.kernel.body))
+        lowered = cuda_lower.lower(rw.kernel)
+        assert adds and "frag_add" not in {s.kind for s in walk(lowered.body)}
+        # acc[r] = __fadd_rn(acc[r], fresh[r]) for r over the lane's 8 accumulator elements
+        loops = re.findall(r"for \(int (sk_r\d+) = 0; \1 < 8; \1 \+= 1\) \{\n\s+(sk_acc0_\d_\d)"
+                           r"\[\1\] = __fadd_rn\(\2\[\1\], sk_step0_\d_\d\[\1\]\);",
+                           print_kernel(lowered))
+        assert len(loops) == adds
+
+
+def test_a_fragment_add_over_half_of_a_lanes_registers_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    real = cuda_lower._Lowering.frag_add
+
+    def half(self: cuda_lower._Lowering, *args: object) -> list[ir.Stmt]:
+        [loop] = real(self, *args)  # type: ignore[arg-type]
+        assert isinstance(loop, ir.For)
+        return [loop.model_copy(update={"stop": ir.Const(value=4, type=ir.ElemType.I32)})]
+
+    monkeypatch.setattr(cuda_lower._Lowering, "frag_add", half)
+    assert not lowered_matches_neutral(BF16X3[0])

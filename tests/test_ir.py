@@ -211,3 +211,56 @@ def test_a_multiply_add_over_fragments_of_different_shapes_is_reported() -> None
         ("fc", ir.FragUse.ACCUMULATOR, big, F32))]
     [reason] = reasons(kern(*frags, ir.FragMulAdd(d="fc", a="fa", b="fb", c="fc")))
     assert "declared for different shapes" in reason and "'fb' 8x8x8" in reason
+
+
+def accumulators(*specs: tuple[str, ir.FragUse, int, ElemType]) -> list[ir.FragDecl]:
+    """Fragment declarations (name, use, edge, element type), each edge x edge x edge."""
+    return [ir.FragDecl(name=n, use=u, shape=ir.FragShape(m=e, n=e, k=e), elem=t)
+            for n, u, e, t in specs]
+
+
+ACC = ir.FragUse.ACCUMULATOR
+
+
+def test_a_fragment_add_of_three_accumulators_of_one_shape_and_type_is_well_formed() -> None:
+    frags = accumulators(("d", ACC, 16, F32), ("x", ACC, 16, F32), ("y", ACC, 16, F32))
+    k = kern(*frags, ir.FragAdd(d="d", a="x", b="y"), ir.FragAdd(d="x", a="x", b="x"))
+    assert reasons(k) == []
+    assert Kernel.model_validate_json(k.model_dump_json()) == k
+    defs = ir.schema()["$defs"]
+    assert isinstance(defs, dict) and "FragAdd" in defs
+
+
+def test_a_fragment_add_of_an_undeclared_name_is_reported() -> None:
+    frags = accumulators(("d", ACC, 16, F32), ("x", ACC, 16, F32))
+    assert reasons(kern(*frags, ir.FragAdd(d="d", a="x", b="nope"))) == [
+        "'nope' is not a fragment"]
+
+
+def test_a_fragment_add_of_an_operand_fragment_is_reported() -> None:
+    frags = accumulators(("d", ACC, 16, F32), ("x", ACC, 16, F32),
+                         ("fa", ir.FragUse.A, 16, F32))
+    [reason] = reasons(kern(*frags, ir.FragAdd(d="d", a="x", b="fa")))
+    assert reason == ("fragment 'fa' is used as accumulator but declared a: an element-wise "
+                      "add takes accumulators only")
+
+
+def test_a_fragment_add_of_different_shapes_is_reported() -> None:
+    frags = accumulators(("d", ACC, 16, F32), ("x", ACC, 16, F32), ("y", ACC, 8, F32))
+    [reason] = reasons(kern(*frags, ir.FragAdd(d="d", a="x", b="y")))
+    assert reason == ("the fragments of one add have different shapes: 'd' 16x16, 'x' 16x16, "
+                      "'y' 8x8")
+
+
+def test_a_fragment_add_of_different_element_types_is_reported() -> None:
+    frags = accumulators(("d", ACC, 16, F32), ("x", ACC, 16, I32), ("y", ACC, 16, F32))
+    [reason] = reasons(kern(*frags, ir.FragAdd(d="d", a="x", b="y")))
+    assert reason == ("the fragments of one add hold different element types: 'd' f32, "
+                      "'x' i32, 'y' f32")
+
+
+def test_a_fragment_add_of_storage_type_accumulators_is_reported() -> None:
+    frags = accumulators(("d", ACC, 16, F16), ("x", ACC, 16, F16), ("y", ACC, 16, F16))
+    [reason] = reasons(kern(*frags, ir.FragAdd(d="d", a="x", b="y")))
+    assert reason == ("fragments of f16 cannot be added: an element-wise add is defined on "
+                      "integer, f32 and f64 accumulators")

@@ -203,6 +203,76 @@ def test_negative_zero_sum_survives_the_padding_past_the_reduction_depth(
     assert np.array_equal(bits(rewritten(launch, lowering, frag=frag)), bits(original(launch)))
 
 
+# --------------------------------------------------------------------------- Bf16x3's sums
+
+BF16X3_PRODUCTS = [(1, 1), (2, 0), (0, 2), (1, 0), (0, 1), (0, 0)]  # (A term, B term)
+
+
+def step_statements(rw: ir.Kernel) -> list[ir.Stmt]:
+    """The fills, multiply-accumulates and adds of one step of the reduction loop."""
+    loop = next(s for s in walk(rw.body) if isinstance(s, ir.For) and s.var == "sk_k0")
+    return [s for s in walk(loop.body) if isinstance(s, ir.FragFill | ir.FragMulAdd |
+                                                     ir.FragAdd)]
+
+
+@pytest.mark.parametrize("frag", [16, 8])
+def test_bf16x3_sums_each_sub_step_in_fresh_accumulators_then_adds_them_to_the_running_ones(
+        frag: int) -> None:
+    launch = example("gemm_f32").make(8, 8, 8)
+    rw = kernel(launch.kernel, recognize(launch.kernel), Lowering.BF16X3_OPERANDS, frag=frag)
+    frags = (32 // frag) ** 2
+    ops = step_statements(rw)
+    per_sub_step = frags + 6 * frags + frags
+    assert len(ops) == 16 // frag * per_sub_step
+    for start in range(0, len(ops), per_sub_step):
+        fills = ops[start:start + frags]
+        products = ops[start + frags:start + 7 * frags]
+        adds = ops[start + 7 * frags:start + per_sub_step]
+        fresh = [s.frag for s in fills if isinstance(s, ir.FragFill)]
+        assert len(set(fresh)) == frags and not any(f.startswith("sk_acc") for f in fresh)
+        for s in fills:  # -0.0: the identity of addition, whatever the running sum's sign
+            assert isinstance(s, ir.FragFill) and isinstance(s.value, ir.Const)
+            assert s.value.value == 0 and np.signbit(s.value.value)
+        for f in fresh:
+            into = [s for s in products if isinstance(s, ir.FragMulAdd) and s.d == f]
+            assert all(s.c == f for s in into)
+            assert [(int(s.a[5]), int(s.b[5])) for s in into] == BF16X3_PRODUCTS  # sk_fa<t>_i
+        assert len(adds) == frags
+        for s, f in zip(adds, fresh, strict=True):
+            assert isinstance(s, ir.FragAdd) and s.b == f
+            assert s.d == s.a and s.d.startswith("sk_acc0_")
+        assert {s.d for s in adds if isinstance(s, ir.FragAdd)} == {
+            f"sk_acc0_{i}_{j}" for i in range(32 // frag) for j in range(32 // frag)}
+
+
+@pytest.mark.parametrize(("name", "lowering"), [
+    ("gemm_f32", Lowering.F16_OPERANDS), ("gemm_f32", Lowering.BF16_OPERANDS),
+    ("gemm_i32", Lowering.INT32_BYTE_PLANES)])
+def test_the_other_lowerings_accumulate_their_products_in_the_running_accumulators(
+        name: str, lowering: Lowering) -> None:
+    launch = example(name).make(8, 8, 8)
+    rw = kernel(launch.kernel, recognize(launch.kernel), lowering)
+    ops = step_statements(rw)
+    assert ops and all(isinstance(s, ir.FragMulAdd) and s.d == s.c
+                       and s.d.startswith("sk_acc") for s in ops)
+
+
+def test_bf16x3_leaves_a_negative_zero_sum_negative_when_a_step_adds_only_negative_zeros(
+        ) -> None:
+    # Every term of -2^-140 is -0.0 in bf16 (below its smallest subnormal), and those of 1.0
+    # other than hi are +0.0, so each of the six products is -0.0; k = 16 leaves no padding.
+    # Added in k order to the -0.0 initial value (C's old value) they give -0.0, and so does
+    # the fresh accumulator that starts at -0.0 before it is added: one that started at +0.0
+    # would make the sum +0.0.
+    m, n, k = 5, 6, 16
+    args = {"a": np.full(m * k, -(2.0**-140), np.float32), "b": np.ones(k * n, np.float32),
+            "c": np.full(m * n, -0.0, np.float32), "m": m, "n": n, "k": k}
+    launch = Launch(build_source(NEGATIVE_ZERO_INIT, "neg_zero").ir, args, (1, 1, 1), (8, 8, 1))
+    for frag in (16, 8):
+        got = rewritten(launch, Lowering.BF16X3_OPERANDS, frag=frag)
+        assert (bits(got) == 0x80000000).all()
+
+
 # --------------------------------------------------------------------------- the launch
 
 

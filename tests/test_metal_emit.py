@@ -133,7 +133,8 @@ def test_the_stand_in_declares_only_what_the_printer_uses() -> None:
         re.findall(r"(?:typedef [^;]* |struct |#define )(\w+)", code))
     helpers = {"annotate", "static_assert", "sizeof", "reinterpret_cast", "x_", "y_",
                "bits_", "SAREK_METAL_STANDIN", "operator", "index",
-               "simdgroup_matrix"}  # the template behind the simdgroup_*8x8 names
+               "simdgroup_matrix",  # the template behind the simdgroup_*8x8 names
+               "vec", "elements_"}  # the type thread_elements() returns
     text = "\n".join(TEXTS.values())
     unused = sorted(n for n in declared - helpers if not re.search(rf"\b{n}\b", text))
     assert unused == []
@@ -150,6 +151,8 @@ def test_without_clang_the_check_says_why(monkeypatch: pytest.MonkeyPatch) -> No
 
 CALL = re.compile(r"(simdgroup_load|simdgroup_store|simdgroup_multiply_accumulate|"
                   r"make_filled_simdgroup_matrix)\b[^(]*\((.*)\);$")
+ELEMENT_ADD = re.compile(r"^(\w+)\.thread_elements\(\)\[(\d+)\] = \((\w+)\.thread_elements\(\)"
+                         r"\[(\d+)\] \+ (\w+)\.thread_elements\(\)\[(\d+)\]\);$")
 
 
 def printed_calls(text: str) -> list[tuple[str, ...]]:
@@ -160,6 +163,9 @@ def printed_calls(text: str) -> list[tuple[str, ...]]:
         line = line.strip()
         if line.startswith("simdgroup_") and "8x8" in line.split()[0]:
             out.append(("decl", line.split()[0], line.split()[1].rstrip(";")))
+            continue
+        if added := ELEMENT_ADD.match(line):
+            out.append(("add", *added.groups()))
             continue
         m = CALL.search(line)
         if m is None:
@@ -191,6 +197,9 @@ def expected_calls(kernel: ir.Kernel) -> list[tuple[str, ...]]:
                             "true" if s.layout is FragLayout.COL else "false"))
             case ir.FragMulAdd(d=d, a=a, b=b, c=c):
                 out.append(("mma", d, a, b, c))
+            case ir.FragAdd(d=d, a=a, b=b):  # each thread's elements, one line each
+                out += [("add", d, str(e), a, str(e), b, str(e))
+                        for e in range(metal_lower.THREAD_ELEMENTS)]
     return out
 
 
@@ -199,6 +208,13 @@ def test_the_printed_simdgroup_calls_are_the_lowered_statements() -> None:
         lowered = metal_lower.lower(rw.kernel)
         calls = expected_calls(lowered)
         assert calls and printed_calls(TEXTS[name]) == calls, name
+
+
+def test_a_fragment_add_is_printed_for_each_of_a_threads_elements() -> None:
+    name, rw = next((n, rw) for n, rw in CASES if n.endswith("Bf16x3_operands"))
+    adds = sum(isinstance(s, ir.FragAdd) for s in walk(rw.kernel.body))
+    lines = [line.strip() for line in TEXTS[name].splitlines()]
+    assert adds and sum(bool(ELEMENT_ADD.match(line)) for line in lines) == 2 * adds
 
 
 def test_a_column_major_fragment_loads_transposed() -> None:
@@ -330,6 +346,15 @@ def test_swapped_multiply_operands_are_caught_by_reading_the_text_back(
 
     planted(monkeypatch, stmt_hook=swapped)
     assert not reads_back()
+
+
+def test_an_add_of_the_wrong_element_is_caught_by_reading_the_text_back(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _, rw = next((n, rw) for n, rw in CASES if n.endswith("Bf16x3_operands"))
+    want = expected_calls(metal_lower.lower(rw.kernel))
+    assert printed_calls(metal_emit.emit(rw.kernel)) == want
+    planted(monkeypatch, stmt_hook=hook_with("thread_elements()[1] +", "thread_elements()[0] +"))
+    assert printed_calls(metal_emit.emit(rw.kernel)) != want
 
 
 def test_a_kernel_metal_refuses_is_never_printed() -> None:

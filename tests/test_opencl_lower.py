@@ -75,14 +75,32 @@ def test_the_lowered_kernel_is_plain_lane_explicit_ir() -> None:
     lowered = opencl_lower.lower(rw.kernel)
     kinds = {s.kind for s in walk(lowered.body)}
     assert not kinds & {"frag_decl", "frag_fill", "frag_load", "frag_store", "frag_mul_add",
-                        "ldmatrix", "mma"}
+                        "frag_add", "ldmatrix", "mma"}
     assert ir.Kernel.model_validate_json(lowered.model_dump_json()) == lowered
     shared = [s for s in lowered.body if isinstance(s, ir.ArrayDecl)
               and s.space is ir.MemSpace.SHARED]
     assert any(s.name.startswith("sk_fa_") for s in shared)  # operands: local memory
     private = [s for s in walk(lowered.body) if isinstance(s, ir.ArrayDecl)
                and s.space is ir.MemSpace.LOCAL and s.name.startswith("sk_facc_")]
-    assert [s.size for s in private] == [16 * 64 // 64]  # 16 accumulators of 1 slot a lane
+    # 16 running and 16 fresh accumulators (Bf16x3 sums each sub-step apart), 1 slot a lane
+    assert [s.size for s in private] == [2 * 16 * 64 // 64]
+
+
+@pytest.mark.parametrize("subgroup,frag", CONFIGS, ids=lambda v: str(v))
+def test_bf16x3_with_its_fragment_adds_lowered_equals_the_neutral_kernel(subgroup: int,
+                                                                         frag: int) -> None:
+    assert lowered_matches_neutral(rewrite("gemm_f32", Lowering.BF16X3_OPERANDS, subgroup,
+                                           frag))
+
+
+def test_a_run_of_fragment_adds_is_one_loop_over_the_fragments() -> None:
+    rw = rewrite("gemm_f32", Lowering.BF16X3_OPERANDS, 32, 8)
+    lowered = opencl_lower.lower(rw.kernel)
+    step = next(s for s in lowered.body if isinstance(s, ir.For) and s.var == "sk_k0")
+    runs = [s for s in step.body if isinstance(s, ir.For) and s.var.startswith("sk_r")]
+    # per sub-step of 8: the fills, the six products, the adds, each one loop over 4x4 frags
+    assert len(runs) == 2 * (1 + 6 + 1)
+    assert all(isinstance(r.stop, ir.Const) and r.stop.value == 16 for r in runs)
 
 
 def test_a_run_of_multiply_accumulates_is_one_loop() -> None:
@@ -185,6 +203,18 @@ def _reverse_k_loops(s: ir.Stmt) -> ir.Stmt:
     if isinstance(s, ir.For):
         return s.model_copy(update={"body": tuple(_reverse_k_loops(x) for x in s.body)})
     return s
+
+
+def test_a_fragment_add_of_the_wrong_accumulator_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    real = opencl_lower._Lowering.frag_add
+
+    def doubled(self: opencl_lower._Lowering, s: ir.FragAdd, d: ir.Expr, a: ir.Expr,
+                b: ir.Expr) -> list[ir.Stmt]:
+        return real(self, s, d, a, a)  # the running sum added to itself, not the fresh one
+
+    monkeypatch.setattr(opencl_lower._Lowering, "frag_add", doubled)
+    assert not lowered_matches_neutral(rewrite("gemm_f32", Lowering.BF16X3_OPERANDS))
 
 
 def test_a_run_loop_pairing_the_wrong_accumulators_is_caught(

@@ -256,3 +256,80 @@ def test_a_kernel_written_for_one_block_shape_refuses_another() -> None:
     with pytest.raises(LaunchError, match=r"written for blocks of \(64, 1, 1\), not \(32, 1, 1\)"):
         sim.simulate(k, args, grid=1, block=32)
     sim.simulate(k, args, grid=1, block=64)
+
+
+# ----------------------------------------------------------------- element-wise add
+
+
+def add_kernel(t: ElemType, n: int = 16) -> ir.Kernel:
+    """Each even subgroup g computes z[g] = x[g] + y[g] on n x n accumulators; odd subgroups
+    do not reach the add and store their fill value 7."""
+    g = var("g")
+    base = mul(g, const(n * n))
+    shape = ir.FragShape(m=n, n=n, k=n)
+    even = binary(BinOp.EQ, binary(BinOp.REM, g, const(2)), const(0))
+    body = (
+        ir.Let(name="g", type=I32, value=sg_id()),
+        *(ir.FragDecl(name=f"f{a}", use=FragUse.ACCUMULATOR, shape=shape, elem=t)
+          for a in "xyz"),
+        ir.FragLoad(frag="fx", array="x", offset=base, stride=const(n)),
+        ir.FragLoad(frag="fy", array="y", offset=base, stride=const(n)),
+        ir.FragFill(frag="fz", value=ir.Const(value=7 if t.is_int else 7.0, type=t)),
+        ir.If(cond=even, then=(ir.FragAdd(d="fz", a="fx", b="fy"),)),
+        ir.FragStore(frag="fz", array="z", offset=base, stride=const(n)),
+    )
+    params = tuple(ir.ArrayParam(name=a, elem=t) for a in "xyz")
+    return ir.Kernel(name="frag_add", params=params, body=body)
+
+
+def added(t: ElemType, x: np.ndarray, y: np.ndarray, n: int = 16) -> np.ndarray:
+    """z after ``add_kernel`` on four subgroups."""
+    z = np.zeros_like(x)
+    out: np.ndarray = sim.simulate(add_kernel(t, n), [x, y, z], grid=1, block=128)["z"]
+    return out.reshape(4, n * n)
+
+
+def test_fragment_add_of_f32_rounds_each_sum_once_to_nearest_even() -> None:
+    rng = np.random.default_rng(31)
+    x = (rng.standard_normal(1024) * 2.0 ** rng.integers(-40, 40, 1024)).astype(np.float32)
+    y = (rng.standard_normal(1024) * 2.0 ** rng.integers(-40, 40, 1024)).astype(np.float32)
+    tiny, big = 2.0**-149, float(np.finfo(np.float32).max)
+    special = [(1.0, 2.0**-24), (1 + 2.0**-23, 2.0**-24), (-0.0, -0.0), (-0.0, 0.0),
+               (np.inf, -np.inf), (tiny, tiny), (big, big), (3.0, -3.0), (np.nan, 1.0)]
+    for i, (a, b) in enumerate(special):
+        x[i], y[i] = a, b
+    got = added(F32, x, y)
+    # Float64 holds the sum of two f32 exactly or within half an f64 unit, and rounding that
+    # to f32 is the correctly rounded sum (53 >= 2 * 24 + 2).
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf, FLT_MAX + FLT_MAX
+        want = (x.astype(np.float64) + y.astype(np.float64)).astype(np.float32).reshape(4, 256)
+    assert np.isnan(want[0, 4]) and np.isnan(want[0, 8])
+    assert [float(v) for v in want[0, :4]] == [1.0, 1 + 2.0**-22, 0.0, 0.0]
+    assert np.signbit(want[0, 2]) and not np.signbit(want[0, 3])
+    even = want[[0, 2]]
+    assert np.array_equal(np.isnan(got[[0, 2]]), np.isnan(even))
+    keep = ~np.isnan(even)
+    assert np.array_equal(got[[0, 2]][keep].view(np.uint32), even[keep].view(np.uint32))
+    assert (got[[1, 3]] == 7.0).all()
+
+
+def test_fragment_add_of_i32_wraps() -> None:
+    rng = np.random.default_rng(32)
+    x = rng.integers(-(2**31), 2**31, 1024, dtype=np.int64).astype(np.int32)
+    y = rng.integers(-(2**31), 2**31, 1024, dtype=np.int64).astype(np.int32)
+    x[0], y[0] = 2**31 - 1, 1
+    got = added(I32, x, y)
+    wide = x.astype(np.int64) + y.astype(np.int64)
+    want = (wide % 2**32).astype(np.uint32).view(np.int32).reshape(4, 256)
+    assert got[0, 0] == -(2**31)
+    assert np.array_equal(got[[0, 2]], want[[0, 2]]) and (got[[1, 3]] == 7).all()
+
+
+def test_fragment_add_of_8x8_accumulators_over_subgroups_of_64() -> None:
+    rng = np.random.default_rng(33)
+    x, y = (rng.standard_normal(4 * 64).astype(np.float32) for _ in range(2))
+    kernel = add_kernel(F32, 8)
+    out = sim.simulate(kernel, [x, y, np.zeros_like(x)], grid=1, block=128,
+                       subgroup=64)["z"].reshape(4, 64)
+    want = (x.astype(np.float64) + y.astype(np.float64)).astype(np.float32).reshape(4, 64)
+    assert np.array_equal(out[0], want[0]) and (out[1] == 7.0).all()

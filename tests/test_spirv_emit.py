@@ -87,6 +87,9 @@ def test_one_cooperative_matrix_instruction_per_fragment_statement() -> None:
                          ("frag_load", "OpCooperativeMatrixLoadKHR"),
                          ("frag_store", "OpCooperativeMatrixStoreKHR")):
             assert text.count(f"{op} ") == sum(s.kind == kind for s in stmts), (name, op)
+        adds = re.findall(r"= OpFAdd %cm_acc_f32_", text)  # whole accumulators
+        assert len(adds) == sum(s.kind == "frag_add" for s in stmts), name
+    assert any(s.kind == "frag_add" for s in walk(REWRITES[0][1].body))  # Bf16x3 is here
 
 
 def load_operands(text: str) -> list[tuple[str, str]]:
@@ -149,6 +152,7 @@ def test_every_float_add_and_multiply_is_never_contracted() -> None:
     for name in ("gemm_f32", "gemm_epilogue", "gemm_tiled"):
         assert uncontracted(emit(example(name).make(8, 8, 8).kernel)), name
     assert uncontracted(emit(binary_kernel(ElemType.F64)[0]))
+    assert uncontracted(emit(named("gemm_f32-Bf16x3_operands-sg32-f16")))  # the FragAdds too
 
 
 def test_barriers_are_workgroup_scoped_acquire_release_of_workgroup_memory() -> None:
@@ -240,6 +244,18 @@ def decl(name: str, use: FragUse, elem: ElemType, m: int = 16, n: int = 16, k: i
 
 def c(v: int) -> ir.Const:
     return ir.Const(value=v, type=I32)
+
+
+def test_an_integer_fragment_add_is_one_op_iadd_of_two_cooperative_matrices() -> None:
+    kernel = frag_kernel(
+        *(decl(n, FragUse.ACCUMULATOR, I32) for n in ("x", "y", "z")),
+        ir.FragFill(frag="x", value=c(1)), ir.FragFill(frag="y", value=c(2)),
+        ir.FragAdd(d="z", a="x", b="y"),
+        ir.FragStore(frag="z", array="out", offset=c(0), stride=c(16)),
+        arrays=(ir.ArrayParam(name="out", elem=I32),))
+    text = emit(kernel)
+    check(text)
+    assert len(re.findall(r"= OpIAdd %cm_acc_i32_16x16 ", text)) == 1
 
 
 def test_the_lowered_kernel_keeps_its_fragments_whole() -> None:

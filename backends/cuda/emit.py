@@ -89,7 +89,8 @@ def _hook(p: Printer, s: ir.Stmt) -> list[str] | None:
         case ir.StageCopy():
             raise EmitError("stage_copy is a neutral statement: lower the kernel for CUDA "
                             "first (backends.cuda.lower, or emit, which does)")
-        case ir.FragDecl() | ir.FragFill() | ir.FragLoad() | ir.FragStore() | ir.FragMulAdd():
+        case ir.FragDecl() | ir.FragFill() | ir.FragLoad() | ir.FragStore() | ir.FragMulAdd() \
+                | ir.FragAdd():
             raise EmitError(f"{s.kind} is a neutral fragment statement: lower the kernel for "
                             "CUDA first (backends.cuda.lower, or emit, which does)")
     return None

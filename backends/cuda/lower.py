@@ -10,7 +10,9 @@ elements). Then
   lane layout wants (checked from the tables, never assumed); every other load and every
   store moves element by element at the addresses the lane layout gives;
 * ``FragMulAdd`` becomes two ``Mma`` statements, one per half of the columns;
-* a fill writes the value into each of a lane's accumulator elements.
+* a fill writes the value into each of a lane's accumulator elements, and ``FragAdd`` adds
+  each of a lane's elements of one accumulator to the same element of the other (every
+  accumulator of one type has the same lane layout).
 
 The printer prints the result as it is and the simulator runs it lane by lane: the register
 images and addresses that reach a GPU are the ones the CPU suite executes. Only 16x16x16
@@ -83,7 +85,8 @@ def lower(kernel: ir.Kernel) -> ir.Kernel:
     return lowered
 
 
-_FRAGMENT_STMTS = (ir.FragDecl, ir.FragFill, ir.FragLoad, ir.FragStore, ir.FragMulAdd)
+_FRAGMENT_STMTS = (ir.FragDecl, ir.FragFill, ir.FragLoad, ir.FragStore, ir.FragMulAdd,
+                   ir.FragAdd)
 _OPERAND = {FragUse.A: "a", FragUse.B: "b", FragUse.ACCUMULATOR: "c"}
 
 
@@ -216,6 +219,8 @@ class _Lowering:
                 return self.move(s)
             case ir.FragMulAdd(d=d, a=a, b=b, c=c):
                 return self.mul_add(d, a, b, c, s.line)
+            case ir.FragAdd(d=d, a=a, b=b):
+                return self.frag_add(d, a, b, s.line)
         return [s]
 
     def facts(self, d: ir.FragDecl) -> atoms.MmaAtomFacts:
@@ -258,6 +263,17 @@ class _Lowering:
         size = _halves(d.use) * self.facts(d).c.values
         return [ir.For(var=i, start=const(0), stop=const(size), step=const(1), line=line,
                        body=(ir.Store(array=name, index=var(i), value=value, line=line),))]
+
+    def frag_add(self, d: str, a: str, b: str, line: int | None) -> list[ir.Stmt]:
+        """``d = a + b``: a loop over the lane's accumulator elements (the IR checker made the
+        three accumulators of one type, so of one lane layout)."""
+        fd = self.frag(d)
+        i = self.loop_var()
+        total = add(ir.Load(array=a, index=var(i), type=fd.elem),
+                    ir.Load(array=b, index=var(i), type=fd.elem))
+        size = _halves(fd.use) * self.facts(fd).c.values
+        return [ir.For(var=i, start=const(0), stop=const(size), step=const(1), line=line,
+                       body=(ir.Store(array=d, index=var(i), value=total, line=line),))]
 
     def move(self, s: ir.FragLoad | ir.FragStore) -> list[ir.Stmt]:
         d = self.frag(s.frag)

@@ -19,7 +19,8 @@ prints a lowered kernel and decides nothing. The text is one ``kernel void`` fun
 * a fragment is a ``simdgroup_half8x8`` / ``simdgroup_bfloat8x8`` / ``simdgroup_float8x8``,
   filled with ``make_filled_simdgroup_matrix``, moved with ``simdgroup_load`` /
   ``simdgroup_store`` (a column-major move is a transposed one), multiplied with
-  ``simdgroup_multiply_accumulate``.
+  ``simdgroup_multiply_accumulate``, added element by element through each thread's
+  ``thread_elements()`` (Metal has no matrix add).
 
 Float literals are printed as the shortest decimal that reads back as the constant's value,
 non-finite ones through ``as_type``; 16-bit float constants as the exact value of the rounded
@@ -34,7 +35,7 @@ import numpy as np
 
 from backends.c_helpers import helpers
 from backends.cstyle import Dialect, EmitError, Printer, dim3_builtins
-from backends.metal.lower import EDGE, MATRIX_TYPES, check, lower
+from backends.metal.lower import EDGE, MATRIX_TYPES, THREAD_ELEMENTS, check, lower
 from sarek import ir, ir_check
 from sarek.ir import BinOp, Builtin, ElemType, FragLayout, MathFn
 from sim import arith
@@ -170,6 +171,12 @@ def _hook(p: Printer, s: ir.Stmt) -> list[str] | None:
                     f"(ulong)({p.expr(s.stride)}), ulong2(0, 0), {transpose});"]
         case ir.FragMulAdd(d=d, a=a, b=b, c=c):
             return [f"simdgroup_multiply_accumulate({d}, {a}, {b}, {c});"]
+        case ir.FragAdd(d=d, a=a, b=b):
+            # Matrices of one type keep element (i, j) in the same thread and slot: each
+            # thread adds its own, with the f32 add that rounds once.
+            return [f"{d}.thread_elements()[{e}] = " + F32_OPS[BinOp.ADD].format(
+                        a=f"{a}.thread_elements()[{e}]", b=f"{b}.thread_elements()[{e}]") + ";"
+                    for e in range(THREAD_ELEMENTS)]
         case ir.TileApply() | ir.Ldmatrix() | ir.Mma() | ir.CpAsync():
             raise EmitError(f"Metal has no {s.kind}: lower the kernel for Metal first "
                             "(backends.metal.lower refuses it with the reason)")

@@ -8,7 +8,10 @@ statements at 8x8 are exactly those operations, so the lowered kernel keeps them
 ``sarek.simulate(..., target="metal")`` runs is the matrix-level kernel the printer prints,
 one statement per Metal call, under the target's arithmetic model (``sequential``: Apple's
 half x half -> float product measured equal to f32 accumulation in k order). The printed code
-never touches single lanes' elements (no ``thread_elements()``), so no lane map is involved.
+touches single lanes' elements only for ``FragAdd``, element by element through
+``thread_elements()`` on three matrices of one type, whose elements lie in the same threads
+and slots: the whole-matrix add is what the threads compute, whatever the lane map, so no lane
+map is involved.
 
 What the lowering does is refuse, with the reason, everything Metal cannot print as the
 simulator runs it: fragments other than 8x8, SIMD-groups other than 32, integer or f32
@@ -32,6 +35,8 @@ from sarek.staging import Staging
 SUBGROUPS = (32,)
 FRAGMENTS = (8,)
 EDGE = 8
+THREAD_ELEMENTS = EDGE * EDGE // SUBGROUPS[0]
+"""The elements of a simdgroup matrix each thread holds (its ``thread_elements()``)."""
 LOWERINGS = (Lowering.F16_OPERANDS, Lowering.BF16_OPERANDS, Lowering.BF16X3_OPERANDS)
 STAGING = Staging()
 """Dense staging, B row-major (the neutral layout): no Apple GPU was available to measure
@@ -115,7 +120,8 @@ def lower(kernel: ir.Kernel) -> ir.Kernel:
     return kernel.model_copy(update={"subgroup": SUBGROUPS[0]})
 
 
-_FRAGMENT_STMTS = (ir.FragDecl, ir.FragFill, ir.FragLoad, ir.FragStore, ir.FragMulAdd)
+_FRAGMENT_STMTS = (ir.FragDecl, ir.FragFill, ir.FragLoad, ir.FragStore, ir.FragMulAdd,
+                   ir.FragAdd)
 
 
 def check(kernel: ir.Kernel) -> None:

@@ -130,7 +130,7 @@ CASTS = cstyle.conversion_casts([(ElemType.F16, ElemType.F32), (ElemType.F16, El
                                  (ElemType.F64, ElemType.BF16)])
 
 
-_NEUTRAL = (ir.FragDecl, ir.FragFill, ir.FragLoad, ir.FragStore, ir.FragMulAdd)
+_NEUTRAL = (ir.FragDecl, ir.FragFill, ir.FragLoad, ir.FragStore, ir.FragMulAdd, ir.FragAdd)
 
 
 def _hook(p: Printer, s: ir.Stmt) -> list[str] | None:

@@ -17,9 +17,11 @@ exchange data through local memory and work-group barriers.
 * ``FragMulAdd`` makes each lane compute its own accumulator slots: the slot's value, then
   each product ``a[i,k] * b[k,j]`` (exact: f16 and bf16 products fit f32) added in k order,
   rounded after every addition, which is the simulator's ``sequential`` model (integers wrap,
-  exactly as the integer model does). A run of consecutive multiply-accumulates (or fills)
-  whose fragment indices are affine in the position in the run becomes one loop, in the
-  statements' order, so it computes exactly what the statements do one after another.
+  exactly as the integer model does). ``FragAdd`` makes each lane add its slots of one
+  accumulator to the same slots of the other. A run of consecutive multiply-accumulates (or
+  fills, or adds) whose fragment indices are affine in the position in the run becomes one
+  loop, in the statements' order, so it computes exactly what the statements do one after
+  another.
 * A barrier is inserted where lanes exchange data and nothing else orders it: before a
   multiply-accumulate that reads an operand written since the last barrier, and before a write
   of an operand that a multiply-accumulate read since the last barrier (followed around loops).
@@ -49,7 +51,8 @@ STAGING = DENSE
 or hinders it."""
 I32 = ElemType.I32
 
-_FRAGMENT_STMTS = (ir.FragDecl, ir.FragFill, ir.FragLoad, ir.FragStore, ir.FragMulAdd)
+_FRAGMENT_STMTS = (ir.FragDecl, ir.FragFill, ir.FragLoad, ir.FragStore, ir.FragMulAdd,
+                   ir.FragAdd)
 _ElementBody = Callable[["_Element"], list[ir.Stmt]]
 """What runs for one of a lane's elements of a fragment."""
 
@@ -270,7 +273,7 @@ class _Lowering:
         i = 0
         while i < len(stmts):
             s = stmts[i]
-            if isinstance(s, ir.FragMulAdd | ir.FragFill):
+            if isinstance(s, ir.FragMulAdd | ir.FragFill | ir.FragAdd):
                 run, forms = self.run(stmts, i)
                 lowered, state = self.run_stmts(run, forms, state)
                 i += len(run)
@@ -327,6 +330,8 @@ class _Lowering:
                 return tuple(self.where(n) for n in (d, a, b, c))
             case ir.FragFill(frag=f):
                 return (self.where(f),)
+            case ir.FragAdd(d=d, a=a, b=b):
+                return tuple(self.where(n) for n in (d, a, b))
         raise AssertionError(s)
 
     def run(self, stmts: tuple[ir.Stmt, ...], start: int
@@ -368,6 +373,8 @@ class _Lowering:
                          value=first.value, line=first.line)])
             names = [s.frag for s in run if isinstance(s, ir.FragFill)]
             return self.written(names, state, self.loop(r, len(run), body, first.line))
+        if isinstance(first, ir.FragAdd):  # private accumulators: no lane reads another's
+            return self.loop(r, len(run), self.frag_add(first, *indices), first.line), state
         assert isinstance(first, ir.FragMulAdd)
         reads = {n for s in run if isinstance(s, ir.FragMulAdd) for n in (s.a, s.b)}
         out: list[ir.Stmt] = []
@@ -416,6 +423,20 @@ class _Lowering:
                              value=ir.Load(array=g.array, index=at, type=g.elem))]
 
         return self.each_element(g, element)
+
+    def frag_add(self, s: ir.FragAdd, d: ir.Expr, a: ir.Expr, b: ir.Expr) -> list[ir.Stmt]:
+        """One lane's share of ``d = a + b`` for fragment indices ``d``, ``a``, ``b`` of their
+        groups: each of its slots (the same in the three, which the IR checker made
+        accumulators of one shape and type)."""
+        (gd, _), (ga, _), (gb, _) = (self.where(n) for n in (s.d, s.a, s.b))
+
+        def element(e: _Element) -> list[ir.Stmt]:
+            total = add(ir.Load(array=ga.array, type=ga.elem, index=self.at(ga, a, e.slot, e.flat)),
+                        ir.Load(array=gb.array, type=gb.elem, index=self.at(gb, b, e.slot, e.flat)))
+            return [ir.Store(array=gd.array, index=self.at(gd, d, e.slot, e.flat), value=total,
+                             line=s.line)]
+
+        return self.each_element(gd, element)
 
     def mul_add(self, s: ir.FragMulAdd, d: ir.Expr, a: ir.Expr, b: ir.Expr, c: ir.Expr
                 ) -> list[ir.Stmt]:

@@ -23,7 +23,8 @@ control flow. The text keeps the IR's semantics exactly (``specs/backends.md``, 
   AcquireRelease | WorkgroupMemory;
 * fragments are ``OpTypeCooperativeMatrixKHR`` at Subgroup scope, moved and multiplied by
   ``OpCooperativeMatrixLoadKHR``/``StoreKHR``/``MulAddKHR`` (signedness operands for
-  integers); bf16 components use ``SPV_KHR_bfloat16``.
+  integers) and added with ``OpFAdd``/``OpIAdd`` on whole matrices; bf16 components use
+  ``SPV_KHR_bfloat16``.
 """
 
 from __future__ import annotations
@@ -120,6 +121,8 @@ class _Module(ExpressionPrinter):
                         self.value(stride), *self.access(arr))
             case ir.FragMulAdd(d=d, a=a, b=b, c=c):
                 self.mul_add(d, a, b, c)
+            case ir.FragAdd(d=d, a=a, b=b):
+                self.add(d, a, b)
             case _:
                 raise EmitError(f"SPIR-V cannot print {type(s).__name__} statements "
                                 "(lower the kernel for spirv first)")
@@ -246,6 +249,15 @@ class _Module(ExpressionPrinter):
         product = self.op(fd.type, "OpCooperativeMatrixMulAddKHR", *loaded,
                           *(["|".join(operands)] if operands else []))
         self.do("OpStore", fd.var, product)
+
+    def add(self, d: str, a: str, b: str) -> None:
+        """``d = a + b`` as one arithmetic instruction on the whole cooperative matrices, which
+        SPV_KHR_cooperative_matrix applies element by element (``NoContraction`` on floats)."""
+        fd, fa, fb = (self.frag(x) for x in (d, a, b))
+        loaded = [self.op(f.type, "OpLoad", f.var) for f in (fa, fb)]
+        total = (self.exact(fd.type, "OpFAdd", *loaded) if fd.decl.elem.is_float
+                 else self.op(fd.type, "OpIAdd", *loaded))
+        self.do("OpStore", fd.var, total)
 
     # ------------------------------------------------------------------ the module
 

@@ -3,7 +3,8 @@ matrices allow.
 
 ``SPV_KHR_cooperative_matrix`` has the neutral fragment operations' own abstraction (a matrix
 owned by a subgroup, with an opaque lane layout), so the lowered kernel keeps ``FragDecl``,
-``FragFill``, ``FragLoad``, ``FragStore`` and ``FragMulAdd`` as they are and the simulator
+``FragFill``, ``FragLoad``, ``FragStore``, ``FragMulAdd`` and ``FragAdd`` (an element-wise
+``OpFAdd``/``OpIAdd`` of two cooperative matrices of one type) as they are and the simulator
 runs them at matrix level under the target's arithmetic model. ``lower`` checks each of them
 against the extension and Vulkan's rules and raises ``EmitError`` with the reason where one
 cannot be printed: component types a cooperative matrix cannot hold, shapes that do not
@@ -68,7 +69,7 @@ def lower(kernel: ir.Kernel) -> ir.Kernel:
     return kernel if kernel.subgroup else kernel.model_copy(update={"subgroup": subgroup})
 
 
-_FRAGMENT = (ir.FragDecl, ir.FragFill, ir.FragLoad, ir.FragStore, ir.FragMulAdd)
+_FRAGMENT = (ir.FragDecl, ir.FragFill, ir.FragLoad, ir.FragStore, ir.FragMulAdd, ir.FragAdd)
 
 
 class _Checker:
