@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from backends.cstyle import EmitError
-from backends.cuda import copies
+from backends.cuda import chains, copies
 from sarek import atoms, ir, ir_check
 from sarek.ir import BinOp, Builtin, ElemType, FragLayout, FragUse, MemSpace
 from sarek.ir_build import add, binary, const, mul, var
@@ -64,11 +64,13 @@ I32, U32 = ElemType.I32, ElemType.U32
 
 def lower(kernel: ir.Kernel) -> ir.Kernel:
     """``kernel`` with every fragment statement lowered (kernels without fragments come back
-    unchanged) and its staged copies as ``cp.async`` (``backends.cuda.copies``);
+    unchanged) and its staged copies as ``cp.async`` (``backends.cuda.copies``), runs of
+    fragment statements with fresh accumulators one chain at a time (``backends.cuda.chains``);
     ``EmitError`` with the reason for a fragment CUDA has no instruction for."""
     kernel = copies.lower(kernel)
     if not any(isinstance(s, _FRAGMENT_STMTS) for s in walk(kernel.body)):
         return kernel
+    kernel = kernel.model_copy(update={"body": chains.regroup(kernel.body)})
     if kernel.subgroup not in (None, *SUBGROUPS):
         raise EmitError(f"CUDA runs subgroups of 32 lanes; kernel {kernel.name!r} is written "
                         f"for {kernel.subgroup}")
