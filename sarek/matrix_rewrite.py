@@ -231,13 +231,38 @@ class _Builder:
             return self.tile * self.a_stride
         return (self.step if self.b_layout is FragLayout.ROW else self.tile) * self.b_stride
 
+    def as_is(self, name: str) -> bool:
+        """Whether operand ``name``'s elements are staged as they are (one term of the array's
+        own type, B row-major), so that a staged copy puts them where the fragments read."""
+        access = self.gemm.a if name == "a" else self.gemm.b
+        return self.scheme.terms == ("",) and self.scheme.operand == access.elem and (
+            name == "a" or self.b_layout is FragLayout.ROW)
+
+    def raw(self, name: str) -> bool:
+        """Whether a pipelined schedule stages operand ``name`` raw: its elements as they are
+        in global memory, copied ``stages - 1`` steps ahead into ``sk_r{name}``, and converted
+        into the term arrays at the step that multiplies them."""
+        return self.stages > 1 and not self.as_is(name)
+
+    def raw_tile(self, name: str) -> tuple[Access, int, int]:
+        """The access, rows and columns of operand ``name``'s tile of one step."""
+        return (self.gemm.a, self.tile, self.step) if name == "a" else (
+            self.gemm.b, self.step, self.tile)
+
     def declarations(self) -> list[ir.Stmt]:
         out: list[ir.Stmt] = []
         for term in self.scheme.terms:
             for name in ("a", "b"):
+                buffers = 1 if self.raw(name) else self.stages
                 out.append(ir.ArrayDecl(name=self.staged(name, term), elem=self.scheme.operand,
-                                        size=self.stages * self.buffer(name),
+                                        size=buffers * self.buffer(name),
                                         space=MemSpace.SHARED))
+        for name in ("a", "b"):
+            if self.raw(name):
+                access, rows, cols = self.raw_tile(name)
+                out.append(ir.ArrayDecl(name=f"sk_r{name}", elem=access.elem,
+                                        size=self.stages * rows * cols, space=MemSpace.SHARED,
+                                        align=16))
         # One fragment per wave at a time leaves through here (and an initial value enters).
         out.append(ir.ArrayDecl(name="sk_cs", elem=self.scheme.acc,
                                 size=WAVES * self.frag * self.frag,
@@ -400,13 +425,10 @@ class _Builder:
                 for name, access, rows, cols in self.operands()]
 
     def copy(self, name: str, access: Access, rows: int, cols: int, k0: ir.Expr,
-             base: ir.Expr) -> ir.StageCopy | None:
-        """The staged copy of the A or B tile of the step starting at ``k0`` into the buffer
-        at ``base``, when its elements are staged as they are (one term of the array's own
-        type, B row-major); None when they are converted on the way."""
-        if self.scheme.terms != ("",) or self.scheme.operand != access.elem or (
-                name == "b" and self.b_layout is not FragLayout.ROW):
-            return None
+             base: ir.Expr) -> ir.StageCopy:
+        """The staged copy of the A or B tile of the step starting at ``k0``: into the buffer
+        at ``base`` of the staged array when the elements are staged as they are, else into
+        the raw array ``sk_r{name}`` (rows of ``cols`` elements)."""
         sub = binary  # limits: the rows and columns left in the region from this tile on
         if name == "a":
             origin = self.address(access, var("sk_row0"), const(0), k0)
@@ -419,29 +441,42 @@ class _Builder:
         # A pads with -0.0, as ``fetch`` explains.
         fill = ir.Const(value=-0.0, type=access.elem) if (
             name == "a" and access.elem.is_float) else _zero(access.elem)
-        return ir.StageCopy(dst=self.staged(name, ""), dst_offset=base,
-                            dst_pitch=self.a_stride if name == "a" else self.b_stride,
+        pitch = cols if self.raw(name) else self.a_stride if name == "a" else self.b_stride
+        return ir.StageCopy(dst=f"sk_r{name}" if self.raw(name) else self.staged(name, ""),
+                            dst_offset=base, dst_pitch=pitch,
                             src=access.array, src_offset=origin, src_row_stride=strides[0],
                             src_col_stride=strides[1], rows=rows, cols=cols,
                             row_limit=limits[0], col_limit=limits[1], fill=fill)
 
     def stage_into(self, k0: ir.Expr, slot: ir.Expr) -> list[ir.Stmt]:
-        """The A and B tiles of the step starting at ``k0`` into buffer ``slot``: a staged copy
-        where the elements go as they are, element by element where they are converted; then
-        the group of copies is closed."""
+        """The A and B tiles of the step starting at ``k0`` into buffer ``slot`` (of the
+        staged arrays, or of the raw ones), each by one staged copy; then the group of copies
+        is closed."""
         out: list[ir.Stmt] = []
         for name, access, rows, cols in self.operands():
-            base = mul(slot, const(self.buffer(name)))
-            copy = self.copy(name, access, rows, cols, k0, base)
-            out.append(copy if copy is not None else self.per_thread(rows * cols, [
-                *self.fetch(name, access, cols, k0), *self.store(name, access, cols, base)]))
+            size = rows * cols if self.raw(name) else self.buffer(name)
+            out.append(self.copy(name, access, rows, cols, k0, mul(slot, const(size))))
         return [*out, ir.StageCommit()]
+
+    def convert_raw(self, slot: ir.Expr) -> list[ir.Stmt]:
+        """The raw tiles of buffer ``slot`` converted into the staged terms (empty when no
+        operand is staged raw)."""
+        out: list[ir.Stmt] = []
+        for name, access, rows, cols in self.operands():
+            if self.raw(name):
+                at = add(mul(slot, const(rows * cols)), var("sk_e"))
+                out.append(self.per_thread(rows * cols, [
+                    ir.Let(name="sk_x", type=access.elem,
+                           value=ir.Load(array=f"sk_r{name}", index=at, type=access.elem)),
+                    *self.store(name, access, cols)]))
+        return out
 
     def pipelined(self) -> list[ir.Stmt]:
         """The steps of the reduction with ``stages`` buffers: the first ``stages - 1`` steps
         are issued before the loop; each step waits for its own tiles, passes a barrier (its
         tiles are complete, and every wave is done with the buffer the step refills), issues
-        the tiles of ``stages - 1`` steps ahead into that buffer and multiplies."""
+        the tiles of ``stages - 1`` steps ahead into that buffer and multiplies. Raw tiles are
+        converted into the (single) term arrays first, behind a second barrier."""
         ahead, step = self.stages - 1, self.step
         slot = binary(BinOp.REM, binary(BinOp.DIV, var("sk_k0"), const(step)),
                       const(self.stages))
@@ -450,8 +485,11 @@ class _Builder:
                     for stmt in self.stage_into(const(s * step), const(s))]
         body = (ir.Let(name="sk_slot", type=I32, value=slot),
                 ir.StageWait(pending=ahead - 1), ir.Barrier(),
-                *self.stage_into(add(var("sk_k0"), const(ahead * step)), refill),
-                *self.multiply(var("sk_slot")))
+                *self.stage_into(add(var("sk_k0"), const(ahead * step)), refill))
+        converts = self.convert_raw(var("sk_slot"))
+        if converts:
+            body = (*body, *converts, ir.Barrier())
+        body = (*body, *self.multiply(var("sk_slot")))
         return [*prologue,
                 ir.For(var="sk_k0", start=const(0), stop=var("d"), step=const(step), body=body),
                 ir.StageWait(pending=0)]  # the copies issued past the end land too
@@ -501,7 +539,9 @@ class _Builder:
         f = self.frag
 
         def buffered(name: str, offset: ir.Expr) -> ir.Expr:
-            return offset if slot is None else add(mul(slot, const(self.buffer(name))), offset)
+            if slot is None or self.raw(name):  # one buffer of terms
+                return offset
+            return add(mul(slot, const(self.buffer(name))), offset)
 
         for kk0 in range(0, self.step, f):
             for t, term in enumerate(self.scheme.terms):

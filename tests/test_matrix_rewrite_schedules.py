@@ -75,20 +75,22 @@ def test_a_schedule_keeps_one_to_four_steps_in_shared_memory_and_does_not_also_p
                schedule=Schedule(stages=2, prefetch=True))
 
 
-def test_a_pipelined_schedule_stages_operands_of_their_own_type_by_staged_copies() -> None:
+def test_a_pipelined_schedule_stages_every_tile_by_staged_copies_raw_where_converted(
+        ) -> None:
     from sarek import ir
     from sarek.ir_walk import walk
 
-    def copies(name: str, lowering: Lowering) -> int:
+    def destinations(name: str, lowering: Lowering) -> list[str]:
         launch = example(name).make(8, 8, 8)
         rw = kernel(launch.kernel, recognize(launch.kernel), lowering,
                     schedule=Schedule(stages=3))
-        return sum(isinstance(s, ir.StageCopy) for s in walk(rw.body))
+        return [s.dst for s in walk(rw.body) if isinstance(s, ir.StageCopy)]
 
-    # A and B once before the loop per step issued ahead (two), and once in the loop.
-    assert copies("gemm_f16", Lowering.F16_OPERANDS) == 2 * 3
-    assert copies("gemm_f32", Lowering.BF16_OPERANDS) == 0  # f32 converted on the way in
-    assert copies("gemm_i32", Lowering.INT32_BYTE_PLANES) == 0
+    # A and B before the loop for each step issued ahead (two), and once in the loop.
+    assert destinations("gemm_f16", Lowering.F16_OPERANDS) == ["sk_a", "sk_b"] * 3
+    # f32 operands are converted at the step that multiplies them: copied raw
+    assert destinations("gemm_f32", Lowering.BF16X3_OPERANDS) == ["sk_ra", "sk_rb"] * 3
+    assert destinations("gemm_i32", Lowering.INT32_BYTE_PLANES) == ["sk_ra", "sk_rb"] * 3
 
 
 def test_rewrite_launch_takes_the_targets_large_schedule_for_large_regions_only() -> None:

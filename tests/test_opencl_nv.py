@@ -50,8 +50,21 @@ _CUDA_ADDRESS = re.compile(r'"r"\(\(unsigned\)__cvta_generic_to_shared\(&(\w+)\[
 
 def test_one_lowering_for_cuda_and_opencl_nv() -> None:
     assert NV.lower is registry.target("cuda").lower is cuda_lower.lower
-    assert NV.staging == registry.target("cuda").staging and NV.arith == "h200"
-    assert (NV.subgroups, NV.fragments) == ((32,), (16,))
+    assert NV.arith == "h200" and (NV.subgroups, NV.fragments) == ((32,), (16,))
+
+
+def test_opencl_nv_stages_like_cuda_within_48_kib_of_local_memory() -> None:
+    from backends.cuda import shared
+
+    cuda = registry.target("cuda").staging
+    assert (NV.staging.row_pad_bytes, NV.staging.narrow_b_col_major) == (
+        cuda.row_pad_bytes, cuda.narrow_b_col_major)
+    for lowering, schedule in NV.staging.large:
+        name = "gemm_f16" if lowering == "F16_operands" else "gemm_f32"
+        big = rewrite_launch(load_module(EXAMPLES / f"{name}.py").make(64, 64, 64),
+                             lowering=Lowering(lowering), staging=NV.staging,
+                             schedule=schedule).launch
+        assert shared.offsets(big.kernel) is None  # static: at most 48 KiB
 
 
 @pytest.mark.parametrize("rw", [rw for _, rw in CASES], ids=[name for name, _ in CASES])

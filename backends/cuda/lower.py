@@ -39,17 +39,18 @@ SUBGROUPS = (32,)
 FRAGMENTS = (16,)
 STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True, large=(
     ("F16_operands", Schedule(tile=128, step=64, stages=2)),
-    ("Bf16_operands", Schedule(tile=128, step=16)),
-    ("Bf16x3_operands", Schedule(tile=128, step=16)),
+    ("Bf16_operands", Schedule(tile=128, step=32, stages=2)),
+    ("Bf16x3_operands", Schedule(tile=128, step=16, stages=3)),
+    ("Int32_byte_planes", Schedule(stages=3)),
 ))
 """Padded 16-bit rows put the 8 rows one ldmatrix reads in distinct banks; 8-bit B staged
-column-major lets ldmatrix deliver B's k-consecutive bytes. Large regions take the schedule
-that measured fastest on the H200 at 4096^3 (``bench/schedule_sweep_h200.py``, one run): for
-F16, whose operands are staged as they are, 128x128 tiles with two 64-deep steps in shared
-memory, copied by ``cp.async`` (4.8x the seed's); for Bf16 and Bf16x3, whose f32 operands are
-converted on the way in (synchronously, so deeper pipelines only cost shared memory), 128x128
-tiles with 16-deep steps; the byte planes' four accumulators per fragment spill at 128x128,
-so they keep the seed's."""
+column-major lets ldmatrix deliver B's k-consecutive bytes. Large regions take the pipelined
+schedule that measured fastest on the H200 at 4096^3 (``bench/schedule_sweep_h200.py``, one
+run; every tile copied by ``cp.async``, raw where it is converted at the step that multiplies
+it): 128x128 tiles with two 64-deep stages for F16 (4.8x the seed's), two 32-deep for Bf16
+(1.65x), three 16-deep for Bf16x3 (1.51x; deeper steps spill registers); the byte planes'
+four accumulators per fragment spill at 128x128, so they take 64x64 tiles with three stages
+(1.16x)."""
 
 NV_STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True, large=tuple(
     (name, Schedule(tile=128, step=16)) for name in ("F16_operands", "Bf16_operands",
