@@ -38,7 +38,8 @@ from sarek.schedule import SEED, Schedule  # noqa: E402
 
 CANDIDATES = (
     SEED, Schedule(tile=128, step=16),
-    Schedule(stages=3), Schedule(step=32, stages=3), Schedule(step=32, stages=4),
+    Schedule(stages=3), Schedule(step=32), Schedule(step=32, stages=2),
+    Schedule(step=32, stages=3), Schedule(step=32, stages=4),
     Schedule(step=64, stages=2),
     Schedule(tile=128, step=16, stages=3), Schedule(tile=128, step=16, stages=4),
     Schedule(tile=128, step=32, stages=2), Schedule(tile=128, step=32, stages=3),

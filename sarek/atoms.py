@@ -15,6 +15,9 @@ specification, "SIMD-group matrix"), with ``g = lane / 4`` and ``t = lane % 4``:
   element ``i`` at row ``g + 8*(i/2)``, column ``2t + i%2``. With 8-bit A: row ``g + 8*(i/4)``,
   column ``4t + i%4``; 8-bit B: k ``4t + i``, n ``g``. A 32-bit register holds ``32 / bits``
   consecutive elements, the lowest index in the lowest bits.
+* ``mma.sync.m16n8k32`` with 8-bit A (16 x 32): element ``i`` at row ``g + 8*((i/4) % 2)``,
+  column ``4t + i%4 + 16*(i/8)``; B (32 x 8) element ``i`` at k ``4t + i%4 + 16*(i/4)``, n
+  ``g``; C and D as for m16n8k16.
 * ``ldmatrix`` / ``stmatrix`` m8n8 ``.b16`` with ``count`` matrices: lane ``8*m + r`` provides
   the address of row ``r`` of matrix ``m``; word ``w`` of row ``r`` of matrix ``m`` is register
   ``m`` of lane ``4*r + w``.
@@ -121,11 +124,18 @@ _A8 = LaneLayout(16, 16, _LANES, (64, 1), (4, 2), (16, 8))
 _B8 = LaneLayout(16, 8, _LANES, (4, 16), (4,), (1,))
 
 
-def _mma(atom: MmaAtom, operand: ElemType, accumulator: ElemType, ptx_types: str
+_A8_K32 = LaneLayout(16, 32, _LANES, (64, 1), (4, 2, 2), (16, 8, 256))
+_B8_K32 = LaneLayout(32, 8, _LANES, (4, 32), (4, 2), (1, 16))
+
+
+def _mma(atom: MmaAtom, operand: ElemType, accumulator: ElemType, ptx_types: str, k: int = 16
          ) -> MmaAtomFacts:
-    a, b = (_A16, _B16) if operand.bits == 16 else (_A8, _B8)
-    return MmaAtomFacts(atom, 16, 8, 16, operand, accumulator, a, b, _C_16x8,
-                        f"mma.sync.aligned.m16n8k16.row.col.{ptx_types}")
+    if k == 32:
+        a, b = _A8_K32, _B8_K32
+    else:
+        a, b = (_A16, _B16) if operand.bits == 16 else (_A8, _B8)
+    return MmaAtomFacts(atom, 16, 8, k, operand, accumulator, a, b, _C_16x8,
+                        f"mma.sync.aligned.m16n8k{k}.row.col.{ptx_types}")
 
 
 MMA: dict[MmaAtom, MmaAtomFacts] = {
@@ -137,14 +147,19 @@ MMA: dict[MmaAtom, MmaAtomFacts] = {
                                   "s32.u8.u8.s32"),
     MmaAtom.M16N8K16_S32_S8: _mma(MmaAtom.M16N8K16_S32_S8, ElemType.I8, ElemType.I32,
                                   "s32.s8.s8.s32"),
+    MmaAtom.M16N8K32_S32_U8: _mma(MmaAtom.M16N8K32_S32_U8, ElemType.U8, ElemType.I32,
+                                  "s32.u8.u8.s32", k=32),
+    MmaAtom.M16N8K32_S32_S8: _mma(MmaAtom.M16N8K32_S32_S8, ElemType.I8, ElemType.I32,
+                                  "s32.s8.s8.s32", k=32),
 }
 """Every ``mma.sync`` form the project prints, by the IR's name for it."""
 
 
-def mma_for(operand: ElemType, accumulator: ElemType) -> MmaAtomFacts | None:
-    """The atom multiplying ``operand`` fragments into ``accumulator``, if one exists."""
+def mma_for(operand: ElemType, accumulator: ElemType, k: int = 16) -> MmaAtomFacts | None:
+    """The atom multiplying ``operand`` fragments ``k`` deep into ``accumulator``, if one
+    exists."""
     for facts in MMA.values():
-        if (facts.operand, facts.accumulator) == (operand, accumulator):
+        if (facts.operand, facts.accumulator, facts.k) == (operand, accumulator, k):
             return facts
     return None
 

@@ -238,10 +238,11 @@ def cuda_support(major: int, minor: int = 0) -> DeviceSupport:
     """An NVIDIA GPU of compute capability ``major.minor`` through the CUDA backend.
 
     The backend builds a 16x16x16 fragment from two ``mma.sync.aligned.m16n8k16`` instructions
-    (PTX ISA 7.0 and later, sm_80 and later); the configurations are exactly the instruction
-    forms the backend prints (``sarek.atoms.MMA``): f16 x f16 + f32, bf16 x bf16 + f32, u8 x u8
-    + s32 and s8 x s8 + s32. The hardware has more (f16 accumulators, mixed u8/s8 operands,
-    m16n8k32) that the backend does not print, so they are not offered. Older GPUs have m16n8k8
+    (PTX ISA 7.0 and later, sm_80 and later), and a 16x16x32 one of 8-bit operands from two
+    ``m16n8k32``; the configurations are exactly the instruction forms the backend prints
+    (``sarek.atoms.MMA``): f16 x f16 + f32, bf16 x bf16 + f32, u8 x u8 + s32 and s8 x s8 + s32
+    (the 8-bit ones 16 and 32 deep). The hardware has more (f16 accumulators, mixed u8/s8
+    operands) that the backend does not print, so they are not offered. Older GPUs have m16n8k8
     (f16, sm_75), m8n8k16 (integers, sm_75) and m8n8k4 (sm_70), which the backend does not use;
     no 8x8x8 float shape exists.
     """

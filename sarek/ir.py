@@ -185,6 +185,8 @@ class MmaAtom(StrEnum):
     M16N8K16_F32_BF16 = "m16n8k16.f32.bf16.bf16.f32"
     M16N8K16_S32_U8 = "m16n8k16.s32.u8.u8.s32"
     M16N8K16_S32_S8 = "m16n8k16.s32.s8.s8.s32"
+    M16N8K32_S32_U8 = "m16n8k32.s32.u8.u8.s32"
+    M16N8K32_S32_S8 = "m16n8k32.s32.s8.s8.s32"
 
 
 class FragLayout(StrEnum):

@@ -173,6 +173,10 @@ class _Builder:
         self.b_layout = FragLayout.COL if col_b else FragLayout.ROW
         if self.b_layout is FragLayout.COL:
             self.b_stride = self.step
+        # How deep one multiply-accumulate reduces: the fragment, or for 8-bit operands the
+        # policy's deeper one where the steps divide into it (same sums: integers are exact).
+        deep = staging.byte_k if scheme.operand.bits == 8 and frag == 16 else frag
+        self.frag_k = deep if self.step % deep == 0 else frag
 
     # ---------------------------------------------------------------- coordinates
 
@@ -267,7 +271,7 @@ class _Builder:
         out.append(ir.ArrayDecl(name="sk_cs", elem=self.scheme.acc,
                                 size=WAVES * self.frag * self.frag,
                                 space=MemSpace.SHARED))
-        shape = ir.FragShape(m=self.frag, n=self.frag, k=self.frag)
+        shape = ir.FragShape(m=self.frag, n=self.frag, k=self.frag_k)
         for i, j in self.frag_names():
             for a in range(self.scheme.accumulators):
                 out.append(ir.FragDecl(name=f"sk_acc{a}_{i}_{j}", use=FragUse.ACCUMULATOR,
@@ -533,10 +537,10 @@ class _Builder:
                        body=body)]
 
     def multiply(self, slot: ir.Expr | None = None) -> list[ir.Stmt]:
-        """Each wave: per sub-step of ``frag`` along k, load fragments (from buffer ``slot``
+        """Each wave: per sub-step of ``frag_k`` along k, load fragments (from buffer ``slot``
         when the step's tiles are one of several), multiply-accumulate."""
         out: list[ir.Stmt] = []
-        f = self.frag
+        f = self.frag_k
 
         def buffered(name: str, offset: ir.Expr) -> ir.Expr:
             if slot is None or self.raw(name):  # one buffer of terms

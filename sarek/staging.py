@@ -4,8 +4,9 @@ The neutral rewrite stages tiles densely, B row-major. A target may ask for padd
 that the rows one warp instruction reads fall in distinct shared-memory banks) or for 8-bit B
 staged column-major (so that each lane's consecutive k of one column form one 32-bit word, as
 NVIDIA's integer ``mma.sync`` B operand wants them). The policy also names the larger
-schedules (``sarek.schedule``) the target runs large regions with. It changes where staged
-elements lie and how work is cut, never what the kernel computes.
+schedules (``sarek.schedule``) the target runs large regions with, and how deep its 8-bit
+multiply-accumulates reduce. It changes where staged elements lie and how work is cut, never
+what the kernel computes.
 """
 
 from __future__ import annotations
@@ -27,10 +28,13 @@ class StagingError(SarekError):
 class Staging:
     """``row_pad_bytes``: bytes appended to every staged row of 16-bit terms (a multiple of 16,
     so that staged rows stay 16-byte aligned); ``narrow_b_col_major``: stage 8-bit B
-    column-major; ``large``: (lowering name, schedule) pairs for large regions."""
+    column-major; ``byte_k``: how deep a multiply-accumulate of 8-bit 16x16 fragments reduces
+    (16, or 32 where the target multiplies 32 deep and the schedule's steps divide into it);
+    ``large``: (lowering name, schedule) pairs for large regions."""
 
     row_pad_bytes: int = 0
     narrow_b_col_major: bool = False
+    byte_k: int = 16
     large: tuple[tuple[str, Schedule], ...] = ()
 
     def schedule_for(self, lowering: str, me: int, ne: int) -> Schedule:
@@ -47,6 +51,8 @@ class Staging:
         if self.row_pad_bytes < 0 or self.row_pad_bytes % 16 or self.row_pad_bytes > 256:
             raise StagingError(f"row padding must be a multiple of 16 bytes from 0 to 256, not "
                                f"{self.row_pad_bytes}")
+        if self.byte_k not in (16, 32):
+            raise StagingError(f"8-bit fragments reduce 16 or 32 deep, not {self.byte_k}")
 
 
 DENSE = Staging()

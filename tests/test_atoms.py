@@ -14,6 +14,7 @@ from sarek.ir import BinOp, Builtin, ElemType, FragLayout, FragUse, MmaAtom
 
 F16 = atoms.MMA[MmaAtom.M16N8K16_F32_F16]
 U8 = atoms.MMA[MmaAtom.M16N8K16_S32_U8]
+U8_K32 = atoms.MMA[MmaAtom.M16N8K32_S32_U8]
 LANE = np.arange(32)[:, None]
 G, T = LANE >> 2, LANE & 3
 
@@ -47,6 +48,18 @@ def test_mma_8_bit_operands_are_the_ptx_layout() -> None:
     i = np.arange(4)[None, :]
     assert np.array_equal(U8.b.coordinates[..., 0], 4 * T + i)
     assert np.array_equal(U8.b.coordinates[..., 1], np.broadcast_to(G, (32, 4)))
+
+
+def test_mma_k32_8_bit_operands_are_the_ptx_layout() -> None:
+    i = np.arange(16)[None, :]
+    a = U8_K32.a.coordinates
+    assert np.array_equal(a[..., 0], np.broadcast_to(G + 8 * ((i >> 2) & 1), (32, 16)))
+    assert np.array_equal(a[..., 1], 4 * T + (i & 3) + 16 * (i >> 3))
+    i = np.arange(8)[None, :]
+    b = U8_K32.b.coordinates
+    assert np.array_equal(b[..., 0], 4 * T + (i & 3) + 16 * (i >> 2))
+    assert np.array_equal(b[..., 1], np.broadcast_to(G, (32, 8)))
+    assert (U8_K32.registers("a"), U8_K32.registers("b"), U8_K32.k) == (4, 2, 32)
 
 
 def test_metal_simdgroup_lane_map_is_the_specification() -> None:
@@ -96,7 +109,7 @@ def ldmatrix_image(memory: np.ndarray, blocks: list[tuple[int, int]], bits: int,
 
 
 def operand_image(facts: atoms.MmaAtomFacts, use: FragUse, fragment: np.ndarray) -> np.ndarray:
-    """[lane, register] the atom wants for a 16x16 fragment (B: both n halves)."""
+    """[lane, register] the atom wants for a 16 x k or k x 16 fragment (B: both n halves)."""
     bits = facts.operand.bits
     if use is FragUse.A:
         return packed(facts.a.gather(fragment), bits)
@@ -107,11 +120,13 @@ def operand_image(facts: atoms.MmaAtomFacts, use: FragUse, fragment: np.ndarray)
 @pytest.mark.parametrize(("facts", "use", "layout"), [
     (F16, FragUse.A, FragLayout.ROW), (U8, FragUse.A, FragLayout.ROW),
     (F16, FragUse.B, FragLayout.ROW), (F16, FragUse.B, FragLayout.COL),
-    (U8, FragUse.B, FragLayout.COL)])
+    (U8, FragUse.B, FragLayout.COL), (U8_K32, FragUse.A, FragLayout.ROW),
+    (U8_K32, FragUse.B, FragLayout.COL)])
 def test_ldmatrix_plan_delivers_the_atoms_registers(facts: atoms.MmaAtomFacts, use: FragUse,
                                                      layout: FragLayout) -> None:
     bits = facts.operand.bits
-    fragment = np.random.default_rng(bits).integers(0, 2**bits, (16, 16))
+    shape = (16, facts.k) if use is FragUse.A else (facts.k, 16)
+    fragment = np.random.default_rng(bits).integers(0, 2**bits, shape)
     plan = ldmatrix_blocks(facts, use, layout)
     assert plan is not None
     blocks, trans = plan

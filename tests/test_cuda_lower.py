@@ -127,6 +127,15 @@ def test_the_gate_offers_exactly_what_the_printer_prints() -> None:
                 continue
             assert verdict(config, support) == Available(), config
             printable.add(config)
+    # 8-bit fragments reduce 32 deep under CUDA's policy where the steps divide into 32
+    from sarek.coopmat import configs_of
+    from sarek.schedule import Schedule
+
+    i32 = load_module(next(p for p in EXAMPLES if p.stem == "gemm_i32")).make(64, 64, 64)
+    deep = rewrite_launch(i32, staging=CUDA.staging, schedule=Schedule(step=32)).launch.kernel
+    for config in configs_of(deep):
+        assert config.shape.k == 32 and verdict(config, support) == Available(), config
+        printable.add(config)
     for config in support.configs:
         assert config in printable or config.a.value == "s8", config
 

@@ -93,6 +93,29 @@ def test_a_pipelined_schedule_stages_every_tile_by_staged_copies_raw_where_conve
     assert destinations("gemm_i32", Lowering.INT32_BYTE_PLANES) == ["sk_ra", "sk_rb"] * 3
 
 
+@pytest.mark.parametrize("schedule", [Schedule(step=32), Schedule(step=64, stages=2)],
+                         ids=lambda s: s.name)
+def test_byte_planes_multiply_32_deep_where_the_policy_and_the_steps_allow(
+        schedule: Schedule) -> None:
+    import sarek
+    from backends.registry import target
+    from sarek import ir
+    from sarek.ir_walk import walk
+
+    launch = example("gemm_i32").make(*SIZE)  # int32 over the full range
+    cuda = target("cuda")
+    rw = rewrite_launch(launch, staging=cuda.staging, schedule=schedule).launch
+    assert {s.shape.k for s in walk(rw.kernel.body) if isinstance(s, ir.FragDecl)} == {32}
+    assert "mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32" in sarek.emit(rw.kernel, "cuda")
+    want = bits(original(launch))
+    assert np.array_equal(bits(rw.simulate()["c"]), want)
+    lowered = sarek.simulate(rw.kernel, dict(rw.args), grid=rw.grid, block=rw.block,
+                             target="cuda")
+    assert np.array_equal(bits(lowered["c"]), want)
+    seed_steps = rewrite_launch(launch, staging=cuda.staging, schedule=SEED).launch.kernel
+    assert {s.shape.k for s in walk(seed_steps.body) if isinstance(s, ir.FragDecl)} == {16}
+
+
 def test_rewrite_launch_takes_the_targets_large_schedule_for_large_regions_only() -> None:
     policy = Staging(large=(("F16_operands", LARGE),))
     big = example("gemm_f16").make(1024, 1024, 16)

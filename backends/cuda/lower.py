@@ -37,7 +37,7 @@ from sarek.staging import Staging
 
 SUBGROUPS = (32,)
 FRAGMENTS = (16,)
-STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True, large=(
+STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True, byte_k=32, large=(
     ("F16_operands", Schedule(tile=128, step=64, stages=2)),
     ("Bf16_operands", Schedule(tile=128, step=32, stages=2)),
     ("Bf16x3_operands", Schedule(tile=128, step=16, stages=3)),
@@ -227,19 +227,27 @@ class _Lowering:
         return [s]
 
     def facts(self, d: ir.FragDecl) -> atoms.MmaAtomFacts:
+        """The atom whose lane layouts hold fragment ``d`` (an accumulator's layout is the
+        same for every atom of its type; an operand's depends on the reduction depth)."""
         for facts in atoms.MMA.values():
             if d.use is FragUse.ACCUMULATOR and facts.accumulator is d.elem:
                 return facts
-            if d.use is not FragUse.ACCUMULATOR and facts.operand is d.elem:
+            if d.use is not FragUse.ACCUMULATOR and facts.operand is d.elem and \
+                    facts.k == d.shape.k:
                 return facts
         takes = ("f32 and s32 accumulators" if d.use is FragUse.ACCUMULATOR
                  else "f16, bf16, u8 and s8 operands")
         raise EmitError(f"fragment {d.name!r} of {d.elem}: mma.sync takes {takes}")
 
     def decl(self, d: ir.FragDecl) -> ir.ArrayDecl:
-        if (d.rows, d.cols) != (EDGE, EDGE):
-            raise EmitError(f"fragment {d.name!r} is {d.rows}x{d.cols}; CUDA multiplies "
-                            "16x16x16 fragments (m16n8k16) and has no 8x8x8 float shape")
+        shape = d.shape
+        if (shape.m, shape.n) != (EDGE, EDGE) or not any(
+                f.k == shape.k and d.elem in (f.operand, f.accumulator)
+                for f in atoms.MMA.values()):
+            raise EmitError(f"fragment {d.name!r} is of a {shape.m}x{shape.n}x{shape.k} "
+                            f"multiply-add of {d.elem}; CUDA multiplies 16x16x16 fragments "
+                            "(m16n8k16), 8-bit ones also 16x16x32 (m16n8k32), and has no "
+                            "8x8x8 float shape")
         facts = self.facts(d)
         self.frags[d.name] = d
         if d.use is FragUse.ACCUMULATOR:
@@ -362,10 +370,10 @@ class _Lowering:
 
     def mul_add(self, d: str, a: str, b: str, c: str, line: int | None) -> list[ir.Stmt]:
         fd, fa, fb = self.frag(d), self.frag(a), self.frag(b)
-        facts = atoms.mma_for(fa.elem, fd.elem)
+        facts = atoms.mma_for(fa.elem, fd.elem, fa.shape.k)
         if facts is None or fb.elem is not fa.elem:
-            raise EmitError(f"mma.sync has no form multiplying {fa.elem} x {fb.elem} into "
-                            f"{fd.elem}")
+            raise EmitError(f"mma.sync has no form multiplying {fa.elem} x {fb.elem} "
+                            f"{fa.shape.k} deep into {fd.elem}")
         b_regs, c_values = facts.registers("b"), facts.c.values
         return [ir.Mma(atom=facts.atom, d=d, a=a, b=b, c=c, d_offset=h * c_values,
                        b_offset=h * b_regs, c_offset=h * c_values, line=line)
