@@ -48,6 +48,27 @@ def distinct_subexpressions(e: ir.Expr) -> Iterator[ir.Expr]:
         stack.extend(children(node))
 
 
+def replace_statements(stmts: tuple[ir.Stmt, ...],
+                       replace: Callable[[ir.Stmt], list[ir.Stmt] | None]
+                       ) -> tuple[ir.Stmt, ...]:
+    """``stmts`` with every statement, nested ones included, replaced by ``replace(s)`` (any
+    number of statements), or kept, its blocks rebuilt the same way, where that is None."""
+    out: list[ir.Stmt] = []
+    for s in stmts:
+        new = replace(s)
+        if new is not None:
+            out += new
+            continue
+        match s:
+            case ir.For(body=body) | ir.While(body=body):
+                s = s.model_copy(update={"body": replace_statements(body, replace)})
+            case ir.If(then=then, orelse=orelse):
+                s = s.model_copy(update={"then": replace_statements(then, replace),
+                                         "orelse": replace_statements(orelse, replace)})
+        out.append(s)
+    return tuple(out)
+
+
 def walk(stmts: tuple[ir.Stmt, ...]) -> Iterator[ir.Stmt]:
     """Every statement of ``stmts``, nested ones included, in program order."""
     for s in stmts:

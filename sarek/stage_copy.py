@@ -16,6 +16,7 @@ import math
 from sarek import ir
 from sarek.ir import BinOp, Builtin, ElemType
 from sarek.ir_build import add, binary, const, is_literal, mul, var
+from sarek.ir_walk import replace_statements, walk
 
 I32 = ElemType.I32
 
@@ -92,24 +93,13 @@ _GROUPS = (ir.StageCommit, ir.StageWait)
 
 
 def _has_stages(body: tuple[ir.Stmt, ...]) -> bool:
-    from sarek.ir_walk import walk
-
     return any(isinstance(s, (ir.StageCopy, *_GROUPS)) for s in walk(body))
 
 
 def _expand(body: tuple[ir.Stmt, ...], block: tuple[int, int, int]) -> tuple[ir.Stmt, ...]:
-    out: list[ir.Stmt] = []
-    for s in body:
-        match s:
-            case ir.StageCopy():
-                out.append(element_copy(s, block))
-            case ir.StageCommit() | ir.StageWait():
-                pass
-            case ir.For(body=inner) | ir.While(body=inner):
-                out.append(s.model_copy(update={"body": _expand(inner, block)}))
-            case ir.If(then=then, orelse=orelse):
-                out.append(s.model_copy(update={"then": _expand(then, block),
-                                                "orelse": _expand(orelse, block)}))
-            case _:
-                out.append(s)
-    return tuple(out)
+    def synchronous_copy(s: ir.Stmt) -> list[ir.Stmt] | None:
+        if isinstance(s, ir.StageCopy):
+            return [element_copy(s, block)]
+        return [] if isinstance(s, _GROUPS) else None
+
+    return replace_statements(body, synchronous_copy)

@@ -23,3 +23,25 @@ def test_substitution_keeps_nodes_it_does_not_change() -> None:
     x = ir.Var(name="x", type=F32)
     e = ir.Bitcast(x=x, type=U32)
     assert substitute(e, {"y": ir.Const(value=1.0, type=F32)}) is e
+
+
+def test_replace_statements_replaces_nested_statements_and_keeps_the_rest() -> None:
+    from sarek.ir_walk import replace_statements
+
+    i32 = ir.ElemType.I32
+    zero = ir.Const(value=0, type=i32)
+    loop = ir.For(var="q", start=zero, stop=ir.Const(value=2, type=i32),
+                  step=ir.Const(value=1, type=i32), body=(ir.Barrier(), ir.Return()))
+    branch = ir.If(cond=ir.Const(value=True, type=ir.ElemType.BOOL), then=(ir.Barrier(),),
+                   orelse=(loop,))
+
+    def twice_or_drop(s: ir.Stmt) -> list[ir.Stmt] | None:
+        if isinstance(s, ir.Barrier):
+            return [s, s]
+        return [] if isinstance(s, ir.Return) else None
+
+    (out,) = replace_statements((branch,), twice_or_drop)
+    assert isinstance(out, ir.If)
+    assert out.then == (ir.Barrier(), ir.Barrier())
+    (inner,) = out.orelse
+    assert isinstance(inner, ir.For) and inner.body == (ir.Barrier(), ir.Barrier())

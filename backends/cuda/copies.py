@@ -21,6 +21,7 @@ import math
 from sarek import dtypes, ir
 from sarek.ir import BinOp, ElemType
 from sarek.ir_build import add, binary, const, is_literal, mul, var
+from sarek.ir_walk import replace_statements
 from sarek.stage_copy import element_copy, element_store, linear_thread, source_index, spread
 
 COPY_BYTES = 16
@@ -32,24 +33,9 @@ def lower(kernel: ir.Kernel) -> ir.Kernel:
     if kernel.block is None:
         return kernel
     block = kernel.block
-    body = _block(kernel.body, block)
+    body = replace_statements(kernel.body, lambda s: [copy(s, block)]
+                              if isinstance(s, ir.StageCopy) else None)
     return kernel if body == kernel.body else kernel.model_copy(update={"body": body})
-
-
-def _block(body: tuple[ir.Stmt, ...], block: tuple[int, int, int]) -> tuple[ir.Stmt, ...]:
-    out: list[ir.Stmt] = []
-    for s in body:
-        match s:
-            case ir.StageCopy():
-                out.append(copy(s, block))
-            case ir.For(body=inner) | ir.While(body=inner):
-                out.append(s.model_copy(update={"body": _block(inner, block)}))
-            case ir.If(then=then, orelse=orelse):
-                out.append(s.model_copy(update={"then": _block(then, block),
-                                                "orelse": _block(orelse, block)}))
-            case _:
-                out.append(s)
-    return tuple(out)
 
 
 def chunk(elem: ElemType) -> int:
