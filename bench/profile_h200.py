@@ -9,7 +9,6 @@ Prints the kernel's name, its median time over the launches (CUDA events) and it
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
@@ -27,17 +26,6 @@ from sarek.matrix_rewrite import rewrite_launch  # noqa: E402
 from sarek.matrix_scheme import Lowering  # noqa: E402
 from sarek.schedule import Schedule  # noqa: E402
 
-_NAME = re.compile(r"t(\d+)k(\d+)(p?)(?:s(\d))?$")
-
-
-def schedule(name: str) -> Schedule:
-    """The schedule a name such as ``t128k64s3`` stands for (``Schedule.name``)."""
-    m = _NAME.match(name)
-    if m is None:
-        raise SystemExit(f"not a schedule name: {name!r} (for example t128k64s3)")
-    return Schedule(tile=int(m[1]), step=int(m[2]), prefetch=bool(m[3]),
-                    stages=int(m[4] or 1))
-
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -49,7 +37,7 @@ def main() -> int:
     launch = load_module(ROOT / "examples" / f"{EXAMPLE[lowering]}.py").make(args.n, args.n,
                                                                              args.n)
     rw = rewrite_launch(launch, lowering=lowering, staging=target("cuda").staging,
-                        schedule=schedule(args.schedule)).launch
+                        schedule=Schedule.parse(args.schedule)).launch
     s = kernel_seconds(rw, device_arch())
     print(f"{rw.kernel.name}: {s * 1e3:.3f} ms, {2.0 * args.n**3 / s / 1e12:.1f} TFLOP/s")
     return 0

@@ -23,6 +23,7 @@ from sarek.errors import LaunchError, SarekError
 from sarek.ir_walk import walk
 from sarek.launch import Launch, dim3
 from sarek.loader import examples_dir, load_kernel, user_error
+from sarek.schedule import Schedule
 from sim.launch import MAX_DIM, Limits, size_text
 
 if TYPE_CHECKING:
@@ -267,7 +268,8 @@ def _cmd_rewrite(args: argparse.Namespace) -> int:
     _, _, launch = _launch_of(args)
     lowering = Lowering(args.lowering) if args.lowering else None
     rw = rewrite_launch(launch, lowering=lowering, precision=args.precision,
-                        subgroup=args.subgroup, frag=args.frag)
+                        subgroup=args.subgroup, frag=args.frag,
+                        schedule=_schedule(args.schedule))
     kernel = rw.launch.kernel
     if args.json:
         print(kernel.model_dump_json(indent=2))
@@ -276,7 +278,8 @@ def _cmd_rewrite(args: argparse.Namespace) -> int:
     for s in walk(kernel.body):
         counts[s.kind] = counts.get(s.kind, 0) + 1
     print(f"{launch.kernel.name} -> {kernel.name}")
-    print(f"  lowering  {rw.lowering.value} (subgroup {rw.subgroup}, fragment {rw.frag})")
+    print(f"  lowering  {rw.lowering.value} (subgroup {rw.subgroup}, fragment {rw.frag}, "
+          f"schedule {rw.schedule.name})")
     print(f"  region    me={rw.region.me} ne={rw.region.ne} ze={rw.region.ze} "
           f"d={rw.region.d} t={rw.region.t}")
     print(f"  launch    grid {rw.launch.grid} block {rw.launch.block} (original: grid "
@@ -288,6 +291,11 @@ def _cmd_rewrite(args: argparse.Namespace) -> int:
                               launch.simulate(limits=limits)[c])
         print(f"  check     rewritten vs original, simulated: {how}")
     return 0
+
+
+def _schedule(name: str | None) -> Schedule | None:
+    """The schedule ``--schedule`` names, or None (the policy's choice)."""
+    return None if name is None else Schedule.parse(name)
 
 
 def _preferred(chosen: int | None, offered: tuple[int, ...], usual: int) -> int:
@@ -305,9 +313,10 @@ def _cmd_emit(args: argparse.Namespace) -> int:
 
     target = registry.target(args.target)
     if args.original:
-        if any(x is not None for x in (args.lowering, args.subgroup, args.frag)):
-            raise SarekError("--original prints the kernel as written; --lowering, --subgroup "
-                             "and --frag choose a rewrite")
+        if any(x is not None for x in (args.lowering, args.subgroup, args.frag,
+                                       args.schedule)):
+            raise SarekError("--original prints the kernel as written; --lowering, --subgroup, "
+                             "--frag and --schedule choose a rewrite")
         kernel = load_kernel(args.kernel)[1].ir
     else:
         _, _, launch = _launch_of(args)
@@ -319,7 +328,8 @@ def _cmd_emit(args: argparse.Namespace) -> int:
         if refusal:
             raise SarekError(refusal)
         kernel = rewrite_launch(launch, lowering=lowering, subgroup=subgroup, frag=frag,
-                                staging=target.staging).launch.kernel
+                                staging=target.staging,
+                                schedule=_schedule(args.schedule)).launch.kernel
     text = registry.emit(kernel, target.name)
     if not args.out:
         print(text, end="" if text.endswith("\n") else "\n")
@@ -332,6 +342,8 @@ def _cmd_emit(args: argparse.Namespace) -> int:
     return 0
 
 
+SCHEDULE_HELP = ("the rewrite's schedule, e.g. t64k16 (the seed's), t128k64s2: block tile, "
+                 "reduction step, stages in shared memory (default: the target's policy)")
 CONFORMANCE_HELP = "run a target's conformance checks against the simulator"
 
 
@@ -400,6 +412,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--precision", choices=("accurate", "fast"), default="accurate")
     r.add_argument("--subgroup", type=int, default=32)
     r.add_argument("--frag", type=int, default=16)
+    r.add_argument("--schedule", help=SCHEDULE_HELP)
     r.add_argument("--check", action="store_true",
                    help="simulate original and rewritten and compare them")
     r.add_argument("--json", action="store_true", help="print the rewritten IR as JSON")
@@ -416,6 +429,7 @@ def parser() -> argparse.ArgumentParser:
                    help="lanes per subgroup (default 32, or the target's first if it has not 32)")
     e.add_argument("--frag", type=int,
                    help="fragment edge (default 16, or the target's first if it has not 16)")
+    e.add_argument("--schedule", help=SCHEDULE_HELP)
     e.add_argument("--original", action="store_true", help="print the kernel as written")
     e.add_argument("-o", "--out", help="write the text to this file instead of stdout")
     e.set_defaults(run=_cmd_emit)

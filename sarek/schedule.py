@@ -10,6 +10,7 @@ covered output is written with the original's initial value and epilogue, nothin
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from sarek.errors import SarekError
@@ -17,6 +18,7 @@ from sarek.errors import SarekError
 WAVES = 4  # a block is four waves, 2 x 2 over its tile
 STAGE_QUANTUM = 16  # reduction steps are whole multiples of 16
 MAX_STAGES = 4  # steps a schedule keeps in shared memory at once
+_NAME = re.compile(r"t(\d{1,4})k(\d{1,4})(p?)(?:s(\d))?")
 
 
 class ScheduleError(SarekError):
@@ -40,6 +42,16 @@ class Schedule:
     @property
     def wave_tile(self) -> int:
         return self.tile // 2
+
+    @classmethod
+    def parse(cls, name: str) -> Schedule:
+        """The schedule ``name`` spells (``t128k64s2``: tile 128, steps of 64, two stages;
+        ``p`` after the step for register prefetch); ``ScheduleError`` for anything else."""
+        m = _NAME.fullmatch(name)
+        if m is None:
+            raise ScheduleError(f"{name!r} is not a schedule name such as t64k16, t128k64s2 or "
+                                "t128k16p (tile, step, p for prefetch, s and the stages)")
+        return cls(tile=int(m[1]), step=int(m[2]), prefetch=bool(m[3]), stages=int(m[4] or 1))
 
     @property
     def name(self) -> str:

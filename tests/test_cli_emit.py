@@ -25,6 +25,22 @@ def test_emit_prints_the_rewrite_on_tensor_cores(capsys: pytest.CaptureFixture[s
     assert "mma.sync" in capsys.readouterr().out
 
 
+def test_emit_takes_the_schedule_the_user_names(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["emit", KERNEL, "--target", "cuda", "--schedule", "t128k64s2"]) == 0
+    out = capsys.readouterr().out
+    assert "matmul_f16_f16_operands_t128k64s2" in out and "cp.async.cg.shared.global" in out
+
+
+@pytest.mark.parametrize(("name", "reason"), [
+    ("t96k16", "block tiles of 64 or 128 outputs are built, not 96"),
+    ("t64k16s9", "a schedule keeps 1 to 4 steps in shared memory, not 9"),
+    ("fast", "'fast' is not a schedule name")])
+def test_a_schedule_that_cannot_be_built_is_one_line(name: str, reason: str,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["emit", KERNEL, "--target", "cuda", "--schedule", name]) == 2
+    assert reason in error_line(capsys)
+
+
 def test_emit_original_prints_the_kernel_as_written(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["emit", KERNEL, "--target", "cuda", "--original"]) == 0
     out = capsys.readouterr().out
