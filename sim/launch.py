@@ -229,7 +229,8 @@ def check_size(kernel: ir.Kernel, geo: Geometry, values: Sequence[object],
     ``limits.invocations`` or whose estimated memory exceeds ``limits.memory``. The estimate
     counts the copies of the array arguments (``values``, in parameter order), every shared,
     local and fragment declaration once (a declaration in a loop replaces its storage), the
-    race detector's records of shared arrays and ``PER_INVOCATION_BYTES`` per invocation."""
+    race detector's records of shared arrays (and of copies in flight, for a kernel with
+    ``CpAsync``) and ``PER_INVOCATION_BYTES`` per invocation."""
     n = geo.invocations
     if n > limits.invocations:
         raise LimitError(f"the launch has {n} invocations ({geo.num_blocks} blocks of "
@@ -261,6 +262,12 @@ def check_size(kernel: ir.Kernel, geo: Geometry, values: Sequence[object],
                               f"fragment {name!r} ({rows}x{cols} per subgroup)"))
     if shared:
         parts.append((SHARED_LOG_ELEMENTS * 12, "the race detector's log of shared reads"))
+    if any(isinstance(s, ir.CpAsync) for s in walk(kernel.body)):
+        # two i32 records per shared element of copies in flight (``sim.memory``)
+        parts.append((8 * geo.num_blocks * sum(s.size for s in walk(kernel.body)
+                                               if isinstance(s, ir.ArrayDecl)
+                                               and s.space is ir.MemSpace.SHARED),
+                      "the records of copies in flight"))
     total = sum(b for b, _ in parts)
     if total > limits.memory:
         largest = sorted(parts, key=lambda x: -x[0])[:3]

@@ -168,8 +168,8 @@ class SharedArray:
         element) as part of their open groups ``groups``. The copy's write was recorded
         (``write``) when it was issued."""
         if self.flight is None or self.flight_owner is None:
-            self.flight = np.full(self.data.size, LANDED, np.int64)
-            self.flight_owner = np.zeros(self.data.size, np.int64)
+            self.flight = np.full(self.data.size, LANDED, np.int32)
+            self.flight_owner = np.zeros(self.data.size, np.int32)
         self.flight[flat] = groups
         self.flight_owner[flat] = owners
         self._flying = True
