@@ -45,6 +45,9 @@ CANDIDATES = (
     Schedule(tile=128, step=32, stages=2), Schedule(tile=128, step=32, stages=3),
     Schedule(tile=128, step=32, stages=4), Schedule(tile=128, step=64, stages=2),
     Schedule(tile=128, step=64, stages=3),
+    Schedule(tile=128, step=16, stages=3, wide=True), Schedule(tile=128, step=32, stages=3,
+                                                              wide=True),
+    Schedule(tile=128, step=64, stages=2, wide=True),
 )
 EXAMPLE = {Lowering.F16_OPERANDS: "gemm_f16", Lowering.BF16_OPERANDS: "gemm_f32",
            Lowering.BF16X3_OPERANDS: "gemm_f32", Lowering.INT32_BYTE_PLANES: "gemm_i32"}

@@ -40,7 +40,7 @@ from sarek.matrix_scheme import (
     Scheme,
     config_of,
 )
-from sarek.schedule import SEED, WAVES, Schedule, ScheduleError
+from sarek.schedule import SEED, Schedule, ScheduleError
 from sarek.staging import DENSE, Staging
 
 EXTRA_NAMES = ("me", "ne", "ze", "d", "t")
@@ -54,12 +54,13 @@ class RewriteError(SarekError):
 
 def launch_dims(subgroup: int = 32, *, me: int, ne: int, ze: int, schedule: Schedule = SEED
                 ) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-    """``(block, grid)`` of the rewritten kernel for a region: blocks of four waves, one per
-    ``schedule.tile`` square of output (64x64 by default), one grid layer per batch (a zero
-    extent gives a zero grid dimension: nothing to launch)."""
+    """``(block, grid)`` of the rewritten kernel for a region: blocks of four waves (eight for
+    a wide schedule), one per ``schedule.tile`` x ``schedule.tile_n`` block of output (64x64 by
+    default), one grid layer per batch (a zero extent gives a zero grid dimension: nothing to
+    launch)."""
     _check_subgroup(subgroup)
-    tile = schedule.tile
-    return (WAVES * subgroup, 1, 1), (-(-ne // tile), -(-me // tile), ze)
+    return (schedule.waves * subgroup, 1, 1), (-(-ne // schedule.tile_n),
+                                                -(-me // schedule.tile), ze)
 
 
 # --------------------------------------------------------------------------- IR building
@@ -132,14 +133,15 @@ def kernel(original: ir.Kernel, gemm: Gemm, lowering: Lowering, subgroup: int = 
                                f"{'column' if name == 'A' else 'row'}, which a staged "
                                f"{'row' if name == 'A' else 'column'} tile cannot express")
     try:
-        schedule.check(frag, WAVES * subgroup)
+        schedule.check(frag, schedule.waves * subgroup)
     except ScheduleError as e:
         raise RewriteError(e.reason) from None
     body = _Builder(gemm, scheme, subgroup, frag, staging, schedule).build()
     params = (*original.params, *(ir.ScalarParam(name=n, elem=I32) for n in EXTRA_NAMES))
     suffix = "" if schedule == SEED else f"_{schedule.name}"
     rewritten = ir.Kernel(name=f"{original.name}_{lowering.value.lower()}{suffix}", params=params,
-                          body=body, subgroup=subgroup, block=(WAVES * subgroup, 1, 1))
+                          body=body, subgroup=subgroup,
+                          block=(schedule.waves * subgroup, 1, 1))
     ir_check.ensure_valid(rewritten)
     return rewritten
 
@@ -161,14 +163,16 @@ class _Builder:
                  staging: Staging, schedule: Schedule) -> None:
         self.gemm, self.scheme, self.subgroup, self.frag = gemm, scheme, subgroup, frag
         self.tile, self.wave_tile, self.step = schedule.tile, schedule.wave_tile, schedule.step
+        self.tile_n, self.wave_columns = schedule.tile_n, schedule.wave_columns
+        self.waves = schedule.waves
         self.prefetching = schedule.prefetch
         self.stages = schedule.stages
-        self.threads = WAVES * subgroup
+        self.threads = self.waves * subgroup
         self.per_wave = self.wave_tile // frag  # fragments along each side of a wave's tile
         # Row strides and B's layout of the staged tiles: the target's policy (padded 16-bit
         # rows, column-major 8-bit B), which moves elements but never changes a result.
         pad = staging.row_pad_bytes * 8 // 16 if scheme.operand.bits == 16 else 0
-        self.a_stride, self.b_stride = self.step + pad, self.tile + pad
+        self.a_stride, self.b_stride = self.step + pad, self.tile_n + pad
         col_b = scheme.operand.bits == 8 and staging.narrow_b_col_major
         self.b_layout = FragLayout.COL if col_b else FragLayout.ROW
         if self.b_layout is FragLayout.COL:
@@ -212,7 +216,7 @@ class _Builder:
             ir.Let(name="sk_row0", type=I32,
                    value=mul(_builtin(Builtin.BLOCK_IDX_Y), const(self.tile))),
             ir.Let(name="sk_col0", type=I32,
-                   value=mul(_builtin(Builtin.BLOCK_IDX_X), const(self.tile))),
+                   value=mul(_builtin(Builtin.BLOCK_IDX_X), const(self.tile_n))),
             ir.Let(name="sk_z", type=I32, value=_builtin(Builtin.BLOCK_IDX_Z)),
             *self.declarations(),
             *self.start_accumulators(),
@@ -233,7 +237,7 @@ class _Builder:
         """Elements of one step's staged tile of operand ``name`` (each term has its own)."""
         if name == "a":
             return self.tile * self.a_stride
-        return (self.step if self.b_layout is FragLayout.ROW else self.tile) * self.b_stride
+        return (self.step if self.b_layout is FragLayout.ROW else self.tile_n) * self.b_stride
 
     def as_is(self, name: str) -> bool:
         """Whether operand ``name``'s elements are staged as they are (one term of the array's
@@ -251,7 +255,7 @@ class _Builder:
     def raw_tile(self, name: str) -> tuple[Access, int, int]:
         """The access, rows and columns of operand ``name``'s tile of one step."""
         return (self.gemm.a, self.tile, self.step) if name == "a" else (
-            self.gemm.b, self.step, self.tile)
+            self.gemm.b, self.step, self.tile_n)
 
     def declarations(self) -> list[ir.Stmt]:
         out: list[ir.Stmt] = []
@@ -269,7 +273,7 @@ class _Builder:
                                         align=16))
         # One fragment per wave at a time leaves through here (and an initial value enters).
         out.append(ir.ArrayDecl(name="sk_cs", elem=self.scheme.acc,
-                                size=WAVES * self.frag * self.frag,
+                                size=self.waves * self.frag * self.frag,
                                 space=MemSpace.SHARED))
         shape = ir.FragShape(m=self.frag, n=self.frag, k=self.frag_k)
         for i, j in self.frag_names():
@@ -291,8 +295,11 @@ class _Builder:
     def wave_origin(self, i: int, j: int) -> tuple[ir.Expr, ir.Expr]:
         """Row and column, within the block's tile, of fragment (i, j) of this wave."""
         w = var("sk_wave")
-        row = add(mul(binary(BinOp.DIV, w, const(2)), const(self.wave_tile)), const(i * self.frag))
-        col = add(mul(binary(BinOp.REM, w, const(2)), const(self.wave_tile)), const(j * self.frag))
+        columns = const(self.wave_columns)
+        row = add(mul(binary(BinOp.DIV, w, columns), const(self.wave_tile)),
+                  const(i * self.frag))
+        col = add(mul(binary(BinOp.REM, w, columns), const(self.wave_tile)),
+                  const(j * self.frag))
         return row, col
 
     def per_thread(self, elements: int, body: list[ir.Stmt]) -> ir.For:
@@ -377,8 +384,8 @@ class _Builder:
 
     def operands(self) -> list[tuple[str, Access, int, int]]:
         """(name, access, rows, columns) of the A and B tiles one step stages."""
-        g, tile, step = self.gemm, self.tile, self.step
-        return [("a", g.a, tile, step), ("b", g.b, step, tile)]
+        g, step = self.gemm, self.step
+        return [("a", g.a, self.tile, step), ("b", g.b, step, self.tile_n)]
 
     def fetch(self, name: str, access: Access, cols: int, k0: ir.Expr) -> list[ir.Stmt]:
         """``sk_x``: element ``sk_e`` of the A or B tile of the step starting at ``k0``, read

@@ -15,10 +15,9 @@ from dataclasses import dataclass
 
 from sarek.errors import SarekError
 
-WAVES = 4  # a block is four waves, 2 x 2 over its tile
 STAGE_QUANTUM = 16  # reduction steps are whole multiples of 16
 MAX_STAGES = 4  # steps a schedule keeps in shared memory at once
-_NAME = re.compile(r"t(\d{1,4})k(\d{1,4})(p?)(?:s(\d))?")
+_NAME = re.compile(r"t(\d{1,4})(?:x(\d{1,4}))?k(\d{1,4})(p?)(?:s(\d))?")
 
 
 class ScheduleError(SarekError):
@@ -27,7 +26,8 @@ class ScheduleError(SarekError):
 
 @dataclass(frozen=True)
 class Schedule:
-    """``tile`` x ``tile`` outputs per block, ``tile / 2`` square per wave, ``step`` deep
+    """``tile`` x ``tile`` outputs per block of four waves (2 x 2), or with ``wide`` ``tile`` x
+    ``2 * tile`` per block of eight (2 x 4); ``tile / 2`` square per wave; ``step`` deep
     reduction steps staged through shared memory; with ``prefetch`` each invocation fetches
     the next step's elements into registers while the current step multiplies; with
     ``stages`` of 2 to 4 the block keeps that many steps in shared memory, copying the tiles
@@ -38,25 +38,44 @@ class Schedule:
     step: int = 16
     prefetch: bool = False
     stages: int = 1
+    wide: bool = False
 
     @property
     def wave_tile(self) -> int:
         return self.tile // 2
+
+    @property
+    def wave_columns(self) -> int:
+        """Waves side by side along the block's columns (2 rows of them)."""
+        return 4 if self.wide else 2
+
+    @property
+    def waves(self) -> int:
+        """Waves per block."""
+        return 2 * self.wave_columns
+
+    @property
+    def tile_n(self) -> int:
+        """Output columns per block (``tile`` rows)."""
+        return self.wave_columns * self.wave_tile
 
     @classmethod
     def parse(cls, name: str) -> Schedule:
         """The schedule ``name`` spells (``t128k64s2``: tile 128, steps of 64, two stages;
         ``p`` after the step for register prefetch); ``ScheduleError`` for anything else."""
         m = _NAME.fullmatch(name)
-        if m is None:
-            raise ScheduleError(f"{name!r} is not a schedule name such as t64k16, t128k64s2 or "
-                                "t128k16p (tile, step, p for prefetch, s and the stages)")
-        return cls(tile=int(m[1]), step=int(m[2]), prefetch=bool(m[3]), stages=int(m[4] or 1))
+        if m is None or (m[2] is not None and int(m[2]) != 2 * int(m[1])):
+            raise ScheduleError(f"{name!r} is not a schedule name such as t64k16, t128k64s2, "
+                                "t128x256k64s2 or t128k16p (tile, step, p for prefetch, s and "
+                                "the stages)")
+        return cls(tile=int(m[1]), step=int(m[3]), prefetch=bool(m[4]), stages=int(m[5] or 1),
+                   wide=m[2] is not None)
 
     @property
     def name(self) -> str:
         stages = f"s{self.stages}" if self.stages > 1 else ""
-        return f"t{self.tile}k{self.step}{'p' if self.prefetch else ''}{stages}"
+        tile = f"{self.tile}x{self.tile_n}" if self.wide else str(self.tile)
+        return f"t{tile}k{self.step}{'p' if self.prefetch else ''}{stages}"
 
     def check(self, frag: int, threads: int) -> None:
         """``ScheduleError`` when the schedule does not divide into ``frag`` fragments and the
@@ -75,7 +94,7 @@ class Schedule:
             raise ScheduleError(f"a {self.wave_tile}x{self.wave_tile} wave tile with "
                                 f"{self.step}-deep steps does not divide into {frag}x{frag} "
                                 "fragments")
-        if (self.tile * self.step) % threads or (frag * frag) % (threads // WAVES):
+        if (self.tile * self.step) % threads or (frag * frag) % (threads // self.waves):
             raise ScheduleError(f"a block of {threads} invocations does not share a "
                                 f"{self.tile}x{self.step} staging tile evenly")
 

@@ -19,14 +19,15 @@ from test_matrix_rewrite import (
 from sarek.matrix_pattern import recognize
 from sarek.matrix_rewrite import RewriteError, kernel, launch_dims, rewrite_launch
 from sarek.matrix_scheme import Lowering
-from sarek.schedule import LARGE, SEED, Schedule
+from sarek.schedule import LARGE, SEED, Schedule, ScheduleError
 from sarek.staging import Staging
 
 SCHEDULES = [LARGE, Schedule(tile=128, step=16), Schedule(tile=64, step=32),
              Schedule(tile=64, step=64), Schedule(prefetch=True),
              Schedule(tile=128, step=16, prefetch=True), Schedule(tile=128, step=32, prefetch=True),
              Schedule(stages=2), Schedule(step=32, stages=3), Schedule(tile=128, step=64, stages=2),
-             Schedule(tile=128, step=16, stages=4)]
+             Schedule(tile=128, step=16, stages=4), Schedule(wide=True),
+             Schedule(tile=128, step=32, stages=3, wide=True)]
 SIZE = (150, 133, 70)  # more than one large tile each way, ragged, a partial last step
 CONFIGS = [(32, 16), (64, 8)]
 
@@ -52,6 +53,16 @@ def test_float_lowerings_are_bit_identical_on_small_integers_under_every_schedul
 
 def test_launch_dims_follow_the_schedule() -> None:
     assert launch_dims(32, me=300, ne=129, ze=2, schedule=LARGE) == ((128, 1, 1), (2, 3, 2))
+    wide = Schedule(tile=128, step=32, wide=True)  # 128 x 256 per block of eight waves
+    assert launch_dims(32, me=300, ne=257, ze=2, schedule=wide) == ((256, 1, 1), (2, 3, 2))
+
+
+def test_schedule_names_spell_the_schedule_and_parse_back() -> None:
+    for schedule in [*SCHEDULES, SEED]:
+        assert Schedule.parse(schedule.name) == schedule
+    assert Schedule(tile=128, step=64, stages=2, wide=True).name == "t128x256k64s2"
+    with pytest.raises(ScheduleError, match="not a schedule name"):
+        Schedule.parse("t128x128k64")  # a wide tile is twice as wide as high
 
 
 def test_a_schedule_that_does_not_divide_is_refused_with_the_reason() -> None:
