@@ -172,7 +172,7 @@ UNARY: dict[UnOp, Callable[[Value], Value]] = {
     UnOp.NEG: np.negative, UnOp.NOT: np.logical_not, UnOp.BITNOT: np.invert,
 }
 
-SIMPLE_BINARY: dict[BinOp, Callable[[Value, Value], Value]] = {
+SIMPLE_BINARY: dict[BinOp, np.ufunc] = {
     BinOp.ADD: np.add, BinOp.SUB: np.subtract, BinOp.MUL: np.multiply,
     BinOp.AND: np.bitwise_and, BinOp.OR: np.bitwise_or, BinOp.XOR: np.bitwise_xor,
     BinOp.LT: np.less, BinOp.LE: np.less_equal, BinOp.GT: np.greater,
@@ -180,7 +180,7 @@ SIMPLE_BINARY: dict[BinOp, Callable[[Value, Value], Value]] = {
 }
 """Operators NumPy computes exactly as the IR defines them for every type they accept."""
 
-FLOAT_BINARY: dict[BinOp, Callable[[Value, Value], Value]] = {
+FLOAT_BINARY: dict[BinOp, np.ufunc] = {
     BinOp.DIV: np.true_divide, BinOp.REM: np.fmod,
 }
 """Float division is IEEE; float ``rem`` is C's ``fmod`` (exact, the sign of the dividend)."""

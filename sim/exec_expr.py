@@ -58,11 +58,11 @@ class Expressions(Core):
             # A constant operand is captured: the hot loops of kernels are full of them.
             if isinstance(e.b, ir.Const):
                 cb = arith.constant(e.b.value, e.b.type)
-                return lambda st, m: f(fa(st, m), cb)
+                return lambda st, m: combine(f, fa(st, m), cb, st.buffers)
             if isinstance(e.a, ir.Const):
                 ca = arith.constant(e.a.value, e.a.type)
-                return lambda st, m: f(ca, fb(st, m))
-            return lambda st, m: combine(f, fa(st, m), fb(st, m))
+                return lambda st, m: combine(f, ca, fb(st, m), st.buffers)
+            return lambda st, m: combine(f, fa(st, m), fb(st, m), st.buffers)
         if op is BinOp.DIV or op is BinOp.REM:
             return self.int_division(op, t, fa, fb, site)
         return self.shift(op, t, fa, fb, site)

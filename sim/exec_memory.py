@@ -3,10 +3,16 @@ invocations, and every shared access told to the race detector (``sim.memory``).
 
 A load gathers one element per distinct index (the index keeps the axes it depends on, see
 ``sim.state``); a store writes one element per active invocation, in invocation order, so that
-of several invocations storing to one element the highest keeps its value.
+of several invocations storing to one element the highest keeps its value. A shared access at
+an index that does not depend on the block and is affine in the thread coordinates is a strided
+view of the array instead (``sim.memory.Strided``), and a store in which no two invocations
+write one element keeps no order.
 """
 
 from __future__ import annotations
+
+import math
+from functools import lru_cache
 
 import numpy as np
 
@@ -15,7 +21,7 @@ from sarek.ir import ElemType, MemSpace
 from sarek.layout import TileLayout
 from sim.arith import Value
 from sim.compiler import Core
-from sim.memory import LocalArray, SharedArray, Site
+from sim.memory import LocalArray, SharedArray, Site, Strided
 from sim.state import Array, ExprFn, Mask, Scope, State, StmtFn, first_where
 
 
@@ -52,22 +58,43 @@ class Memory(Core):
         threads = self.geo.thread_linear.astype(np.int32)
 
         def run(st: State, m: Mask) -> Value:
-            flat = base + self._checked(findex(st, m), arr, m, site)
+            index = self._checked(findex(st, m), arr, m, site)
             mem = st.arrays[slot]
             assert mem is not None
             if isinstance(mem, SharedArray):
+                at, _ = block_access(index, self.geo.shape[3:])
+                if at is not None:
+                    mem.read_strided(at, threads, m, site)
+                    return st.buffers.copy(at.view(mem.data, self.geo, arr.size))
+                flat = base + index
                 mem.read_lanes(flat, threads, m, site)
-            return mem.data.take(flat)
+                return mem.data.take(flat)
+            return mem.data.take(base + index)
 
         return run
 
     def store(self, arr: Array, findex: ExprFn, fvalue: ExprFn, site: Site) -> StmtFn:
         base = None if arr.space is MemSpace.GLOBAL else self._base(arr.space, arr.size)
         threads = self.geo.lane_thread.astype(np.int32)
+        block_threads = self.geo.thread_linear.astype(np.int32)
 
         def run(st: State, m: Mask) -> None:
             index = self._checked(findex(st, m), arr, m, site)
             value = fvalue(st, m)
+            mem = None if base is None else st.arrays[arr.slot]
+            if isinstance(mem, SharedArray):
+                at, distinct = block_access(index, self.geo.shape[3:])
+                if at is not None and distinct:
+                    mem.write_strided(at, block_threads, m, site)
+                    np.copyto(at.view(mem.data, self.geo, arr.size), value, casting="unsafe",
+                              where=True if m is None else m)
+                    return
+                if distinct:
+                    store_distinct(st, m, index, value)
+                    return
+            elif mem is not None:  # a local array: every invocation stores to its own copy
+                store_distinct(st, m, index, value)
+                return
             lanes = None if m is None else np.flatnonzero(self.spread(m))
             if base is None:
                 data = arr.data
@@ -93,6 +120,24 @@ class Memory(Core):
                     value = value[-1]  # one element written by all: the last invocation's
             data[index] = value
 
+        def store_distinct(st: State, m: Mask, index: Value, value: Value) -> None:
+            """A store in which no two invocations write one element: no order to keep."""
+            mem = st.arrays[arr.slot]
+            assert mem is not None and base is not None
+            flat = st.buffers.empty(self.geo.shape, np.dtype(np.int64))
+            np.add(base, index, out=flat)
+            flat = flat.reshape(-1)
+            if m is not None:
+                lanes = np.flatnonzero(self.spread(m))
+                flat = flat[lanes]
+            if isinstance(mem, SharedArray):
+                mem.write_distinct(flat, threads if m is None else threads[lanes],
+                                   None if m is None else lanes, site)
+            if isinstance(value, np.ndarray):
+                value = st.buffers.spread(value, self.geo.shape)
+                value = value if m is None else value[lanes]
+            mem.data[flat] = value
+
         return run
 
     def array_decl(self, scope: Scope, name: str, elem: ElemType, size: int,
@@ -115,3 +160,30 @@ def out_of_bounds(arr: Array, index: int) -> str:
     """The reason of an ``OutOfBounds`` at ``index`` of ``arr``."""
     return (f"index {index} is outside {arr.space} array {arr.name!r} of {arr.size} "
             "elements")
+
+
+def block_access(index: Value, block: tuple[int, ...]) -> tuple[Strided | None, bool]:
+    """What a shared access at ``index`` (in bounds) is, when it does not depend on the block:
+    ``Strided`` where the index is an array affine in the thread coordinates (else None), and
+    whether it names a different element at every thread of the block (``block`` gives the
+    block's extents: thread z, y, x)."""
+    if not isinstance(index, np.ndarray):
+        return None, math.prod(block) == 1
+    if index.ndim != 6 or index.shape[:3] != (1, 1, 1):
+        return None, False
+    return _block_access(index.shape[3:], index.dtype.str, index.tobytes(), block)
+
+
+@lru_cache(maxsize=1024)
+def _block_access(shape: tuple[int, ...], dtype: str, data: bytes, block: tuple[int, ...]
+                  ) -> tuple[Strided | None, bool]:
+    """``block_access`` of the index given by its thread axes' ``shape`` and its bytes (an
+    index is recomputed on every trip of a loop, mostly to the same few values)."""
+    at = np.frombuffer(data, dtype).reshape(shape).astype(np.int64)
+    ordered = np.sort(at, axis=None)
+    distinct = shape == block and not bool(np.any(ordered[1:] == ordered[:-1]))
+    steps = [int(at[tuple(int(a == axis) for a in range(3))]) - int(at[0, 0, 0])
+             if shape[axis] > 1 else 0 for axis in range(3)]
+    candidate = Strided(int(at[0, 0, 0]), (steps[0], steps[1], steps[2]),
+                        (shape[0], shape[1], shape[2]))
+    return (candidate if np.array_equal(at, candidate.in_block()) else None), distinct

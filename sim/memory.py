@@ -9,6 +9,7 @@ Everything is vectorized over the invocations of one statement.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +31,47 @@ class Site:
 
     path: str
     line: int | None
+
+
+@dataclass(frozen=True)
+class Strided:
+    """The elements ``offset + strides · (thread z, y, x)`` of every block's copy of a shared
+    array: an index that does not depend on the block and is affine in the thread
+    coordinates. ``shape`` holds the block's extent along the axes the index depends on and 1
+    along the others (a value over the launch's thread axes, ``sim.state``). Such an access
+    is a strided view of the array, without an index array."""
+
+    offset: int
+    strides: tuple[int, int, int]
+    shape: tuple[int, int, int]
+
+    def view(self, x: np.ndarray, geo: Geometry, size: int) -> np.ndarray:
+        """The accessed elements of ``x`` (one copy of ``size`` elements per block) as a
+        value over the launch: a view, writable where the elements are distinct."""
+        gx, gy, _ = geo.grid
+        item = x.itemsize
+        return np.ndarray((*geo.shape[:3], *self.shape), x.dtype, x, self.offset * item,
+                          (gy * gx * size * item, gx * size * item, size * item,
+                           *(stride * item for stride in self.strides)))
+
+    def in_block(self) -> np.ndarray:
+        """The accessed element of a block's copy, over the thread axes (``shape``)."""
+        index = np.full((1, 1, 1), self.offset, np.int64)
+        for axis, (stride, extent) in enumerate(zip(self.strides, self.shape, strict=True)):
+            where = [1, 1, 1]
+            where[axis] = extent
+            index = index + stride * np.arange(extent, dtype=np.int64).reshape(where)
+        return index
+
+    def flat(self, geo: Geometry, size: int) -> np.ndarray:
+        """The accessed elements' numbers as a value over the launch (for ``SharedArray``'s
+        records)."""
+        flat: np.ndarray = geo.block_linear * size + self.in_block()
+        return flat
+
+    def count(self, geo: Geometry) -> int:
+        """The elements of a value over the launch of this access."""
+        return geo.num_blocks * math.prod(self.shape)
 
 
 class LocalArray:
@@ -58,7 +100,7 @@ class SharedArray:
         self._written = False  # whether ``writer`` holds anything
         self._read = False  # whether the reader record holds anything
         # (elements, threads, mask): per access, or values over the launch (``read_lanes``)
-        self._reads: list[tuple[Value, np.ndarray, np.ndarray | None]] = []
+        self._reads: list[tuple[Value | Strided, np.ndarray, np.ndarray | None]] = []
         self._logged = 0
         # Copies in flight (``CpAsync``): per element the group number of the invocation that
         # issued it (``LANDED`` once it has landed) and that invocation; made by the first copy.
@@ -118,14 +160,32 @@ class SharedArray:
                 self.read(elements, readers, lanes, site)
         self._log(flat, threads, mask)
 
-    def _log(self, flat: Value, threads: np.ndarray, mask: np.ndarray | None) -> None:
+    def read_strided(self, at: Strided, threads: np.ndarray, mask: np.ndarray | None,
+                     site: Site) -> None:
+        """``read_lanes`` for a load of the elements ``at`` (``Strided``): checked through a
+        view of the writers' record, logged as it is."""
+        if self._flying:
+            self._landed(at.flat(self.geo, self.size), mask, "reads", site)
+        if self._written:
+            writer = at.view(self.writer, self.geo, self.size)
+            conflict = (writer != NOBODY) & (writer != threads)
+            if mask is not None:
+                conflict = conflict & mask
+            if conflict.any():
+                self.read_lanes(at.flat(self.geo, self.size), threads, mask, site)  # raises
+        self._log(at, threads, mask)
+
+    def _log(self, flat: Value | Strided, threads: np.ndarray, mask: np.ndarray | None
+             ) -> None:
         self._reads.append((flat, threads, mask))
-        self._logged += np.size(flat) + (0 if mask is None else mask.size)
+        count = flat.count(self.geo) if isinstance(flat, Strided) else np.size(flat)
+        self._logged += count + (0 if mask is None else mask.size)
         if self._logged > self._FOLD_AFTER:
             self._fold()
 
     def _fold(self) -> None:
-        for flat, threads, mask in self._reads:
+        for at, threads, mask in self._reads:
+            flat = at.flat(self.geo, self.size) if isinstance(at, Strided) else at
             if mask is None:
                 elements, readers = np.broadcast_arrays(flat, threads)
             else:
@@ -162,6 +222,58 @@ class SharedArray:
             if after_read.any():
                 other = np.where(first != threads, first, last)
                 self._race(flat, threads, lanes, after_read, other, "write-after-read", site)
+
+    def write_distinct(self, flat: np.ndarray, threads: np.ndarray, lanes: np.ndarray | None,
+                       site: Site) -> None:
+        """``write`` for a store in which no two invocations write one element (the caller
+        knows), so that the check for two lanes of this store on one element is left out. A
+        race is reported by ``write``, exactly as there."""
+        if self._flying:
+            self._landed(flat, None, "writes", site)
+        self._fold()
+        conflict = False
+        if self._written:
+            writer = self.writer.take(flat)
+            conflict = bool(np.any((writer != NOBODY) & (writer != threads)))
+        if self._read and not conflict:
+            first, last = self.first_reader.take(flat), self.last_reader.take(flat)
+            conflict = bool(np.any((last != NOBODY) & ((first != threads) | (last != threads))))
+        if conflict:
+            self.write(flat, threads, lanes, site)  # raises the race
+            return
+        self.writer[flat] = threads
+        self._written = True
+
+    def write_strided(self, at: Strided, threads: np.ndarray, mask: np.ndarray | None,
+                      site: Site) -> None:
+        """``write_distinct`` for a store to the distinct elements ``at`` (``Strided``) by the
+        invocations of ``mask`` (None: all), through views of the records."""
+        if self._flying:
+            self._landed(at.flat(self.geo, self.size), mask, "writes", site)
+        self._fold()
+        conflict = None
+        if self._written:
+            writer = at.view(self.writer, self.geo, self.size)
+            conflict = (writer != NOBODY) & (writer != threads)
+        if self._read:
+            first = at.view(self.first_reader, self.geo, self.size)
+            last = at.view(self.last_reader, self.geo, self.size)
+            after_read = (last != NOBODY) & ((first != threads) | (last != threads))
+            conflict = after_read if conflict is None else conflict | after_read
+        if conflict is not None and mask is not None:
+            conflict = conflict & mask
+        if conflict is not None and conflict.any():
+            shape = self.geo.shape
+            lanes = None if mask is None else np.flatnonzero(np.broadcast_to(mask, shape))
+            flat = np.broadcast_to(at.flat(self.geo, self.size), shape).reshape(-1)
+            readers = np.broadcast_to(threads, shape).reshape(-1)
+            if lanes is not None:
+                flat, readers = flat[lanes], readers[lanes]
+            self.write(flat, readers, lanes, site)  # raises the race
+            return
+        np.copyto(at.view(self.writer, self.geo, self.size), threads,
+                  where=True if mask is None else mask)
+        self._written = True
 
     def issue(self, flat: np.ndarray, owners: np.ndarray, groups: np.ndarray) -> None:
         """Marks elements ``flat`` in flight: copied by invocations ``owners`` (one per

@@ -6,15 +6,20 @@ broadcasts to the launch's axes ``Geometry.shape`` = (grid z, y, x, block z, y, 
 order is the invocation order. An axis the value does not depend on has extent 1: ``row =
 block_idx.y * 16 + thread_idx.y`` has one element per (block y, thread y), so ``a[row*k + p]``
 gathers as many elements as there are rows, not one per invocation. ``spread`` gives the one
-element per invocation that masks over subgroups, stores and error reports need.
+element per invocation that masks over subgroups, stores and error reports need. A value's
+memory layout is free (``combine`` chooses it for speed), and large values live in storage the
+launch reuses (``Buffers``).
 """
 
 from __future__ import annotations
 
+import math
+import sys
 from collections import ChainMap
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeAlias
+from functools import lru_cache
+from typing import Any, NamedTuple, TypeAlias
 
 import numpy as np
 
@@ -41,6 +46,7 @@ class State:
         self.alive: Mask = None  # invocations that have not returned (None: all)
         self.trips = 0  # loop trips run so far by the whole launch (Limits.trips)
         self.copy_groups: np.ndarray | None = None  # committed copy groups, per invocation
+        self.buffers = Buffers()  # storage of large values, reused
 
 
 ExprFn: TypeAlias = Callable[[State, Mask], Value]
@@ -103,18 +109,263 @@ GROUPED = (0, 3, 1, 4, 2, 5)
 y, grid x, block x): the global coordinates' order."""
 UNGROUPED = tuple(GROUPED.index(axis) for axis in range(6))
 
+SMALL = 1 << 13
+"""Results of fewer elements are computed as NumPy lays them out, without the pool: the
+choice would cost more than it saves."""
+POOLED_BYTES = 1 << 17
+"""Results of at least this many bytes are computed into ``Buffers`` (glibc serves smaller
+allocations from its heap without page faults)."""
 
-def combine(f: Callable[[Value, Value], Value], a: Value, b: Value) -> Value:
-    """``f(a, b)`` for an elementwise ``f``. When two arrays of different axes broadcast against
-    each other (``a[row]`` times ``b[col]``), NumPy would lay the result out in the launch's
-    order, whose last axis is the block's x extent: every inner loop 16 elements long. The
-    result is laid out in the global coordinates' order instead (the same values, a different
-    memory order), so the loops run over whole rows; later operations follow that layout."""
-    if (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.shape != b.shape
-            and a.ndim == b.ndim == 6):
-        out: np.ndarray = np.asarray(f(a.transpose(GROUPED), b.transpose(GROUPED)))
-        return out.transpose(UNGROUPED)
-    return f(a, b)
+
+def _unused(kept: list[tuple[np.ndarray, int]], free_refs: int) -> tuple[np.ndarray, int] | None:
+    for owner, start in kept:
+        if sys.getrefcount(owner) <= free_refs:
+            return owner, start
+    return None
+
+
+_FREE_REFS = next(refs for refs in range(1, 16)
+                  if _unused([(np.empty(0, np.uint8), 0)], refs) is not None)
+"""The reference count ``_unused`` sees of a buffer that only the pool holds (the pool's entry,
+the loop variable, the call's argument)."""
+
+_STAGGER = 1344
+"""Bytes between the page offsets of successive buffers (a multiple of the cache line):
+buffers at one page offset make a loop that reads one and writes another stall on 4 KiB
+aliasing (the processor takes the store for one to the load's address)."""
+
+
+class Buffers:
+    """The storage of a launch's large values, handed out again once no value refers to it.
+
+    A fresh megabyte array costs a page fault per 4 KiB when glibc maps it anew (it returns
+    large freed blocks to the system), which was most of the time of an operation such as
+    ``acc + a*b`` over the launch. A buffer is free when the pool is all that refers to it: a
+    value computed into it, and every view of one (NumPy's views hold their owner), keeps a
+    reference, so the reference count says whether anything can still read it. The pool keeps
+    at most ``limit`` bytes; past that, buffers are allocated as usual."""
+
+    def __init__(self, limit: int = 1 << 28) -> None:
+        self._kept: dict[int, list[tuple[np.ndarray, int]]] = {}
+        self._bytes, self._limit, self._made = 0, limit, 0
+
+    def empty(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
+        """An uninitialised C-contiguous array that nothing else refers to."""
+        nbytes = math.prod(shape) * dtype.itemsize
+        kept = self._kept.setdefault(nbytes, [])
+        found = _unused(kept, _FREE_REFS)
+        if found is None:
+            owner = np.empty(nbytes + 4096, np.uint8)
+            self._made += 1
+            found = owner, (self._made * _STAGGER - owner.ctypes.data) % 4096
+            if self._bytes + nbytes <= self._limit:
+                kept.append(found)
+                self._bytes += nbytes
+        owner, start = found
+        return owner[start:start + nbytes].view(dtype).reshape(shape)
+
+    def owner_refs(self, x: np.ndarray) -> int | None:
+        """The references to the buffer ``x`` views, when it is one of the pool's."""
+        base = x.base
+        for owner, _ in self._kept.get(x.nbytes, ()):
+            if owner is base:
+                return sys.getrefcount(base)
+        return None
+
+    def copy(self, v: np.ndarray) -> np.ndarray:
+        """A C-contiguous copy of ``v``, in the pool's storage when it is large."""
+        out = self.empty(v.shape, v.dtype) if v.nbytes >= POOLED_BYTES else \
+            np.empty(v.shape, v.dtype)
+        np.copyto(out, v)
+        return out
+
+    def spread(self, v: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        """``spread(v, shape)``: one element per invocation in invocation order, in the pool's
+        storage unless it is a view of ``v``."""
+        if v.shape == shape and v.flags.c_contiguous:
+            return v.reshape(-1)
+        out = self.empty(shape, v.dtype)
+        np.copyto(out, v)
+        return out.reshape(-1)
+
+
+def _argument_refs(x: object) -> int:
+    return sys.getrefcount(x)
+
+
+_TEMPORARY_REFS = _argument_refs(np.empty(0))
+"""The reference count a function sees of an argument that nothing else holds (a temporary
+passed straight to it)."""
+_calibration = Buffers()
+_SOLE_VIEW_REFS = _calibration.owner_refs(_calibration.empty((1,), np.dtype(np.uint8)))
+"""What ``Buffers.owner_refs`` gives for a buffer with one view."""
+del _calibration
+
+
+def combine(f: np.ufunc, a: Value, b: Value, pool: Buffers | None = None) -> Value:
+    """``f(a, b)`` for a binary ufunc, laid out for speed (the same values in any layout) and,
+    when the result is large, computed into ``pool``'s storage.
+
+    An operand of the result's shape gives its layout, so that a chain of operations over the
+    launch keeps running over contiguous memory. Two smaller arrays over different axes are laid
+    out in the global coordinates' order (``a[row] * b[col]``: NumPy would follow the launch's
+    order, whose last axis is the block's x extent, every inner loop 16 elements long) or, where
+    the axes both have make a longer inner loop, with those axes innermost and both operands
+    copied into that order first (``a_tile[ty*16 + kk] * b_tile[kk*16 + tx]`` is an outer
+    product per block: its inner loop runs over the blocks)."""
+    a_array, b_array = isinstance(a, np.ndarray), isinstance(b, np.ndarray)
+    if not (a_array or b_array):
+        return f(a, b)
+    plan = _plan(f, a.shape if a_array else None, a.strides if a_array else None, a.dtype,
+                 b.shape if b_array else None, b.strides if b_array else None, b.dtype)
+    if pool is not None and plan.nbytes < POOLED_BYTES:
+        pool = None
+    # An operand that only this call holds, in the pool's storage and laid out as the result,
+    # takes the result: the loop then writes memory it has just read.
+    if pool is None or plan.copy:
+        dead = None
+    elif a_array and sys.getrefcount(a) <= _TEMPORARY_REFS and _fits(a, plan) and \
+            pool.owner_refs(a) == _SOLE_VIEW_REFS:
+        dead = a
+    elif b_array and sys.getrefcount(b) <= _TEMPORARY_REFS and _fits(b, plan) and \
+            pool.owner_refs(b) == _SOLE_VIEW_REFS:
+        dead = b
+    else:
+        dead = None
+    if plan.order is None:
+        if pool is None:
+            return f(a, b)
+        out = pool.empty(plan.shape, plan.dtype) if dead is None else dead
+        f(a, b, out=out)
+        return out
+    if plan.copy:
+        a = np.ascontiguousarray(a.transpose(plan.order))
+        b = np.ascontiguousarray(b.transpose(plan.order))
+    else:
+        a = a.transpose(plan.order) if a_array else a
+        b = b.transpose(plan.order) if b_array else b
+    if dead is not None:
+        f(a, b, out=dead.transpose(plan.order))
+        return dead
+    out = np.empty(plan.shape, plan.dtype) if pool is None else pool.empty(plan.shape,
+                                                                          plan.dtype)
+    f(a, b, out=out)
+    return out.transpose(plan.inverse)
+
+
+def _fits(x: np.ndarray, plan: _Plan) -> bool:
+    """Whether ``x`` has the shape, type and layout of ``plan``'s result."""
+    if x.dtype != plan.dtype or not x.flags.writeable:
+        return False
+    if plan.order is None:
+        return x.shape == plan.shape and x.flags.c_contiguous
+    moved = x.transpose(plan.order)
+    return moved.shape == plan.shape and moved.flags.c_contiguous
+
+
+class _Plan(NamedTuple):
+    """How ``combine`` computes ``f(a, b)`` for operands of given shapes and layouts."""
+
+    order: tuple[int, ...] | None  # the result's axes, outermost first (None: C order)
+    copy: bool  # whether the operands are copied into ``order`` first
+    shape: tuple[int, ...]  # the result's extents in ``order``
+    inverse: tuple[int, ...]  # the transposition from ``order`` back to the launch's
+    dtype: np.dtype[Any]
+    nbytes: int
+
+
+Layout: TypeAlias = tuple[tuple[int, ...], tuple[int, ...], int]
+"""An array's shape, strides and item size."""
+
+
+@lru_cache(maxsize=4096)
+def _plan(f: np.ufunc, a_shape: tuple[int, ...] | None, a_strides: tuple[int, ...] | None,
+          a_dtype: np.dtype[Any], b_shape: tuple[int, ...] | None,
+          b_strides: tuple[int, ...] | None, b_dtype: np.dtype[Any]) -> _Plan:
+    """``combine``'s plan for operands of these shapes and strides (None for a scalar)."""
+    dtype: np.dtype[Any] = f.resolve_dtypes((a_dtype, b_dtype, None))[2]
+    a = None if a_shape is None or a_strides is None else (a_shape, a_strides,
+                                                            a_dtype.itemsize)
+    b = None if b_shape is None or b_strides is None else (b_shape, b_strides,
+                                                            b_dtype.itemsize)
+    order: tuple[int, ...] | None
+    if a is not None and b is not None and a[0] != b[0]:
+        shape = np.broadcast_shapes(a[0], b[0])
+        if math.prod(shape) < SMALL:
+            order, copy = (GROUPED if len(a[0]) == len(b[0]) == 6 else None), False
+        else:
+            order, copy = _order_of_pair(a, b, shape)
+    else:
+        like = a if a is not None else b
+        assert like is not None
+        shape = like[0]
+        order = None if math.prod(shape) < SMALL else _dense_order(*like)
+        copy = False
+    nbytes = math.prod(shape) * dtype.itemsize
+    if order is None:
+        return _Plan(None, False, shape, (), dtype, nbytes)
+    inverse = tuple(order.index(axis) for axis in range(len(order)))
+    return _Plan(order, copy, tuple(shape[axis] for axis in order), inverse, dtype, nbytes)
+
+
+def _order_of_pair(a: Layout, b: Layout, shape: tuple[int, ...]
+                   ) -> tuple[tuple[int, ...] | None, bool]:
+    """The axis order (outermost first; None: C order) to compute an operation of arrays of
+    layouts ``a`` and ``b`` (shapes, strides, item sizes; different shapes) in, and whether to
+    copy them into it."""
+    if a[0] == shape:
+        return _dense_order(*a), False
+    if b[0] == shape:
+        return _dense_order(*b), False
+    if len(shape) != 6:
+        return None, False
+    outer = _outer_order(a[0], b[0])
+    return (GROUPED, False) if outer is None else (outer, True)
+
+
+def _outer_order(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The order with the axes that both ``a`` and ``b`` (shapes over the launch) have
+    innermost, when copying both into it costs little against the result and it makes the
+    inner loop longer than the global coordinates' order does; else None."""
+    shape = np.broadcast_shapes(a, b)
+    both = [axis for axis in GROUPED if a[axis] > 1 and b[axis] > 1]
+    size = math.prod(shape)
+    if not both or 8 * math.prod(a) > size or 8 * math.prod(b) > size:
+        return None
+    order = tuple(axis for axis in GROUPED if axis not in both) + tuple(both)
+    return order if _inner_run(order, a, b) > _inner_run(GROUPED, a, b) else None
+
+
+def _inner_run(order: tuple[int, ...], a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    """The elements of the innermost run of axes, in ``order``, over which neither operand
+    changes between being broadcast and not (NumPy's inner loop when both are contiguous)."""
+    run, kind = 1, None
+    for axis in reversed(order):
+        extent = max(a[axis], b[axis])
+        if extent == 1:
+            continue
+        this = (a[axis] > 1, b[axis] > 1)
+        if kind is not None and this != kind:
+            break
+        run, kind = run * extent, this
+    return run
+
+
+def _dense_order(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int
+                 ) -> tuple[int, ...] | None:
+    """The axis order (outermost first) in which an array of ``shape`` and ``strides`` is
+    C-contiguous, when it is and that order is not C order; else None."""
+    unit = [axis for axis in range(len(shape)) if shape[axis] == 1]
+    other = sorted((axis for axis in range(len(shape)) if shape[axis] > 1),
+                   key=lambda axis: -strides[axis])
+    expected = itemsize
+    for axis in reversed(other):
+        if strides[axis] != expected:
+            return None
+        expected *= shape[axis]
+    if other == sorted(other):
+        return None
+    return (*unit, *other)
 
 
 def first_where(values: Value, where: np.ndarray) -> int:
