@@ -69,7 +69,8 @@ def sim_case(case: str, size: int) -> Callable[[], object]:
             "Bf16x3 h200": "gemm_f32"}[case]
     launch = load_module(ROOT / "examples" / f"{stem}.py").make(size, size, size)
     if case in ("naive f32", "tiled f32"):
-        return launch.simulate
+        simulate: Callable[[], object] = launch.simulate
+        return simulate
     lowering = Lowering.F16_OPERANDS if case == "F16 h200" else Lowering.BF16X3_OPERANDS
     rewritten = rewrite_launch(launch, lowering=lowering, subgroup=32, frag=16).launch
     return lambda: rewritten.simulate(subgroup=32, arith="h200")
@@ -77,9 +78,10 @@ def sim_case(case: str, size: int) -> Callable[[], object]:
 
 def triton_case(size: int, tile: tuple[int, int, int]) -> Callable[[], object]:
     os.environ["TRITON_INTERPRET"] = "1"
-    import triton
-    import triton.language as tl
-    from triton.runtime import interpreter
+    # an optional peer, typed or not, installed here or not
+    import triton  # type: ignore[import-not-found, unused-ignore]
+    import triton.language as tl  # type: ignore[import-not-found, unused-ignore]
+    from triton.runtime import interpreter  # type: ignore[import-not-found, unused-ignore]
 
     class HostTensor:
         """A NumPy array as the interpreter sees a tensor: a host pointer and a dtype."""
@@ -95,7 +97,7 @@ def triton_case(size: int, tile: tuple[int, int, int]) -> Callable[[], object]:
                                                                           dict(kwargs))
     interpreter.GridExecutor._restore_args_dev = lambda self, *args: None
 
-    @triton.jit  # type: ignore[misc]
+    @triton.jit  # type: ignore[untyped-decorator, misc, unused-ignore]
     def matmul(a: Any, b: Any, c: Any, m: Any, n: Any, k: Any, bm: tl.constexpr,
                bn: tl.constexpr, bk: tl.constexpr) -> None:
         rows = tl.program_id(0) * bm + tl.arange(0, bm)
@@ -119,7 +121,7 @@ def triton_case(size: int, tile: tuple[int, int, int]) -> Callable[[], object]:
 
 def tinygrad_case(size: int) -> Callable[[], object]:
     os.environ["DEV"] = "PYTHON"
-    from tinygrad import Tensor
+    from tinygrad import Tensor  # type: ignore[import-not-found, unused-ignore]
 
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((size, size), dtype=np.float32) for _ in range(2))
@@ -171,7 +173,8 @@ def peer_python(given: str | None) -> str | None:
 
 
 def exponent(rows: list[dict[str, Any]], case: str) -> float | None:
-    t = {r["size"]: r.get("median_s") for r in rows if r["case"] == case}
+    t: dict[int, float] = {r["size"]: r["median_s"] for r in rows
+                           if r["case"] == case and "median_s" in r}
     if t.get(256) and t.get(1024):
         return math.log(t[1024] / t[256]) / math.log(4)
     return None
