@@ -85,6 +85,13 @@ def _zero(t: ElemType) -> ir.Const:
     return ir.Const(value=0.0 if t.is_float else 0, type=t)
 
 
+def _pad(operand: str, t: ElemType) -> ir.Const:
+    """What operand ``operand`` ("a" or "b") is staged as outside the region. A pads with -0.0:
+    a padded product -0.0 * +0.0 is -0.0, which leaves every sum unchanged, a -0.0 one too
+    (+0.0 would turn it into +0.0)."""
+    return ir.Const(value=-0.0, type=t) if operand == "a" and t.is_float else _zero(t)
+
+
 def _placeholders(e: ir.Expr) -> Iterator[ir.Expr]:
     from sarek.ir_walk import subexpressions
 
@@ -403,10 +410,7 @@ class _Builder:
                           binary(BinOp.LT, var("sk_k"), var("d")))
             addr = self.address(access, const(0), var("sk_x1"), var("sk_k"))
         load = ir.Load(array=access.array, index=addr, type=access.elem)
-        # A pads with -0.0: a padded product -0.0 * +0.0 is -0.0, which leaves every sum
-        # unchanged, a -0.0 one too (+0.0 would turn it into +0.0).
-        pad = ir.Const(value=-0.0, type=access.elem) if (
-            name == "a" and access.elem.is_float) else _zero(access.elem)
+        pad = _pad(name, access.elem)
         return [
             ir.Let(name="sk_x1", type=I32, value=row),  # the output row (A) or column (B)
             ir.Let(name="sk_k", type=I32, value=add(k0, kk)),  # relative to k_start
@@ -440,18 +444,18 @@ class _Builder:
         """The staged copy of the A or B tile of the step starting at ``k0``: into the buffer
         at ``base`` of the staged array when the elements are staged as they are, else into
         the raw array ``sk_r{name}`` (rows of ``cols`` elements)."""
-        sub = binary  # limits: the rows and columns left in the region from this tile on
+        def left(extent: str, start: ir.Expr) -> ir.Expr:  # rows or columns left in the region
+            return binary(BinOp.SUB, var(extent), start)
+
         if name == "a":
             origin = self.address(access, var("sk_row0"), const(0), k0)
             strides = (access.row_stride, access.red_stride)
-            limits = (sub(BinOp.SUB, var("me"), var("sk_row0")), sub(BinOp.SUB, var("d"), k0))
+            limits = (left("me", var("sk_row0")), left("d", k0))
         else:
             origin = self.address(access, const(0), var("sk_col0"), k0)
             strides = (access.red_stride, access.col_stride)
-            limits = (sub(BinOp.SUB, var("d"), k0), sub(BinOp.SUB, var("ne"), var("sk_col0")))
-        # A pads with -0.0, as ``fetch`` explains.
-        fill = ir.Const(value=-0.0, type=access.elem) if (
-            name == "a" and access.elem.is_float) else _zero(access.elem)
+            limits = (left("d", k0), left("ne", var("sk_col0")))
+        fill = _pad(name, access.elem)
         pitch = cols if self.raw(name) else self.a_stride if name == "a" else self.b_stride
         return ir.StageCopy(dst=f"sk_r{name}" if self.raw(name) else self.staged(name, ""),
                             dst_offset=base, dst_pitch=pitch,
