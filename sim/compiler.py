@@ -7,6 +7,7 @@ resolve and have the right kind; the compiler does not check the IR again.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import NoReturn
 
 import numpy as np
@@ -17,7 +18,7 @@ from sim import fragments
 from sim.arith import Value
 from sim.launch import Geometry, Limits
 from sim.memory import Site
-from sim.state import Array, ExprFn, Frag, Mask, Scalar, Scope, StmtFn, spread
+from sim.state import Array, ExprFn, Frag, Mask, Scalar, Scope, State, StmtFn, spread
 
 
 class Core(ABC):
@@ -45,6 +46,12 @@ class Core(ABC):
     @abstractmethod
     def load(self, arr: Array, findex: ExprFn, site: Site) -> ExprFn:
         """The closure loading ``arr[index]`` (``sim.exec_memory``)."""
+
+    @abstractmethod
+    def accumulating_loop(self, s: ir.For, inner: Scope, var_slot: int, site: Site
+                          ) -> Callable[[State, Mask, int, int, int], bool] | None:
+        """The fast path of a uniform loop that accumulates products of loads, if ``s`` is one
+        (``sim.exec_loops``)."""
 
     def _slot(self) -> int:
         self.slots += 1

@@ -28,6 +28,7 @@ class Control(Core):
         var_type = dtypes.numpy_dtype(s.start.type).type
         inner[s.var] = Scalar(slot := self._slot(), s.start.type)
         body, returns = self.block(s.body, inner, f"{site.path}.body")
+        fast = self.accumulating_loop(s, inner, slot, site)
 
         def run(st: State, m: Mask) -> None:
             start, stop, step = (f(st, m) for f in bounds)
@@ -40,6 +41,8 @@ class Control(Core):
             trips = len(range(first, end, inc))
             if trips > self._loop_cap():
                 self._trip_limit(f"the loop would run {trips} trips", site, m)
+            if fast is not None and fast(st, m, first, inc, trips):
+                return
             for v in range(first, end, inc):
                 self._count_trip(st, site, m)
                 st.env[slot] = var_type(v)

@@ -9,8 +9,9 @@ statement with no active invocation is skipped).
 
 Each statement family compiles in its own module: ``sim.exec_expr`` (expressions),
 ``sim.exec_memory`` (loads, stores, arrays), ``sim.exec_control`` (control flow, barriers,
-limits), ``sim.exec_fragments``, ``sim.exec_tiles`` and ``sim.exec_copies``; this module
-puts them together and dispatches statements.
+limits), ``sim.exec_loops`` (loops that accumulate products of loads),
+``sim.exec_fragments``, ``sim.exec_tiles`` and ``sim.exec_copies``; this module puts them
+together and dispatches statements.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from sim.exec_control import Control
 from sim.exec_copies import Copies
 from sim.exec_expr import Expressions
 from sim.exec_fragments import Fragments
+from sim.exec_loops import Loops
 from sim.exec_memory import Memory
 from sim.exec_tiles import Tiles
 from sim.launch import Geometry, Limits
@@ -45,7 +47,7 @@ def compile_kernel(kernel: ir.Kernel, geo: Geometry, arrays: dict[str, np.ndarra
     return _Compiler(kernel, geo, arith, limits or Limits()).program(arrays, scalars)
 
 
-class _Compiler(Expressions, Memory, Control, Fragments, Tiles, Copies):
+class _Compiler(Expressions, Memory, Control, Loops, Fragments, Tiles, Copies):
     def program(self, arrays: dict[str, np.ndarray], scalars: dict[str, np.generic]
                 ) -> Callable[[], None]:
         scope: Scope = ChainMap()

@@ -74,6 +74,31 @@ class Strided:
         return geo.num_blocks * math.prod(self.shape)
 
 
+@dataclass(frozen=True)
+class Repeated:
+    """The accesses ``at`` of a loop's ``trips`` trips, each ``step`` elements after the last
+    (``sim.exec_loops``): trip ``t`` accesses ``at`` shifted by ``t * step``."""
+
+    at: Strided
+    step: int
+    trips: int
+
+    def view(self, x: np.ndarray, geo: Geometry, size: int) -> np.ndarray:
+        """The accessed elements of ``x`` as (trip, launch axes): a read-only view."""
+        first = self.at.view(x, geo, size)
+        return np.ndarray((self.trips, *first.shape), x.dtype, x, self.at.offset * x.itemsize,
+                          (self.step * x.itemsize, *first.strides))
+
+    def flat(self, geo: Geometry, size: int) -> np.ndarray:
+        """The accessed elements' numbers, as (trip, launch axes)."""
+        trips = np.arange(self.trips, dtype=np.int64) * self.step
+        flat: np.ndarray = self.at.flat(geo, size) + trips.reshape(-1, *(1,) * 6)
+        return flat
+
+    def count(self, geo: Geometry) -> int:
+        return self.trips * self.at.count(geo)
+
+
 class LocalArray:
     """A local array: ``size`` elements per invocation, filled with the canary."""
 
@@ -100,13 +125,18 @@ class SharedArray:
         self._written = False  # whether ``writer`` holds anything
         self._read = False  # whether the reader record holds anything
         # (elements, threads, mask): per access, or values over the launch (``read_lanes``)
-        self._reads: list[tuple[Value | Strided, np.ndarray, np.ndarray | None]] = []
+        self._reads: list[tuple[Value | Strided | Repeated, np.ndarray, np.ndarray | None]] = []
         self._logged = 0
         # Copies in flight (``CpAsync``): per element the group number of the invocation that
         # issued it (``LANDED`` once it has landed) and that invocation; made by the first copy.
         self.flight: np.ndarray | None = None
         self.flight_owner: np.ndarray | None = None
         self._flying = False
+
+    @property
+    def copying(self) -> bool:
+        """Whether copies to some element are still in flight (``CpAsync``)."""
+        return self._flying
 
     def barrier(self, blocks: np.ndarray | None) -> None:
         """Forgets the accesses of ``blocks`` (a mask over blocks; None: every block)."""
@@ -175,17 +205,32 @@ class SharedArray:
                 self.read_lanes(at.flat(self.geo, self.size), threads, mask, site)  # raises
         self._log(at, threads, mask)
 
-    def _log(self, flat: Value | Strided, threads: np.ndarray, mask: np.ndarray | None
-             ) -> None:
+    def reads_clean(self, at: Repeated, threads: np.ndarray) -> bool:
+        """Whether every invocation can read the elements ``at`` without a race: no copy to
+        any element is in flight and no other thread wrote one since the barrier."""
+        if self._flying:
+            return False
+        if not self._written:
+            return True
+        writer = at.view(self.writer, self.geo, self.size)
+        return not bool(np.any((writer != NOBODY) & (writer != threads)))
+
+    def read_repeated(self, at: Repeated, threads: np.ndarray) -> None:
+        """Records the reads of ``at`` by every invocation, which ``reads_clean`` allows: what
+        ``read_strided`` records for each trip."""
+        self._log(at, threads, None)
+
+    def _log(self, flat: Value | Strided | Repeated, threads: np.ndarray,
+             mask: np.ndarray | None) -> None:
         self._reads.append((flat, threads, mask))
-        count = flat.count(self.geo) if isinstance(flat, Strided) else np.size(flat)
+        count = flat.count(self.geo) if isinstance(flat, Strided | Repeated) else np.size(flat)
         self._logged += count + (0 if mask is None else mask.size)
         if self._logged > self._FOLD_AFTER:
             self._fold()
 
     def _fold(self) -> None:
         for at, threads, mask in self._reads:
-            flat = at.flat(self.geo, self.size) if isinstance(at, Strided) else at
+            flat = at.flat(self.geo, self.size) if isinstance(at, Strided | Repeated) else at
             if mask is None:
                 elements, readers = np.broadcast_arrays(flat, threads)
             else:

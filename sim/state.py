@@ -253,7 +253,24 @@ def combine(f: np.ufunc, a: Value, b: Value, pool: Buffers | None = None) -> Val
     return out.transpose(plan.inverse)
 
 
-def _fits(x: np.ndarray, plan: _Plan) -> bool:
+def contiguous_plan(f: np.ufunc, a: tuple[int, ...], b: tuple[int, ...], dtype: np.dtype[Any]
+                    ) -> Plan:
+    """How ``combine`` lays out ``f(a, b)`` for C-contiguous arrays of shapes ``a`` and ``b``
+    and type ``dtype`` (the order of the result's axes, whether the operands are copied into
+    it first), for a caller that computes the same operation itself."""
+    return _plan(f, a, _c_strides(a, dtype.itemsize), dtype, b, _c_strides(b, dtype.itemsize),
+                 dtype)
+
+
+def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    strides, step = [], itemsize
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= extent
+    return tuple(reversed(strides))
+
+
+def _fits(x: np.ndarray, plan: Plan) -> bool:
     """Whether ``x`` has the shape, type and layout of ``plan``'s result."""
     if x.dtype != plan.dtype or not x.flags.writeable:
         return False
@@ -263,7 +280,7 @@ def _fits(x: np.ndarray, plan: _Plan) -> bool:
     return moved.shape == plan.shape and moved.flags.c_contiguous
 
 
-class _Plan(NamedTuple):
+class Plan(NamedTuple):
     """How ``combine`` computes ``f(a, b)`` for operands of given shapes and layouts."""
 
     order: tuple[int, ...] | None  # the result's axes, outermost first (None: C order)
@@ -281,7 +298,7 @@ Layout: TypeAlias = tuple[tuple[int, ...], tuple[int, ...], int]
 @lru_cache(maxsize=4096)
 def _plan(f: np.ufunc, a_shape: tuple[int, ...] | None, a_strides: tuple[int, ...] | None,
           a_dtype: np.dtype[Any], b_shape: tuple[int, ...] | None,
-          b_strides: tuple[int, ...] | None, b_dtype: np.dtype[Any]) -> _Plan:
+          b_strides: tuple[int, ...] | None, b_dtype: np.dtype[Any]) -> Plan:
     """``combine``'s plan for operands of these shapes and strides (None for a scalar)."""
     dtype: np.dtype[Any] = f.resolve_dtypes((a_dtype, b_dtype, None))[2]
     a = None if a_shape is None or a_strides is None else (a_shape, a_strides,
@@ -303,9 +320,9 @@ def _plan(f: np.ufunc, a_shape: tuple[int, ...] | None, a_strides: tuple[int, ..
         copy = False
     nbytes = math.prod(shape) * dtype.itemsize
     if order is None:
-        return _Plan(None, False, shape, (), dtype, nbytes)
+        return Plan(None, False, shape, (), dtype, nbytes)
     inverse = tuple(order.index(axis) for axis in range(len(order)))
-    return _Plan(order, copy, tuple(shape[axis] for axis in order), inverse, dtype, nbytes)
+    return Plan(order, copy, tuple(shape[axis] for axis in order), inverse, dtype, nbytes)
 
 
 def _order_of_pair(a: Layout, b: Layout, shape: tuple[int, ...]
