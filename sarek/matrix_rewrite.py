@@ -278,10 +278,9 @@ class _Builder:
                 out.append(ir.ArrayDecl(name=f"sk_r{name}", elem=access.elem,
                                         size=self.stages * rows * cols, space=MemSpace.SHARED,
                                         align=16))
-        # One row of each wave's fragments at a time leaves through here (and an initial
-        # value enters).
+        # One fragment per wave at a time leaves through here (and an initial value enters).
         out.append(ir.ArrayDecl(name="sk_cs", elem=self.scheme.acc,
-                                size=self.waves * self.frag * self.row_width,
+                                size=self.waves * self.frag * self.frag,
                                 space=MemSpace.SHARED))
         shape = ir.FragShape(m=self.frag, n=self.frag, k=self.frag_k)
         for i, j in self.frag_names():
@@ -317,44 +316,35 @@ class _Builder:
         return ir.For(var="sk_q", start=const(0), stop=const(elements // self.threads),
                       step=const(1), body=(ir.Let(name="sk_e", type=I32, value=e), *body))
 
-    @property
-    def row_width(self) -> int:
-        """Columns of one exchange round: a row of a wave's fragments, side by side."""
-        return self.per_wave * self.frag
-
     def per_lane(self, body: list[ir.Stmt]) -> ir.For:
-        """``for sk_q in range(frag * row_width / subgroup): sk_e = sk_q * subgroup +
-        sk_wave_lane; body``: a uniform loop in which a wave's lanes cover the elements of one
-        row of its fragments."""
+        """``for sk_q in range(frag * frag / subgroup): sk_e = sk_q * subgroup + sk_wave_lane;
+        body``: a uniform loop in which a wave's lanes cover one fragment's elements."""
         e = add(mul(var("sk_q"), const(self.subgroup)), var("sk_wave_lane"))
-        trips = self.frag * self.row_width // self.subgroup
+        trips = self.frag * self.frag // self.subgroup
         return ir.For(var="sk_q", start=const(0), stop=const(trips),
                       step=const(1), body=(ir.Let(name="sk_e", type=I32, value=e), *body))
 
-    def exchange_offset(self, j: int = 0) -> ir.Expr:
-        """Where fragment column ``j`` of this wave's row lies in the exchange array ``sk_cs``
-        (each wave's part is ``frag`` rows of ``row_width``)."""
-        return add(mul(var("sk_wave"), const(self.frag * self.row_width)), const(j * self.frag))
+    def exchange_offset(self) -> ir.Expr:
+        """Where this wave's fragment lies in the exchange array ``sk_cs``."""
+        return mul(var("sk_wave"), const(self.frag * self.frag))
 
     def exchanged(self) -> ir.Expr:
-        """Element ``sk_e`` of this wave's row of fragments in ``sk_cs`` (row-major)."""
+        """Element ``sk_e`` of this wave's fragment in ``sk_cs`` (row-major, stride frag)."""
         return add(self.exchange_offset(), var("sk_e"))
 
-    def fragment_coordinates(self, i: int) -> list[ir.Stmt]:
-        """``sk_row``, ``sk_col``: the output of element ``sk_e`` of fragment row ``i``."""
-        row, col = self.wave_origin(i, 0)
-        width = const(self.row_width)
+    def fragment_coordinates(self, i: int, j: int) -> list[ir.Stmt]:
+        """``sk_row``, ``sk_col``: the output of element ``sk_e`` of fragment (i, j)."""
+        row, col = self.wave_origin(i, j)
         return [
             ir.Let(name="sk_row", type=I32, value=add(
-                add(var("sk_row0"), row), binary(BinOp.DIV, var("sk_e"), width))),
+                add(var("sk_row0"), row), binary(BinOp.DIV, var("sk_e"), const(self.frag)))),
             ir.Let(name="sk_col", type=I32, value=add(
-                add(var("sk_col0"), col), binary(BinOp.REM, var("sk_e"), width))),
+                add(var("sk_col0"), col), binary(BinOp.REM, var("sk_e"), const(self.frag)))),
         ]
 
-    def through_exchange(self, frag: str, j: int) -> ir.FragStore:
-        """Fragment ``frag``, column ``j`` of its row, into this wave's part of ``sk_cs``."""
-        return ir.FragStore(frag=frag, array="sk_cs", offset=self.exchange_offset(j),
-                            stride=const(self.row_width))
+    def through_exchange(self, frag: str) -> ir.FragStore:
+        return ir.FragStore(frag=frag, array="sk_cs", offset=self.exchange_offset(),
+                            stride=const(self.frag))
 
     def start_accumulators(self) -> list[ir.Stmt]:
         init = self.gemm.init
@@ -364,19 +354,18 @@ class _Builder:
             return [ir.FragFill(frag=f"sk_acc{a}_{i}_{j}", value=_cast(value, self.scheme.acc))
                     for i, j in self.frag_names() for a in range(self.scheme.accumulators)]
         # The initial value varies by output: each wave stages it through its part of the
-        # exchange array, one row of its fragments at a time.
+        # exchange array, one fragment at a time.
         here = self.covered(var("sk_row"), var("sk_col"))
         out: list[ir.Stmt] = []
-        for i in range(self.per_wave):
+        for i, j in self.frag_names():
             out += [
-                self.per_lane([*self.fragment_coordinates(i), ir.Store(
+                self.per_lane([*self.fragment_coordinates(i, j), ir.Store(
                     array="sk_cs", index=self.exchanged(), value=ir.Select(
                         cond=here, a=_cast(self.init(), self.scheme.acc), b=_zero(self.scheme.acc),
                         type=self.scheme.acc))]),
                 ir.Barrier(),
-                *(ir.FragLoad(frag=f"sk_acc0_{i}_{j}", array="sk_cs",
-                              offset=self.exchange_offset(j), stride=const(self.row_width))
-                  for j in range(self.per_wave)),
+                ir.FragLoad(frag=f"sk_acc0_{i}_{j}", array="sk_cs",
+                            offset=self.exchange_offset(), stride=const(self.frag)),
                 ir.Barrier(),
             ]
         return out
@@ -616,8 +605,8 @@ class _Builder:
         return out
 
     def finish(self) -> list[ir.Stmt]:
-        """Accumulators out through the exchange array, one row of a wave's fragments at a
-        time; each covered output gets the epilogue."""
+        """Accumulators out through the exchange array, one fragment per wave at a time; each
+        covered output gets the epilogue."""
         g, acc_t = self.gemm, self.scheme.acc
         here = self.covered(var("sk_row"), var("sk_col"))
 
@@ -627,33 +616,30 @@ class _Builder:
             return ir.If(cond=here, then=(ir.Store(array=g.c.array, index=address,
                                                    value=value),))
 
-        def row_out(a: int, i: int) -> list[ir.Stmt]:  # accumulator a of fragment row i
-            return [self.through_exchange(f"sk_acc{a}_{i}_{j}", j) for j in range(self.per_wave)]
-
         exchanged = ir.Load(array="sk_cs", index=self.exchanged(), type=acc_t)
         out: list[ir.Stmt] = []
         if self.scheme.accumulators > 1:
             out.append(ir.ArrayDecl(name="sk_out", elem=I32,
-                                    size=self.frag * self.row_width // self.subgroup,
+                                    size=self.frag * self.frag // self.subgroup,
                                     space=MemSpace.LOCAL))
-        for i in range(self.per_wave):
+        for i, j in self.frag_names():
             if self.scheme.accumulators == 1:
-                out += [*row_out(0, i), ir.Barrier(),
-                        self.per_lane([*self.fragment_coordinates(i), store(exchanged)]),
+                out += [self.through_exchange(f"sk_acc0_{i}_{j}"), ir.Barrier(),
+                        self.per_lane([*self.fragment_coordinates(i, j), store(exchanged)]),
                         ir.Barrier()]
                 continue
             # Byte planes: sk_out[q] = init + sum_s (acc_s << 8s), wrapping.
             total = ir.Load(array="sk_out", index=var("sk_q"), type=I32)
-            out.append(self.per_lane([*self.fragment_coordinates(i), ir.Store(
+            out.append(self.per_lane([*self.fragment_coordinates(i, j), ir.Store(
                 array="sk_out", index=var("sk_q"), value=ir.Select(
                     cond=here, a=_cast(self.init(), I32), b=const(0), type=I32))]))
             for a in range(self.scheme.accumulators):
                 shifted = binary(BinOp.SHL, exchanged, const(8 * a)) if a else exchanged
-                out += [*row_out(a, i), ir.Barrier(),
+                out += [self.through_exchange(f"sk_acc{a}_{i}_{j}"), ir.Barrier(),
                         self.per_lane([ir.Store(array="sk_out", index=var("sk_q"),
                                                 value=add(total, shifted))]),
                         ir.Barrier()]
-            out.append(self.per_lane([*self.fragment_coordinates(i), store(total)]))
+            out.append(self.per_lane([*self.fragment_coordinates(i, j), store(total)]))
         return out
 
 

@@ -304,13 +304,14 @@ def test_rewritten_parameters_are_the_originals_then_the_five_region_values() ->
         (n, ElemType.I32) for n in EXTRA_NAMES]
 
 
-# Bytes of shared memory. Per term: the A (64 x 16) and B (16 x 64) tiles, dense in the neutral staging; with 16
+# Bytes of shared memory: the staged A (64x16) and B (16x64) tiles per term or byte plane,
+# plus the 64x64 accumulator exchange array of 4-byte f32 or i32.
+# Per term: the A (64 x 16) and B (16 x 64) tiles, dense in the neutral staging; with 16
 # bytes of row padding 16-bit rows grow by 8 elements (A 64 x 24, B 16 x 72), 8-bit ones do
-# not. Plus the exchange array: per wave, one row of its 2 x 2 fragments (16 x 32) of 4-byte
-# f32 or i32.
+# not. Plus the exchange array: one 16x16 fragment of 4-byte f32 or i32 per wave.
 DENSE_16, PADDED_16 = 2 * (64 * 16 + 16 * 64), 2 * (64 * 24 + 16 * 72)
 TERMS = {Lowering.F16_OPERANDS: 1, Lowering.BF16_OPERANDS: 1, Lowering.BF16X3_OPERANDS: 3}
-EXCHANGE = 4 * 4 * 16 * 32
+EXCHANGE = 4 * 4 * 16 * 16
 BYTE_PLANES = 4 * (64 * 16 + 16 * 64) + EXCHANGE
 
 
