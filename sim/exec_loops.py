@@ -224,8 +224,9 @@ def _shifted(at: Strided, by: int) -> Strided:
 
 def _degree(e: ir.Expr, var: str, acc: str) -> int | None:
     """The degree of ``e`` in ``var`` when ``e`` is an integer polynomial of degree at most 1
-    in it built of constants, builtins, variables other than ``acc``, ``+``, ``-`` and
-    ``*``; else None."""
+    in it built of constants, builtins, variables other than ``acc``, ``+``, ``-``, ``*`` and
+    casts between integer types of one width; else None. Such an expression is affine in
+    ``var`` modulo 2^bits, which is how its type computes it."""
     match e:
         case ir.Const() | ir.BuiltinValue():
             return 0
@@ -237,4 +238,6 @@ def _degree(e: ir.Expr, var: str, acc: str) -> int | None:
                 return None
             degree = da + db if op is BinOp.MUL else max(da, db)
             return degree if degree <= 1 else None
+        case ir.Cast(x=x, type=t) if t.is_int and x.type.is_int and t.bits == x.type.bits:
+            return _degree(x, var, acc)  # the same bits: the same value modulo 2^bits
     return None
