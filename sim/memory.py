@@ -120,8 +120,8 @@ class SharedArray:
         total = geo.num_blocks * size
         self.data = np.full(total, arith.canary(elem), dtypes.numpy_dtype(elem))
         self.writer = np.full(total, NOBODY, np.int32)
-        self.first_reader = np.full(total, _NO_READER, np.int32)
-        self.last_reader = np.full(total, NOBODY, np.int32)
+        # the readers' records, made when reads are first folded (often never)
+        self._readers: tuple[np.ndarray, np.ndarray] | None = None
         self._written = False  # whether ``writer`` holds anything
         self._read = False  # whether the reader record holds anything
         # (elements, threads, mask): per access, or values over the launch (``read_lanes``)
@@ -132,6 +132,23 @@ class SharedArray:
         self.flight: np.ndarray | None = None
         self.flight_owner: np.ndarray | None = None
         self._flying = False
+
+    @property
+    def first_reader(self) -> np.ndarray:
+        """The smallest reader's thread index per element (``_NO_READER``: none)."""
+        return self._reader_records()[0]
+
+    @property
+    def last_reader(self) -> np.ndarray:
+        """The largest reader's thread index per element (``NOBODY``: none)."""
+        return self._reader_records()[1]
+
+    def _reader_records(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._readers is None:
+            total = self.data.size
+            self._readers = (np.full(total, _NO_READER, np.int32),
+                             np.full(total, NOBODY, np.int32))
+        return self._readers
 
     @property
     def copying(self) -> bool:
@@ -152,8 +169,9 @@ class SharedArray:
             return
         self._fold()  # the reads of the other blocks still count
         self.writer.reshape(-1, self.size)[blocks] = NOBODY
-        self.first_reader.reshape(-1, self.size)[blocks] = _NO_READER
-        self.last_reader.reshape(-1, self.size)[blocks] = NOBODY
+        if self._readers is not None:
+            self.first_reader.reshape(-1, self.size)[blocks] = _NO_READER
+            self.last_reader.reshape(-1, self.size)[blocks] = NOBODY
 
     def read(self, flat: np.ndarray, threads: np.ndarray, lanes: np.ndarray | None,
              site: Site) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 
 import numpy as np
 
@@ -42,7 +43,7 @@ def simulate(kernel: ir.Kernel, args: Sequence[object] | Mapping[str, object],
     limits = Limits() if limits is None else limits
     if not isinstance(limits, Limits):
         raise LaunchError(f"limits must be a sim.launch.Limits, got {type(limits).__name__}")
-    ir_check.ensure_valid(kernel)
+    _ensure_valid(_Same(kernel))
     if not isinstance(arith, str) or arith not in MODELS:
         raise LaunchError(f"unknown arithmetic model {arith!r}; the models are "
                           f"{', '.join(MODELS)}")
@@ -62,3 +63,26 @@ def simulate(kernel: ir.Kernel, args: Sequence[object] | Mapping[str, object],
     if geo.invocations:
         compile_kernel(kernel, geo, arrays, scalars, arith, limits)()
     return arrays
+
+
+class _Same:
+    """A kernel compared by identity. A kernel is a tree of frozen models and tuples, so one
+    that ``ensure_valid`` accepted stays valid; the check takes longer than a small launch."""
+
+    __slots__ = ("kernel",)
+
+    def __init__(self, kernel: ir.Kernel) -> None:
+        self.kernel = kernel
+
+    def __hash__(self) -> int:
+        return id(self.kernel)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.kernel is self.kernel
+
+
+@lru_cache(maxsize=64)
+def _ensure_valid(kernel: _Same) -> None:
+    """``ir_check.ensure_valid``, once per kernel (an invalid one raises every time: nothing
+    is cached for it)."""
+    ir_check.ensure_valid(kernel.kernel)
