@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -32,7 +33,7 @@ from sim.arith import Value
 from sim.compiler import Core
 from sim.exec_memory import block_access
 from sim.memory import Repeated, SharedArray, Site, Strided
-from sim.state import POOLED_BYTES, Array, ExprFn, Mask, Scope, State, contiguous_plan
+from sim.state import POOLED_BYTES, Array, ExprFn, Mask, Plan, Scope, State, contiguous_plan
 
 AccumulateFn: TypeAlias = Callable[[State, Mask, int, int, int], bool]
 """Runs a uniform loop's trips (state, mask, first value, step, trip count) when it can, and
@@ -53,6 +54,17 @@ class _Operand:
     arr: Array
     findex: ExprFn
     info: np.iinfo[np.signedinteger[Any] | np.unsignedinteger[Any]]  # the index type's range
+    free: tuple[int, ...]  # the slots of the index's variables other than the loop's
+
+
+@dataclass(frozen=True)
+class _Indices:
+    """A load's index over a loop's trips: the first trip's, the step between trips, and for a
+    shared array the strided access of the first trip."""
+
+    first: np.ndarray
+    step: int
+    at: Strided | None
 
 
 @dataclass(frozen=True)
@@ -93,25 +105,43 @@ class Loops(Core):
             arr = self._array(inner, load.array)
             if arr.space is MemSpace.LOCAL or _degree(load.index, s.var, acc) is None:
                 return None
+            free = tuple(sorted({self._scalar(inner, name).slot
+                                 for name in _names(load.index) if name != s.var}))
             operands.append(_Operand(arr, self.expr(load.index, inner, at),
-                                     np.iinfo(dtypes.numpy_dtype(load.index.type))))
+                                     np.iinfo(dtypes.numpy_dtype(load.index.type)), free))
         return self._accumulate(operands, self._scalar(inner, acc).slot, acc_first, var_slot,
                                 dtypes.numpy_dtype(s.start.type).type, at)
 
     def _accumulate(self, operands: list[_Operand], acc_slot: int, acc_first: bool,
                     var_slot: int, var_type: type[np.generic], site: Site) -> AccumulateFn:
         threads = self.geo.thread_linear.astype(np.int32)
+        # Per operand, the last loop's indices: (the values of the index's other variables,
+        # the loop's range, what they gave). An index is a function of those values, and
+        # values are never changed in place, so the same objects give the same indices.
+        last: list[tuple[tuple[Value, ...], tuple[int, int, int], _Indices | None] | None] = \
+            [None] * len(operands)
+
+        def indices(st: State, k: int, first: int, inc: int, trips: int) -> _Indices | None:
+            op, seen = operands[k], last[k]
+            now = tuple(st.env[slot] for slot in op.free)
+            if seen is not None and seen[1] == (first, inc, trips) and all(
+                    a is b for a, b in zip(seen[0], now, strict=True)):
+                return seen[2]
+            found = self._indices(st, op, var_slot, var_type, first, inc, trips)
+            last[k] = (now, (first, inc, trips), found)
+            return found
 
         def run(st: State, m: Mask, first: int, inc: int, trips: int) -> bool:
             if m is not None or trips < 2 or st.trips + trips > self.limits.trips:
                 return False
             acc = st.env[acc_slot]
             loads = []
-            for op in operands:
-                found = self._trips(st, op, var_slot, var_type, first, inc, trips)
-                if found is None:
+            for k, op in enumerate(operands):
+                found = indices(st, k, first, inc, trips)
+                load = None if found is None else self._trips(st, op, found)
+                if load is None:
                     return False
-                loads.append(found)
+                loads.append(load)
             if isinstance(acc, np.ndarray) and acc.ndim != len(self.geo.shape):
                 return False
             reads = [(load.shared, Repeated(load.at, load.step, trips)) for load in loads
@@ -133,11 +163,11 @@ class Loops(Core):
 
         return run
 
-    def _trips(self, st: State, op: _Operand, var_slot: int, var_type: type[np.generic],
-               first: int, inc: int, trips: int) -> _Trips | None:
-        """``op`` over the loop's trips, when every trip's index is in bounds and differs from
-        the first trip's by a multiple of one step (and, for a shared array, is a strided
-        access with no copy in flight); else None."""
+    def _indices(self, st: State, op: _Operand, var_slot: int, var_type: type[np.generic],
+                 first: int, inc: int, trips: int) -> _Indices | None:
+        """The index of ``op`` over the loop's trips, when every trip's index is in bounds and
+        differs from the first trip's by a multiple of one step (and, for a shared array, is
+        a strided access); else None."""
         st.env[var_slot] = var_type(first)
         start = op.findex(st, None)
         st.env[var_slot] = var_type(first + inc)
@@ -157,12 +187,19 @@ class Loops(Core):
         if lowest < 0 or highest >= op.arr.size or highest > info.max:
             return None
         if op.arr.space is MemSpace.GLOBAL:
-            return _Trips(start, step, None, None)
+            return _Indices(start, step, None)
+        at, _ = block_access(start, self.geo.shape[3:])
+        return None if at is None else _Indices(start, step, at)
+
+    def _trips(self, st: State, op: _Operand, found: _Indices) -> _Trips | None:
+        """``op`` over the loop's trips at ``found``; None for a shared array with copies in
+        flight."""
+        if op.arr.space is MemSpace.GLOBAL:
+            return _Trips(found.first, found.step, None, None)
         mem = st.arrays[op.arr.slot]
         if not isinstance(mem, SharedArray) or mem.copying:
             return None
-        at, _ = block_access(start, self.geo.shape[3:])
-        return None if at is None else _Trips(start, step, mem, at)
+        return _Trips(found.first, found.step, mem, found.at)
 
     def _products(self, st: State, operands: list[_Operand], loads: list[_Trips], acc: Value,
                   acc_first: bool, trips: int) -> Value | None:
@@ -171,14 +208,11 @@ class Loops(Core):
         # The general path's loads are C-contiguous arrays of these shapes.
         x0, y0 = (self._shape(op, load) for op, load in zip(operands, loads, strict=True))
         dtype = np.dtype(dtypes.numpy_dtype(operands[0].arr.elem))
-        how = contiguous_plan(np.multiply, x0, y0, dtype)
-        shape = np.broadcast_shapes(x0, y0)
-        if isinstance(acc, np.ndarray) and np.broadcast_shapes(acc.shape, shape) != shape:
+        acc_shape = acc.shape if isinstance(acc, np.ndarray) else None
+        found = _layout(x0, y0, dtype, acc_shape, np.dtype(acc.dtype))
+        if found is None:
             return None
-        if np.result_type(acc, how.dtype) != how.dtype:
-            return None
-        order = how.order or tuple(range(len(shape)))
-        moved = (0, *(axis + 1 for axis in order))
+        how, order, moved = found
         product = self._buffer(st, how.shape, how.dtype)
         total = self._buffer(st, how.shape, how.dtype)
         now = acc.transpose(order) if isinstance(acc, np.ndarray) else acc
@@ -240,8 +274,37 @@ class Loops(Core):
             np.empty(shape, dtype)
 
 
+@lru_cache(maxsize=256)
+def _layout(x: tuple[int, ...], y: tuple[int, ...], dtype: np.dtype[Any],
+            acc: tuple[int, ...] | None, acc_dtype: np.dtype[Any]
+            ) -> tuple[Plan, tuple[int, ...], tuple[int, ...]] | None:
+    """How the products of operands of shapes ``x`` and ``y`` (C-contiguous, of ``dtype``) are
+    laid out (``combine``'s plan, its axis order and that order behind a leading trip axis),
+    when an accumulator of shape ``acc`` (None: a scalar) and ``acc_dtype`` fits them."""
+    how = contiguous_plan(np.multiply, x, y, dtype)
+    shape = np.broadcast_shapes(x, y)
+    if acc is not None and np.broadcast_shapes(acc, shape) != shape:
+        return None
+    if np.result_type(acc_dtype, how.dtype) != how.dtype:
+        return None
+    order = how.order or tuple(range(len(shape)))
+    return how, order, (0, *(axis + 1 for axis in order))
+
+
 def _shifted(at: Strided, by: int) -> Strided:
     return Strided(at.offset + by, at.strides, at.shape)
+
+
+def _names(e: ir.Expr) -> set[str]:
+    """The variables ``e`` reads (an index ``_degree`` accepts)."""
+    match e:
+        case ir.Var(name=name):
+            return {name}
+        case ir.Binary(a=a, b=b):
+            return _names(a) | _names(b)
+        case ir.Cast(x=x):
+            return _names(x)
+    return set()
 
 
 def _degree(e: ir.Expr, var: str, acc: str) -> int | None:

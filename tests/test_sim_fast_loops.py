@@ -225,6 +225,20 @@ def test_an_accumulator_over_the_launch_gives_the_general_paths_bits() -> None:
               normals(12), normals(13))
 
 
+def test_a_loop_run_again_with_other_variables_gives_the_general_paths_bits() -> None:
+    # the inner loop's index moves with the outer loop's variable and with an assigned one
+    x = load("sa", add(add(mul(TY, const(TILE)), KK), add(var("t"), var("shift"))), F32)
+    y = load("sb", add(mul(KK, const(TILE)), TX), F32)
+    def make(body: Body) -> ir.Kernel:
+        outer = ir.For(var="t", start=const(0), stop=const(3), step=const(1), body=(
+            accumulate(x, y, body),
+            ir.Assign(name="shift", value=sub(const(1), var("shift")))))
+        k = tiled(outer, sa_size=TILE * TILE + TILE)
+        return k.model_copy(update={"body": (ir.Let(name="shift", type=I32, value=const(0)),
+                                             *k.body)})
+    same_bits(make, normals(32), normals(33))
+
+
 def test_long_loops_run_in_batches_of_trips_with_the_same_bits(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(exec_loops, "TRIP_ELEMENTS", 100)  # a batch of one or two trips
