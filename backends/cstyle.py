@@ -56,6 +56,9 @@ class Dialect:
     # Printed before a loop of constant bounds with at most UNROLL_TRIPS trips, so that local
     # arrays indexed by its variable (a lowering's registers) can live in registers.
     unroll_pragma: str = ""
+    # The address-space qualifier of a pointer into each memory space, where the dialect has
+    # one (a packed store writes through such a pointer).
+    pointer_spaces: dict[ir.MemSpace, str] = field(default_factory=dict)
 
 
 # ------------------------------------------------------------------ tables the dialects share
@@ -290,6 +293,10 @@ class Printer:
                 self.emit(f"{name} = {self.expr(v)};")
             case ir.Store(array=name, index=i, value=v):
                 self.emit(f"{name}[{self.expr(i)}] = {self.expr(v)};")
+            case ir.StorePacked(array=name, index=i, value=v):
+                space = self.dialect.pointer_spaces.get(self.arrays[name].space, "")
+                pointer = f"{space} {self.mem_t(v.type)}*".lstrip()
+                self.emit(f"*(({pointer})&{name}[{self.expr(i)}]) = {self.expr(v)};")
             case ir.For(var=var, start=a, stop=b, step=c, body=body):
                 self.for_loop(var, a, b, c, body)
             case ir.While(cond=c, body=body):

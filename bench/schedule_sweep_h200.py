@@ -48,6 +48,8 @@ CANDIDATES = (
     Schedule(tile=128, step=16, stages=3, wide=True), Schedule(tile=128, step=32, stages=3,
                                                               wide=True),
     Schedule(tile=128, step=64, stages=2, wide=True),
+    Schedule(prefetch=True), Schedule(step=32, prefetch=True), Schedule(step=64),
+    Schedule(step=64, prefetch=True),
 )
 EXAMPLE = {Lowering.F16_OPERANDS: "gemm_f16", Lowering.BF16_OPERANDS: "gemm_f32",
            Lowering.BF16X3_OPERANDS: "gemm_f32", Lowering.INT32_BYTE_PLANES: "gemm_i32"}
@@ -57,7 +59,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=4096)
     parser.add_argument("--lowering", action="append", choices=[x.value for x in Lowering])
-    parser.add_argument("--schedule", action="append", help="only these (Schedule.name)")
+    parser.add_argument("--schedule", action="append",
+                        help="these schedules (names such as t64k32p) instead of the candidates")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results"
                         / "schedule_sweep_h200.json")
     args = parser.parse_args()
@@ -73,9 +76,8 @@ def main() -> int:
         seed = rewrite_launch(launch, lowering=lowering, staging=staging, schedule=SEED).launch
         seed_c = kernel_output(seed, arch, c)
         seed_s = kernel_seconds(seed, arch)
-        for schedule in CANDIDATES:
-            if args.schedule and schedule.name not in args.schedule and schedule != SEED:
-                continue
+        chosen = [Schedule.parse(x) for x in args.schedule] if args.schedule else CANDIDATES
+        for schedule in [SEED, *(x for x in chosen if x != SEED)]:
             row: dict[str, Any] = {"lowering": lowering.value, "schedule": schedule.name}
             try:
                 rw = rewrite_launch(launch, lowering=lowering, staging=staging,

@@ -352,6 +352,18 @@ class Store(_Stmt):
     value: Expr
 
 
+class StorePacked(_Stmt):
+    """``value``, an unsigned integer ``n`` times as wide as the elements of ``array`` (``n`` of
+    2, 4 or 8), stored as one access into ``array[index]`` .. ``array[index + n - 1]``, its
+    least significant element first (the elements' bytes in little-endian order); ``index`` is
+    a multiple of ``n``."""
+
+    kind: Literal["store_packed"] = "store_packed"
+    array: str
+    index: Expr
+    value: Expr
+
+
 class For(_Stmt):
     """``for (var = start; step > 0 ? var < stop : var > stop; var += step)``; i32 bounds, the
     variable is read-only in the body and ``step`` must not be 0."""
@@ -617,9 +629,9 @@ class CpAsync(_Stmt):
 
 
 Stmt: TypeAlias = Annotated[
-    Let | Assign | Store | For | While | If | Barrier | Return | ArrayDecl | TensorView
-    | FragDecl | FragFill | FragLoad | FragStore | FragMulAdd | FragAdd | TileApply | Ldmatrix
-    | Mma | StageCopy | StageCommit | StageWait | CpAsync,
+    Let | Assign | Store | StorePacked | For | While | If | Barrier | Return | ArrayDecl
+    | TensorView | FragDecl | FragFill | FragLoad | FragStore | FragMulAdd | FragAdd | TileApply
+    | Ldmatrix | Mma | StageCopy | StageCommit | StageWait | CpAsync,
     Field(discriminator="kind"),
 ]
 

@@ -23,6 +23,8 @@ from sarek.errors import IRError
 from sarek.ir import BinOp, ElemType, MathFn, MemSpace, UnOp
 from sarek.ir_walk import subexpressions, walk
 
+PACKED_COUNTS = (2, 4, 8)  # elements one StorePacked may write
+
 MAX_EXPR_DEPTH = 64
 """The deepest expression a kernel may hold (a constant or a name is 1 deep, ``a + b`` one
 more than its deeper operand). Analyses, the simulator and the printers recurse over
@@ -279,6 +281,20 @@ class _Checker:
                     if sym.readonly:
                         self.report(path, f"store to read-only array {name!r}")
                     self._same(v.type, sym.elem, f"the value stored to {name!r}", path)
+            case ir.StorePacked(array=name, index=index, value=v):
+                self.expr(index, scope, path)
+                self.expr(v, scope, path)
+                self._index(index, path)
+                sym = scope.lookup(name)
+                if not isinstance(sym, _Array):
+                    self.report(path, f"packed store to {name!r}, which is not an array")
+                elif sym.readonly:
+                    self.report(path, f"store to read-only array {name!r}")
+                elif not (v.type.is_int and not v.type.is_signed and sym.elem.is_int
+                          and v.type.bits // sym.elem.bits in PACKED_COUNTS
+                          and v.type.bits % sym.elem.bits == 0):
+                    self.report(path, f"a packed store into {sym.elem} array {name!r} takes an "
+                                f"unsigned integer 2, 4 or 8 times as wide, not {v.type}")
             case ir.For(var=var, start=a, stop=b, step=c, body=body):
                 inner = _Scope(parent=scope)
                 for what, bound in (("start", a), ("stop", b), ("step", c)):

@@ -85,6 +85,9 @@ def _zero(t: ElemType) -> ir.Const:
     return ir.Const(value=0.0 if t.is_float else 0, type=t)
 
 
+PACK = 4  # consecutive k one invocation converts into each byte plane's 32-bit word
+
+
 def _pad(operand: str, t: ElemType) -> ir.Const:
     """What operand ``operand`` ("a" or "b") is staged as outside the region. A pads with -0.0:
     a padded product -0.0 * +0.0 is -0.0, which leaves every sum unchanged, a -0.0 one too
@@ -188,6 +191,14 @@ class _Builder:
         # policy's deeper one where the steps divide into it (same sums: integers are exact).
         deep = staging.byte_k if scheme.operand.bits == 8 and frag == 16 else frag
         self.frag_k = deep if self.step % deep == 0 else frag
+        # Byte planes staged from registers four k at a time, one 32-bit store per plane (the
+        # target's policy), where A's and column-major B's four k are consecutive and the
+        # block's invocations share the groups evenly.
+        self.packed = (staging.packed_planes and scheme.operand is U8
+                       and self.b_layout is FragLayout.COL and self.step % PACK == 0
+                       and self.tile_n % 8 == 0 and all(
+                           (rows * cols // PACK) % self.threads == 0
+                           for rows, cols in ((self.tile, self.step), (self.step, self.tile_n))))
 
     # ---------------------------------------------------------------- coordinates
 
@@ -433,8 +444,67 @@ class _Builder:
         return [ir.Store(array=self.staged(name, term), index=at, value=staged)
                 for term, staged in self.convert(var("sk_x", access.elem))]
 
+    def group(self, name: str) -> list[ir.Stmt]:
+        """``sk_g``, ``sk_gk``: where group ``sk_e`` of four consecutive k lies in the A or B
+        tile: its row (A) or column (B) in the tile and its first k in the step. A's groups go
+        along k, then rows; B's take 8 columns, then k, then the next 8 columns, so that a
+        warp's loads of one k cover whole 32-byte sectors and its packed stores consecutive
+        words."""
+        e, quads = var("sk_e"), const(self.step // PACK)
+        within: ir.Expr
+        if name == "a":
+            within, quad = binary(BinOp.DIV, e, quads), binary(BinOp.REM, e, quads)
+        else:
+            eight = const(8)
+            within = add(mul(binary(BinOp.DIV, e, mul(eight, quads)), eight),
+                         binary(BinOp.REM, e, eight))
+            quad = binary(BinOp.REM, binary(BinOp.DIV, e, eight), quads)
+        return [ir.Let(name="sk_g", type=I32, value=within),
+                ir.Let(name="sk_gk", type=I32, value=mul(quad, const(PACK)))]
+
+    def fetch_group(self, name: str, access: Access, k0: ir.Expr) -> list[ir.Stmt]:
+        """``sk_v0`` .. ``sk_v3``: the four elements of group (``sk_g``, ``sk_gk``) of the A or
+        B tile of the step starting at ``k0``, read inside the region and zero outside."""
+        origin, extent = ("sk_row0", "me") if name == "a" else ("sk_col0", "ne")
+        out: list[ir.Stmt] = [
+            ir.Let(name="sk_x1", type=I32, value=add(var(origin), var("sk_g"))),
+            ir.Let(name="sk_k", type=I32, value=add(k0, var("sk_gk")))]
+        for j in range(PACK):
+            k = add(var("sk_k"), const(j))
+            inside = _and(binary(BinOp.LT, var("sk_x1"), var(extent)),
+                          binary(BinOp.LT, k, var("d")))
+            row, col = (var("sk_x1"), const(0)) if name == "a" else (const(0), var("sk_x1"))
+            load = ir.Load(array=access.array, index=self.address(access, row, col, k),
+                           type=access.elem)
+            out.append(ir.Let(name=f"sk_v{j}", type=access.elem, value=ir.Select(
+                cond=inside, a=load, b=_pad(name, access.elem), type=access.elem)))
+        return out
+
+    def store_group(self, name: str, access: Access) -> list[ir.Stmt]:
+        """The byte planes of ``sk_v0`` .. ``sk_v3``, each plane's four bytes (k order, least
+        significant first) as one packed store at group (``sk_g``, ``sk_gk``)."""
+        stride = self.a_stride if name == "a" else self.b_stride
+        at = add(mul(var("sk_g"), const(stride)), var("sk_gk"))
+        out: list[ir.Stmt] = []
+        for p, term in enumerate(self.scheme.terms):
+            word: ir.Expr | None = None
+            for j in range(PACK):
+                u = _cast(var(f"sk_v{j}", access.elem), U32)
+                byte = binary(BinOp.AND, binary(BinOp.SHR, u, const(8 * p, U32)) if p else u,
+                              const(255, U32))
+                part = binary(BinOp.SHL, byte, const(8 * j, U32)) if j else byte
+                word = part if word is None else binary(BinOp.OR, word, part)
+            assert word is not None
+            out.append(ir.StorePacked(array=self.staged(name, term), index=at, value=word))
+        return out
+
     def stage(self) -> list[ir.Stmt]:
         """The A and B tiles of this step into shared memory, zero outside the region."""
+        if self.packed:
+            return [self.per_thread(rows * cols // PACK, [
+                *self.group(name), *self.fetch_group(name, access, var("sk_k0")),
+                *self.store_group(name, access)])
+                for name, access, rows, cols in self.operands()]
         return [self.per_thread(rows * cols, [*self.fetch(name, access, cols, var("sk_k0")),
                                               *self.store(name, access, cols)])
                 for name, access, rows, cols in self.operands()]
@@ -513,13 +583,31 @@ class _Builder:
         """The A and B tiles of the step starting at ``k0`` into each invocation's registers
         (``sk_pa``, ``sk_pb``): issued before the current step's products, so that the loads
         overlap them."""
+        if self.packed:
+            return [self.per_thread(rows * cols // PACK, [
+                *self.group(name), *self.fetch_group(name, access, k0),
+                *(ir.Store(array=f"sk_p{name}", index=self.register(j),
+                           value=var(f"sk_v{j}", access.elem)) for j in range(PACK))])
+                for name, access, rows, cols in self.operands()]
         return [self.per_thread(rows * cols, [
             *self.fetch(name, access, cols, k0),
             ir.Store(array=f"sk_p{name}", index=var("sk_q"), value=var("sk_x", access.elem))])
             for name, access, rows, cols in self.operands()]
 
+    def register(self, j: int) -> ir.Expr:
+        """Where element ``j`` of this trip's group lies in the prefetch registers."""
+        return add(mul(var("sk_q"), const(PACK)), const(j))
+
     def stage_prefetched(self) -> list[ir.Stmt]:
         """The prefetched registers into shared memory."""
+        if self.packed:
+            return [self.per_thread(rows * cols // PACK, [
+                *self.group(name),
+                *(ir.Let(name=f"sk_v{j}", type=access.elem, value=ir.Load(
+                    array=f"sk_p{name}", index=self.register(j), type=access.elem))
+                  for j in range(PACK)),
+                *self.store_group(name, access)])
+                for name, access, rows, cols in self.operands()]
         return [self.per_thread(rows * cols, [
             ir.Let(name="sk_x", type=access.elem,
                    value=ir.Load(array=f"sk_p{name}", index=var("sk_q"), type=access.elem)),

@@ -16,6 +16,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from sarek.dtypes import numpy_dtype
 from sarek.errors import OutOfBounds
 from sarek.ir import ElemType, MemSpace
 from sarek.layout import TileLayout
@@ -48,6 +49,44 @@ class Memory(Core):
         if not 0 <= index < size:
             self._fail(OutOfBounds, out_of_bounds(arr, int(index)), site, m)
         return np.int64(index)
+
+    def store_packed(self, arr: Array, findex: ExprFn, fvalue: ExprFn, value_bits: int,
+                     site: Site) -> StmtFn:
+        """A packed store (``ir.StorePacked``) as what it is on a device: the stores of the
+        value's parts, least significant first, by the same invocation at once; an index
+        that is not a multiple of the part count is an ``OutOfBounds`` (a misaligned access
+        faults on a GPU)."""
+        bits = arr.elem.bits
+        count = value_bits // bits
+        mask = (1 << bits) - 1
+        dtype = numpy_dtype(arr.elem)
+
+        def part(i: int) -> tuple[ExprFn, ExprFn]:
+            def index(st: State, m: Mask) -> Value:
+                return findex(st, m) + i
+
+            def value(st: State, m: Mask) -> Value:
+                v = np.asarray(fvalue(st, m)).astype(np.uint64)
+                out = ((v >> np.uint64(i * bits)) & np.uint64(mask)).astype(dtype)
+                return out if out.ndim else out[()]
+
+            return index, value
+
+        parts = [self.store(arr, *part(i), site) for i in range(count)]
+
+        def run(st: State, m: Mask) -> None:
+            index = findex(st, m)
+            misaligned = np.asarray(index) % count != 0
+            bad = misaligned if m is None else misaligned & m
+            if np.any(bad):
+                at = int(np.asarray(index)[bad].flat[0]) if np.ndim(index) else int(index)
+                self._fail(OutOfBounds, f"a packed store of {count} elements at element {at} "
+                           f"of {arr.name!r} is not aligned to {count} elements", site,
+                           bad if np.ndim(bad) else m)
+            for store in parts:
+                store(st, m)
+
+        return run
 
     def load(self, arr: Array, findex: ExprFn, site: Site) -> ExprFn:
         if arr.space is MemSpace.GLOBAL:

@@ -128,6 +128,10 @@ class _Compiler(Expressions, Memory, Control, Loops, Fragments, Tiles, Copies):
             case ir.Store(array=name, index=index, value=value):
                 return self.store(self._array(scope, name), self.expr(index, scope, site),
                                   self.expr(value, scope, site), site), False
+            case ir.StorePacked(array=name, index=index, value=value):
+                return self.store_packed(self._array(scope, name), self.expr(index, scope, site),
+                                         self.expr(value, scope, site), value.type.bits,
+                                         site), False
             case ir.For():
                 return self.for_loop(s, scope, site)
             case ir.While(cond=cond, body=body):

@@ -37,11 +37,11 @@ from sarek.staging import Staging
 
 SUBGROUPS = (32,)
 FRAGMENTS = (16,)
-STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True, byte_k=32, large=(
+STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True, byte_k=32, packed_planes=True, large=(
     ("F16_operands", Schedule(tile=128, step=64, stages=2)),
     ("Bf16_operands", Schedule(tile=128, step=32, stages=3, wide=True)),
     ("Bf16x3_operands", Schedule(tile=128, step=16, stages=3, wide=True)),
-    ("Int32_byte_planes", Schedule(stages=3)),
+    ("Int32_byte_planes", Schedule(step=32, prefetch=True)),
 ))
 """Padded 16-bit rows put the 8 rows one ldmatrix reads in distinct banks; 8-bit B staged
 column-major lets ldmatrix deliver B's k-consecutive bytes. Large regions take the pipelined

@@ -199,6 +199,8 @@ DIALECT = Dialect(
     stmt_hook=_hook,
     memory_types={ElemType.BOOL: "uchar"},
     long_suffixes=("L", "UL"),
+    pointer_spaces={ir.MemSpace.GLOBAL: "device", ir.MemSpace.SHARED: "threadgroup",
+                    ir.MemSpace.LOCAL: "thread"},
 )
 
 

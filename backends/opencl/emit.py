@@ -191,6 +191,8 @@ DIALECT = Dialect(
     stmt_hook=_hook,
     memory_types={ElemType.BOOL: "uchar"},
     long_suffixes=("L", "UL"),
+    pointer_spaces={ir.MemSpace.GLOBAL: "__global", ir.MemSpace.SHARED: "__local",
+                    ir.MemSpace.LOCAL: "__private"},
 )
 
 BUILD_OPTIONS = ("-cl-fp32-correctly-rounded-divide-sqrt",)

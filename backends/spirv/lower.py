@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from backends.cstyle import EmitError
 from backends.cuda.lower import divisor
-from sarek import ir, stage_copy
+from sarek import ir, packed_store, stage_copy
 from sarek.ir import ElemType, FragLayout, FragUse
 from sarek.ir_walk import walk
 from sarek.staging import Staging
@@ -53,6 +53,7 @@ def lower(kernel: ir.Kernel) -> ir.Kernel:
     (subgroup fixed to 32 when a fragment kernel names none); ``EmitError`` with the reason
     for anything a cooperative matrix cannot express."""
     kernel = stage_copy.synchronous(kernel)  # Vulkan copies complete as they are issued
+    kernel = packed_store.elements(kernel)  # logical addressing has no wider pointers
     stmts = list(walk(kernel.body))
     for s in stmts:
         if isinstance(s, _LANE_EXPLICIT):
