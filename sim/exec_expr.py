@@ -58,11 +58,11 @@ class Expressions(Core):
             # A constant operand is captured: the hot loops of kernels are full of them.
             if isinstance(e.b, ir.Const):
                 cb = arith.constant(e.b.value, e.b.type)
-                return lambda st, m: combine(f, fa(st, m), cb, st.buffers)
+                fb = lambda st, m: cb  # noqa: E731
             if isinstance(e.a, ir.Const):
                 ca = arith.constant(e.a.value, e.a.type)
-                return lambda st, m: combine(f, ca, fb(st, m), st.buffers)
-            return lambda st, m: combine(f, fa(st, m), fb(st, m), st.buffers)
+                fa = lambda st, m: ca  # noqa: E731
+            return _remembered(f, fa, fb)
         if op is BinOp.DIV or op is BinOp.REM:
             return self.int_division(op, t, fa, fb, site)
         return self.shift(op, t, fa, fb, site)
@@ -143,3 +143,28 @@ class Expressions(Core):
             (fx,) = fargs
             return lambda st, m: f(fx(st, m))
         return lambda st, m: f(*(g(st, m) for g in fargs))
+
+
+def _remembered(f: np.ufunc, fa: ExprFn, fb: ExprFn) -> ExprFn:
+    """``f(a, b)`` (``combine``), the last result kept while it and its operands are small: a
+    loop evaluates its loop-invariant index arithmetic (``ty*16 + tx``, ``row*k``) on every
+    trip, and the same operand objects give the same result (values are never changed in
+    place; the kept operands keep their identities from being reused)."""
+    last: list[Value] = [_NOTHING, _NOTHING, _NOTHING]  # a, b, f(a, b)
+
+    def run(st: State, m: Mask) -> Value:
+        a, b = fa(st, m), fb(st, m)
+        if a is last[0] and b is last[1]:
+            return last[2]
+        out = combine(f, a, b, st.buffers)
+        if np.size(out) <= _REMEMBERED and np.size(a) <= _REMEMBERED and \
+                np.size(b) <= _REMEMBERED:
+            last[:] = a, b, out
+        return out
+
+    return run
+
+
+_NOTHING = object()
+_REMEMBERED = 1 << 12
+"""The most elements of a result (and of each operand) ``_remembered`` keeps."""

@@ -119,10 +119,14 @@ class SharedArray:
         self.name, self.size, self.geo = name, size, geo
         total = geo.num_blocks * size
         self.data = np.full(total, arith.canary(elem), dtypes.numpy_dtype(elem))
-        self.writer = np.full(total, NOBODY, np.int32)
+        # The writers' record, made when first needed, and the strided writes not yet in it
+        # (``write_strided``): the last write before a barrier is often never needed.
+        self._writer: np.ndarray | None = None
+        self._pending: list[tuple[Strided, np.ndarray, np.ndarray | None]] = []
         # the readers' records, made when reads are first folded (often never)
         self._readers: tuple[np.ndarray, np.ndarray] | None = None
-        self._written = False  # whether ``writer`` holds anything
+        self._written = False  # whether anything was written since the barrier
+        self._recorded = False  # whether ``_writer`` holds anything
         self._read = False  # whether the reader record holds anything
         # (elements, threads, mask): per access, or values over the launch (``read_lanes``)
         self._reads: list[tuple[Value | Strided | Repeated, np.ndarray, np.ndarray | None]] = []
@@ -132,6 +136,20 @@ class SharedArray:
         self.flight: np.ndarray | None = None
         self.flight_owner: np.ndarray | None = None
         self._flying = False
+
+    @property
+    def writer(self) -> np.ndarray:
+        """The last writer's thread index per element since the barrier (``NOBODY``: none),
+        the strided writes not yet recorded applied in their order."""
+        if self._writer is None:
+            self._writer = np.full(self.data.size, NOBODY, np.int32)
+        if self._pending:
+            for at, threads, mask in self._pending:
+                np.copyto(at.view(self._writer, self.geo, self.size), threads,
+                          where=True if mask is None else mask)
+            self._pending.clear()
+            self._recorded = True
+        return self._writer
 
     @property
     def first_reader(self) -> np.ndarray:
@@ -160,12 +178,13 @@ class SharedArray:
         if blocks is None:
             self._reads.clear()
             self._logged = 0
-            if self._written:
-                self.writer.fill(NOBODY)
+            self._pending.clear()
+            if self._recorded and self._writer is not None:
+                self._writer.fill(NOBODY)
             if self._read:
                 self.first_reader.fill(_NO_READER)
                 self.last_reader.fill(NOBODY)
-            self._written = self._read = False
+            self._written = self._recorded = self._read = False
             return
         self._fold()  # the reads of the other blocks still count
         self.writer.reshape(-1, self.size)[blocks] = NOBODY
@@ -269,7 +288,7 @@ class SharedArray:
         self._fold()
         writer = self.writer[flat] if self._written else None
         self.writer[flat] = threads
-        self._written = True
+        self._written = self._recorded = True
         # Where two lanes write one element, only one of their ids survived the scatter.
         same_store = self.writer[flat] != threads
         if same_store.any():
@@ -305,7 +324,7 @@ class SharedArray:
             self.write(flat, threads, lanes, site)  # raises the race
             return
         self.writer[flat] = threads
-        self._written = True
+        self._written = self._recorded = True
 
     def write_strided(self, at: Strided, threads: np.ndarray, mask: np.ndarray | None,
                       site: Site) -> None:
@@ -334,8 +353,7 @@ class SharedArray:
                 flat, readers = flat[lanes], readers[lanes]
             self.write(flat, readers, lanes, site)  # raises the race
             return
-        np.copyto(at.view(self.writer, self.geo, self.size), threads,
-                  where=True if mask is None else mask)
+        self._pending.append((at, threads, mask))  # recorded when something needs it
         self._written = True
 
     def issue(self, flat: np.ndarray, owners: np.ndarray, groups: np.ndarray) -> None:
