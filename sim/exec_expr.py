@@ -157,9 +157,8 @@ def _remembered(f: np.ufunc, fa: ExprFn, fb: ExprFn) -> ExprFn:
         if a is last[0] and b is last[1]:
             return last[2]
         out = combine(f, a, b, st.buffers)
-        if np.size(out) <= _REMEMBERED and np.size(a) <= _REMEMBERED and \
-                np.size(b) <= _REMEMBERED:
-            last[:] = a, b, out
+        if out.size <= _REMEMBERED and a.size <= _REMEMBERED and b.size <= _REMEMBERED:
+            last[0], last[1], last[2] = a, b, out
         return out
 
     return run
