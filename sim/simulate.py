@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -11,7 +13,7 @@ from sarek import ir, ir_check
 from sarek.errors import LaunchError
 from sim.execute import compile_kernel
 from sim.fragments import MODELS, Model
-from sim.launch import Limits, check_size, convert, geometry, match_args
+from sim.launch import Geometry, Limits, check_size, convert, geometry, match_args
 
 
 def simulate(kernel: ir.Kernel, args: Sequence[object] | Mapping[str, object],
@@ -61,7 +63,7 @@ def simulate(kernel: ir.Kernel, args: Sequence[object] | Mapping[str, object],
         check_size(kernel, geo, values, limits)
     arrays, scalars = convert(kernel, values)
     if geo.invocations:
-        compile_kernel(kernel, geo, arrays, scalars, arith, limits)()
+        return _PROGRAMS.run(kernel, geo, arrays, scalars, arith, limits)
     return arrays
 
 
@@ -86,3 +88,45 @@ def _ensure_valid(kernel: _Same) -> None:
     """``ir_check.ensure_valid``, once per kernel (an invalid one raises every time: nothing
     is cached for it)."""
     ir_check.ensure_valid(kernel.kernel)
+
+
+class _Programs:
+    """Compiled kernels kept for launches that come again: the same kernel object on the same
+    geometry, model, limits, array sizes and scalar values (a benchmark, a test run twice).
+    Compiling takes about half a millisecond, as long as a small launch runs. A kept program
+    owns its arrays: each run copies the arguments in and the results out. Only small
+    launches are kept (the copies cost little against compiling), the last few."""
+
+    def __init__(self, count: int = 8, most_bytes: int = 8 << 20) -> None:
+        self._kept: OrderedDict[tuple[Any, ...],
+                                tuple[ir.Kernel, dict[str, np.ndarray], Callable[[], None]]]
+        self._kept = OrderedDict()
+        self._count, self._most_bytes = count, most_bytes
+
+    def run(self, kernel: ir.Kernel, geo: Geometry, arrays: dict[str, np.ndarray],
+            scalars: dict[str, np.generic], arith: Model, limits: Limits
+            ) -> dict[str, np.ndarray]:
+        """Runs the launch, updating ``arrays`` (fresh copies of the arguments) in place or,
+        for a kept program, returning fresh arrays of the results."""
+        if sum(a.nbytes for a in arrays.values()) > self._most_bytes:
+            compile_kernel(kernel, geo, arrays, scalars, arith, limits)()
+            return arrays
+        key = (id(kernel), geo.grid, geo.block, geo.subgroup, arith, limits,
+               tuple((name, a.dtype.str, a.size) for name, a in arrays.items()),
+               tuple((name, v.dtype.str, v.tobytes()) for name, v in scalars.items()))
+        kept = self._kept.get(key)
+        if kept is None or kept[0] is not kernel:
+            own = {name: np.empty_like(a) for name, a in arrays.items()}
+            kept = (kernel, own, compile_kernel(kernel, geo, own, scalars, arith, limits))
+            self._kept[key] = kept
+            if len(self._kept) > self._count:
+                self._kept.popitem(last=False)
+        self._kept.move_to_end(key)
+        _, own, program = kept
+        for name, a in arrays.items():
+            np.copyto(own[name], a)
+        program()
+        return {name: a.copy() for name, a in own.items()}
+
+
+_PROGRAMS = _Programs()

@@ -1,17 +1,18 @@
 """What the simulator skips to save time on small launches never changes what it gives: a kernel
-is validated once per identity yet refused on every call while invalid, and a binary
-operation whose operands are the objects of its last evaluation gives its last result, which
-follows its operands as soon as they change."""
+is validated once per identity yet refused on every call while invalid; a launch that comes
+again runs the program compiled for it the first time, on its own new arguments, and hands
+back arrays of its own; a binary operation whose operands are the objects of its last
+evaluation gives its last result, which follows its operands as soon as they change."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from sim_helpers import I32, add, array, builtin, const, kernel, mul, var
+from sim_helpers import BOOL, I32, add, array, builtin, const, kernel, mul, var
 
 import sim
 from sarek import ir
-from sarek.errors import IRError
+from sarek.errors import IRError, OutOfBounds
 from sarek.ir import Builtin
 
 TX = builtin(Builtin.THREAD_IDX_X)
@@ -24,14 +25,40 @@ def test_an_invalid_kernel_is_refused_on_every_call() -> None:
             sim.simulate(k, [np.zeros(1, np.int32)])
 
 
-def test_a_valid_kernel_runs_again_with_new_arguments() -> None:
-    k = kernel([array("x"), array("out")],
-               ir.Store(array="out", index=TX, value=add(ir.Load(array="x", index=TX, type=I32),
-                                                          const(1))))
-    for start in (0, 10):
+PLUS_ONE = kernel([array("x"), array("out")],
+                  ir.Store(array="out", index=TX, value=add(ir.Load(array="x", index=TX,
+                                                                     type=I32), const(1))))
+
+
+def test_a_launch_that_comes_again_runs_on_its_new_arguments() -> None:
+    for start in (0, 10, 0):
         x = np.arange(start, start + 4, dtype=np.int32)
-        out = sim.simulate(k, [x, np.zeros(4, np.int32)], block=4)["out"]
-        assert np.array_equal(out, x + 1)
+        out = sim.simulate(PLUS_ONE, [x, np.full(4, -1, np.int32)], block=4)
+        assert np.array_equal(out["out"], x + 1) and np.array_equal(out["x"], x)
+
+
+def test_each_call_hands_back_arrays_of_its_own() -> None:
+    args = [np.arange(4, dtype=np.int32), np.zeros(4, np.int32)]
+    first = sim.simulate(PLUS_ONE, args, block=4)
+    first["out"][:] = 99
+    second = sim.simulate(PLUS_ONE, args, block=4)
+    assert np.array_equal(second["out"], [1, 2, 3, 4])
+    assert not np.shares_memory(first["out"], second["out"])
+    assert np.array_equal(args[1], np.zeros(4))  # the inputs are never modified
+
+
+def test_a_failed_launch_leaves_nothing_for_the_next_one() -> None:
+    # out[tx] = 5 for tx < 2, then out[x[tx]] = 6: x = 9 fails after the first store
+    k = kernel([array("x"), array("out")],
+               ir.If(cond=ir.Binary(op=ir.BinOp.LT, a=TX, b=const(2), type=BOOL), then=(
+                   ir.Store(array="out", index=TX, value=const(5)),)),
+               ir.Store(array="out", index=ir.Load(array="x", index=TX, type=I32),
+                        value=const(6)))
+    with pytest.raises(OutOfBounds):
+        sim.simulate(k, [np.array([0, 1, 9, 3], np.int32), np.full(4, 7, np.int32)], block=4)
+    out = sim.simulate(k, [np.array([3, 3, 3, 3], np.int32), np.full(4, 8, np.int32)],
+                       block=4)["out"]
+    assert np.array_equal(out, [5, 5, 8, 6])
 
 
 def test_a_remembered_result_follows_its_operands() -> None:
