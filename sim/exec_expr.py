@@ -88,6 +88,8 @@ class Expressions(Core):
             if not isinstance(c, np.ndarray):
                 return fa(st, m) if c else fb(st, m)
             on_a, any_a = self._narrow(m, c)
+            if m is None and on_a is None:  # every invocation chooses a
+                return fa(st, None)
             on_b, any_b = self._narrow(m, ~c)
             if not any_b:
                 return fa(st, on_a)

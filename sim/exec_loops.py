@@ -223,8 +223,8 @@ class Loops(Core):
                       for op, load in zip(operands, loads, strict=True))
             if how.copy:
                 xs, ys = self._contiguous(xs, st), self._contiguous(ys, st)
-            for t in range(count):
-                np.multiply(xs[t], ys[t], out=product)
+            for x, y in zip(xs, ys, strict=True):
+                np.multiply(x, y, out=product)
                 if acc_first:
                     np.add(now, product, out=total)
                 else:
