@@ -115,6 +115,7 @@ class Loops(Core):
     def _accumulate(self, operands: list[_Operand], acc_slot: int, acc_first: bool,
                     var_slot: int, var_type: type[np.generic], site: Site) -> AccumulateFn:
         threads = self.geo.thread_linear.astype(np.int32)
+        dtype = np.dtype(dtypes.numpy_dtype(operands[0].arr.elem))  # both operands' (the IR's)
         # Per operand, the last loop's indices: (the values of the index's other variables,
         # the loop's range, what they gave). An index is a function of those values, and
         # values are never changed in place, so the same objects give the same indices.
@@ -142,7 +143,11 @@ class Loops(Core):
                 if load is None:
                     return False
                 loads.append(load)
-            if isinstance(acc, np.ndarray) and acc.ndim != len(self.geo.shape):
+            # The general path's loads are C-contiguous arrays of these shapes.
+            x0, y0 = (self._shape(load) for load in loads)
+            acc_shape = acc.shape if isinstance(acc, np.ndarray) else None
+            layout = _layout(x0, y0, dtype, acc_shape, np.dtype(acc.dtype))
+            if layout is None:
                 return False
             reads = [(load.shared, Repeated(load.at, load.step, trips)) for load in loads
                      if load.shared is not None and load.at is not None]
@@ -153,9 +158,7 @@ class Loops(Core):
                 for t in range(trips):
                     for mem, at in reads:
                         mem.read_strided(_shifted(at.at, t * at.step), threads, None, site)
-            value = self._products(st, operands, loads, acc, acc_first, trips)
-            if value is None:
-                return False
+            value = self._products(st, operands, loads, layout, acc, acc_first, trips)
             st.trips += trips
             st.env[var_slot] = var_type(first + (trips - 1) * inc)
             st.env[acc_slot] = value
@@ -201,18 +204,12 @@ class Loops(Core):
             return None
         return _Trips(found.first, found.step, mem, found.at)
 
-    def _products(self, st: State, operands: list[_Operand], loads: list[_Trips], acc: Value,
-                  acc_first: bool, trips: int) -> Value | None:
+    def _products(self, st: State, operands: list[_Operand], loads: list[_Trips],
+                  layout: _Layout, acc: Value, acc_first: bool, trips: int) -> Value:
         """``acc`` plus every trip's product in trip order, laid out as ``combine`` lays out
-        the product; None when ``acc`` does not fit the product's shape."""
-        # The general path's loads are C-contiguous arrays of these shapes.
-        x0, y0 = (self._shape(op, load) for op, load in zip(operands, loads, strict=True))
-        dtype = np.dtype(dtypes.numpy_dtype(operands[0].arr.elem))
-        acc_shape = acc.shape if isinstance(acc, np.ndarray) else None
-        found = _layout(x0, y0, dtype, acc_shape, np.dtype(acc.dtype))
-        if found is None:
-            return None
-        how, order, moved = found
+        the product (``layout``)."""
+        how, order, moved = layout
+        x0, y0 = (self._shape(load) for load in loads)
         product = self._buffer(st, how.shape, how.dtype)
         total = self._buffer(st, how.shape, how.dtype)
         now = acc.transpose(order) if isinstance(acc, np.ndarray) else acc
@@ -232,7 +229,7 @@ class Loops(Core):
                 now = total
         return total.transpose(how.inverse) if how.order else total
 
-    def _shape(self, op: _Operand, load: _Trips) -> tuple[int, ...]:
+    def _shape(self, load: _Trips) -> tuple[int, ...]:
         """The shape of one trip's value of ``op`` over the launch."""
         if load.at is None:
             return load.first.shape
@@ -274,15 +271,20 @@ class Loops(Core):
             np.empty(shape, dtype)
 
 
+_Layout: TypeAlias = tuple[Plan, tuple[int, ...], tuple[int, ...]]
+"""``combine``'s plan of a product, its axis order, and that order behind a trip axis."""
+
+
 @lru_cache(maxsize=256)
 def _layout(x: tuple[int, ...], y: tuple[int, ...], dtype: np.dtype[Any],
-            acc: tuple[int, ...] | None, acc_dtype: np.dtype[Any]
-            ) -> tuple[Plan, tuple[int, ...], tuple[int, ...]] | None:
+            acc: tuple[int, ...] | None, acc_dtype: np.dtype[Any]) -> _Layout | None:
     """How the products of operands of shapes ``x`` and ``y`` (C-contiguous, of ``dtype``) are
-    laid out (``combine``'s plan, its axis order and that order behind a leading trip axis),
-    when an accumulator of shape ``acc`` (None: a scalar) and ``acc_dtype`` fits them."""
+    laid out, when an accumulator of shape ``acc`` (None: a scalar) and ``acc_dtype`` fits
+    them (an accumulator over more axes than the product, or of another type, does not)."""
     how = contiguous_plan(np.multiply, x, y, dtype)
     shape = np.broadcast_shapes(x, y)
+    if len(shape) != 6 or (acc is not None and len(acc) != 6):
+        return None
     if acc is not None and np.broadcast_shapes(acc, shape) != shape:
         return None
     if np.result_type(acc_dtype, how.dtype) != how.dtype:

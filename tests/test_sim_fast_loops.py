@@ -225,6 +225,19 @@ def test_an_accumulator_over_the_launch_gives_the_general_paths_bits() -> None:
               normals(12), normals(13))
 
 
+def test_an_accumulator_over_more_axes_than_the_products_gives_the_general_paths_bits(
+        ) -> None:
+    # each product depends on the row only; the accumulator starts from every invocation's own
+    def make(body: Body) -> ir.Kernel:
+        x = load("a", add(mul(ROW, const(N)), KK), F32)
+        return kernel([array("a", F32, readonly=True), array("b", F32, readonly=True),
+                       array("out", F32)],
+                      ir.Let(name="acc", type=F32, value=load("b", OUT, F32)),
+                      accumulate(x, x, body, stop=N),
+                      ir.Store(array="out", index=OUT, value=var("acc", F32)))
+    same_bits(make, normals(34), normals(35))
+
+
 def test_a_loop_run_again_with_other_variables_gives_the_general_paths_bits() -> None:
     # the inner loop's index moves with the outer loop's variable and with an assigned one
     x = load("sa", add(add(mul(TY, const(TILE)), KK), add(var("t"), var("shift"))), F32)
