@@ -3,9 +3,11 @@
 Issue 13's ``wgmma`` path needs the instruction simulated bit for bit, and ``wgmma`` is said
 to differ from ``mma.sync`` on random data, so this probe comes before any lowering onto it.
 Each warpgroup (128 threads, one block) runs ``wgmma.mma_async.sync.aligned.m64n16k16`` with
-f32 accumulators on f16 or bf16 operands, A and B read from shared memory through matrix
-descriptors (no swizzle, K-major core matrices of 8 rows of 16 bytes), once (K = 16) or twice
-in one commit group (K = 32, the accumulator chained from the first instruction to the
+f32 accumulators on f16 or bf16 operands, in two forms: A and B read from shared memory
+through matrix descriptors (``ss``: no swizzle, K-major core matrices of 8 rows of 16 bytes),
+and A from registers in ``mma.sync.m16n8k16``'s A layout with B transposed in shared memory
+(``rs``: core matrices of 8 k-rows of 16 bytes along n, ``imm-trans-b``), once (K = 16) or
+twice in one commit group (K = 32, the accumulator chained from the first instruction to the
 second). Every output is compared bit for bit with the ``h200`` model
 (``sim.tensor_core.mul_add``, a 16-deep fused dot-add per instruction), which matched
 ``mma.sync.m16n8k16`` on every one of 2,162,688 outputs
@@ -51,6 +53,8 @@ M, N, K = 64, 16, 16
 THREADS = 128
 OPERAND_TYPES = {"f16": np.float16, "bf16": ml_dtypes.bfloat16}
 CORE_K, CORE_MN = 128, 256  # bytes between core matrices adjacent along K, along M or N
+MODES = {"ss": "A and B from shared memory, both K-major",
+         "rs": "A from registers (mma.sync's A layout), B from shared memory transposed"}
 
 SOURCE = r"""
 #define CORE_K 128
@@ -77,7 +81,12 @@ extern "C" __global__ void __launch_bounds__(128) probe(
         }
         for (int e = tid; e < 16 * 16; e += 128) {
             int k = e / 16, n = e % 16;
-            *(unsigned short*)(sb[s] + core(n, k)) = b[(p * kk + 16 * s + k) * 16 + n];
+#if RS  // B transposed (MN-major): core matrices of 8 k-rows of 16 bytes along n
+            int at = (n / 8) * CORE_MN + (k / 8) * CORE_K + (k % 8) * 16 + (n % 8) * 2;
+#else
+            int at = core(n, k);
+#endif
+            *(unsigned short*)(sb[s] + at) = b[(p * kk + 16 * s + k) * 16 + n];
         }
     }
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -88,9 +97,29 @@ extern "C" __global__ void __launch_bounds__(128) probe(
         int row = 16 * w + g + 8 * ((i >> 1) & 1), col = 8 * (i >> 2) + 2 * t + (i & 1);
         acc[i] = c[(p * 64 + row) * 16 + col];
     }
+#if RS  // A from registers, in mma.sync m16n8k16's A layout for the warp's 16 rows
+    unsigned ra[2][4];
+    for (int s = 0; s < steps; ++s)
+        for (int r = 0; r < 4; ++r) {
+            int row = 16 * w + g + 8 * (r & 1), col = 16 * s + 2 * t + 8 * (r >> 1);
+            const unsigned short* x = a + (p * 64 + row) * kk + col;
+            ra[s][r] = (unsigned)x[0] | ((unsigned)x[1] << 16);
+        }
+#endif
     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
     for (int s = 0; s < steps; ++s) {
         unsigned long long da = descriptor(sa[s], lbo, sbo), db = descriptor(sb[s], lbo, sbo);
+#if RS
+        (void)da;
+        asm volatile(
+            "{\n.reg .pred q;\nsetp.ne.b32 q, 1, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n16k16.f32.OPERAND.OPERAND "
+            "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, q, 1, 1, 1;\n}\n"
+            : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3]),
+              "+f"(acc[4]), "+f"(acc[5]), "+f"(acc[6]), "+f"(acc[7])
+            : "r"(ra[s][0]), "r"(ra[s][1]), "r"(ra[s][2]), "r"(ra[s][3]), "l"(db)
+            : "memory");
+#else
         asm volatile(
             "{\n.reg .pred q;\nsetp.ne.b32 q, 1, 0;\n"
             "wgmma.mma_async.sync.aligned.m64n16k16.f32.OPERAND.OPERAND "
@@ -98,6 +127,7 @@ extern "C" __global__ void __launch_bounds__(128) probe(
             : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3]),
               "+f"(acc[4]), "+f"(acc[5]), "+f"(acc[6]), "+f"(acc[7])
             : "l"(da), "l"(db) : "memory");
+#endif
     }
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
@@ -115,10 +145,11 @@ class Device:
     def __init__(self) -> None:
         from backends.cuda.nvrtc import compile_cubin
 
-        self.cubins = {name: compile_cubin(SOURCE.replace("OPERAND", name), "sm_90a",
-                                           f"wgmma_{name}.cu") for name in OPERAND_TYPES}
+        self.cubins = {(name, mode): compile_cubin(
+            f"#define RS {int(mode == 'rs')}\n" + SOURCE.replace("OPERAND", name), "sm_90a",
+            f"wgmma_{name}_{mode}.cu") for name in OPERAND_TYPES for mode in MODES}
 
-    def run(self, operand: str, a: np.ndarray, b: np.ndarray, c: np.ndarray,
+    def run(self, operand: str, mode: str, a: np.ndarray, b: np.ndarray, c: np.ndarray,
             strides: tuple[int, int]) -> np.ndarray:
         """``d`` for problems ``a[p, 64, K]``, ``b[p, K, 16]``, ``c[p, 64, 16]`` (K = 16 or
         32) with the descriptor's leading and stride byte offsets ``strides``."""
@@ -129,7 +160,7 @@ class Device:
             np.ascontiguousarray(a).view(np.uint16), np.ascontiguousarray(b).view(np.uint16),
             np.ascontiguousarray(c, np.float32), np.zeros(c.shape, np.float32),
             np.int32(steps), np.int32(strides[0]), np.int32(strides[1])]
-        out = launch_cubin(self.cubins[operand], "probe", params, (problems, 1, 1),
+        out = launch_cubin(self.cubins[operand, mode], "probe", params, (problems, 1, 1),
                            (THREADS, 1, 1))
         d = out[3]
         assert d is not None
@@ -159,21 +190,21 @@ def problems(a: np.ndarray, b: np.ndarray, c: np.ndarray, steps: int
     return pa, pb, pc
 
 
-def layout_checks(dev: Device, operand: str) -> dict[str, Any]:
+def layout_checks(dev: Device, operand: str, mode: str) -> dict[str, Any]:
     """The accumulator's layout (A = B = 0: d must be c) and the descriptors' (small exact
     integers), each stride assignment tried; which held."""
     dt = OPERAND_TYPES[operand]
     rng = np.random.default_rng(SEED)
     c = (np.arange(2 * M * N, dtype=np.float32) + 1).reshape(2, M, N)
     zero_a, zero_b = np.zeros((2, M, K), dt), np.zeros((2, K, N), dt)
-    accumulator = bool((dev.run(operand, zero_a, zero_b, c, (CORE_K, CORE_MN)) == c).all())
+    accumulator = bool((dev.run(operand, mode, zero_a, zero_b, c, (CORE_K, CORE_MN)) == c).all())
     a = rng.integers(-4, 5, (2, M, 2 * K)).astype(dt)
     b = rng.integers(-4, 5, (2, 2 * K, N)).astype(dt)
     c = rng.integers(-64, 65, (2, M, N)).astype(np.float32)
     exact = np.einsum("pmk,pkn->pmn", a.astype(np.float64), b.astype(np.float64)) + c
     held = None
     for strides in ((CORE_K, CORE_MN), (CORE_MN, CORE_K)):
-        if (dev.run(operand, a, b, c, strides) == exact).all():
+        if (dev.run(operand, mode, a, b, c, strides) == exact).all():
             held = strides
             break
     return {"accumulator_layout_holds": accumulator,
@@ -182,17 +213,18 @@ def layout_checks(dev: Device, operand: str) -> dict[str, Any]:
             "documented_roles": held == (CORE_K, CORE_MN)}
 
 
-def compare(dev: Device, operand: str, tiles: int, strides: tuple[int, int]
+def compare(dev: Device, operand: str, mode: str, tiles: int, strides: tuple[int, int]
             ) -> list[dict[str, Any]]:
     rows = []
     for name in DISTRIBUTIONS:
         a, b, c = draw(SEED, operand, name, tiles)
         for steps in (1, 2):
             pa, pb, pc = problems(a, b, c, steps)
-            got = dev.run(operand, pa, pb, pc, strides)
+            got = dev.run(operand, mode, pa, pb, pc, strides)
             want = model(pa, pb, pc)
             same = agree(got, want)
-            rows.append({"operand": operand, "distribution": name, "k": K * steps,
+            rows.append({"operand": operand, "mode": mode, "distribution": name,
+                         "k": K * steps,
                          "outputs": int(same.size), "mismatches": int((~same).sum()),
                          "first_16_rows_mismatches": int((~same[:, :16]).sum()),
                          "inputs_sha256": digest(pa, pb, pc),
@@ -219,23 +251,25 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     ok = True
     for operand in OPERAND_TYPES:
-        checks = layout_checks(dev, operand)
-        report["layouts"][operand] = checks
-        strides = checks["descriptor_strides"]
-        if not checks["accumulator_layout_holds"] or strides is None:
-            console.print(f"{operand}: the layout checks failed: {checks}")
-            ok = False
-            continue
-        rows = compare(dev, operand, args.tiles,
-                       (strides["leading_byte_offset"], strides["stride_byte_offset"]))
-        report["rows"] += rows
-        table = Table(title=f"wgmma {operand} against the h200 model ({report['device']})")
-        for col in ("distribution", "K", "outputs", "mismatches", "in rows 0-15"):
-            table.add_column(col, justify="left" if col == "distribution" else "right")
-        for r in rows:
-            table.add_row(r["distribution"], str(r["k"]), f"{r['outputs']:,}",
-                          f"{r['mismatches']:,}", f"{r['first_16_rows_mismatches']:,}")
-        console.print(table)
+        for mode, what in MODES.items():
+            checks = layout_checks(dev, operand, mode)
+            report["layouts"][f"{operand} {mode}"] = {"what": what, **checks}
+            strides = checks["descriptor_strides"]
+            if not checks["accumulator_layout_holds"] or strides is None:
+                console.print(f"{operand} {mode}: the layout checks failed: {checks}")
+                ok = False
+                continue
+            rows = compare(dev, operand, mode, args.tiles,
+                           (strides["leading_byte_offset"], strides["stride_byte_offset"]))
+            report["rows"] += rows
+            table = Table(title=f"wgmma {operand}, {what}, against the h200 model "
+                                f"({report['device']})")
+            for col in ("distribution", "K", "outputs", "mismatches", "in rows 0-15"):
+                table.add_column(col, justify="left" if col == "distribution" else "right")
+            for r in rows:
+                table.add_row(r["distribution"], str(r["k"]), f"{r['outputs']:,}",
+                              f"{r['mismatches']:,}", f"{r['first_16_rows_mismatches']:,}")
+            console.print(table)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "wgmma_probe_h200.json").write_text(json.dumps(report, indent=1) + "\n")
     return 0 if ok else 1

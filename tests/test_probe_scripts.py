@@ -93,3 +93,24 @@ def test_the_simulated_error_table_ranks_the_lowerings(tmp_path: Path) -> None:
     assert random["Bf16x3_operands"] < 4 * random[TABLES.ORIGINAL]
     assert random["F16_operands"] < random["Bf16_operands"] / 4
     assert len(report["rows"]) == 2 * len(TABLES.KINDS) * 5
+
+
+WGMMA = load_module(BENCH / "wgmma_probe_h200.py")
+
+
+def test_the_wgmma_probe_stacks_four_tiles_a_problem_and_takes_the_fifths_b_second() -> None:
+    a, b, c = PROBE.draw(PROBE.SEED, "f16", "plain random", 8)
+    pa, pb, pc = WGMMA.problems(a, b, c, 2)
+    assert (pa.shape, pb.shape, pc.shape) == ((1, 64, 32), (1, 32, 16), (1, 64, 16))
+    assert np.array_equal(pa[0, 16:32, :16], a[1]) and np.array_equal(pa[0, :16, 16:], a[4])
+    assert np.array_equal(pb[0, :16], b[0]) and np.array_equal(pb[0, 16:], b[4])
+    assert np.array_equal(pc[0, 48:], c[3])
+
+
+def test_the_wgmma_probes_model_is_the_exact_product_on_small_integers() -> None:
+    rng = np.random.default_rng(3)
+    a = rng.integers(-4, 5, (2, 64, 32)).astype(np.float16)
+    b = rng.integers(-4, 5, (2, 32, 16)).astype(np.float16)
+    c = rng.integers(-64, 65, (2, 64, 16)).astype(np.float32)
+    exact = np.einsum("pmk,pkn->pmn", a.astype(np.float64), b.astype(np.float64)) + c
+    assert np.array_equal(WGMMA.model(a, b, c), exact)
