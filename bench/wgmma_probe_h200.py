@@ -109,24 +109,18 @@ extern "C" __global__ void __launch_bounds__(128) probe(
     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
     for (int s = 0; s < steps; ++s) {
         unsigned long long da = descriptor(sa[s], lbo, sbo), db = descriptor(sb[s], lbo, sbo);
+#define WGMMA "{\n.reg .pred q;\nsetp.ne.b32 q, 1, 0;\n" \
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.OPERAND.OPERAND " \
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, "
+#define D "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3]), \
+          "+f"(acc[4]), "+f"(acc[5]), "+f"(acc[6]), "+f"(acc[7])
 #if RS
         (void)da;
-        asm volatile(
-            "{\n.reg .pred q;\nsetp.ne.b32 q, 1, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n16k16.f32.OPERAND.OPERAND "
-            "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, q, 1, 1, 1;\n}\n"
-            : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3]),
-              "+f"(acc[4]), "+f"(acc[5]), "+f"(acc[6]), "+f"(acc[7])
-            : "r"(ra[s][0]), "r"(ra[s][1]), "r"(ra[s][2]), "r"(ra[s][3]), "l"(db)
-            : "memory");
+        asm volatile(WGMMA "{%8, %9, %10, %11}, %12, q, 1, 1, 1;\n}\n" : D
+                     : "r"(ra[s][0]), "r"(ra[s][1]), "r"(ra[s][2]), "r"(ra[s][3]), "l"(db)
+                     : "memory");
 #else
-        asm volatile(
-            "{\n.reg .pred q;\nsetp.ne.b32 q, 1, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n16k16.f32.OPERAND.OPERAND "
-            "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, q, 1, 1, 0, 0;\n}\n"
-            : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3]),
-              "+f"(acc[4]), "+f"(acc[5]), "+f"(acc[6]), "+f"(acc[7])
-            : "l"(da), "l"(db) : "memory");
+        asm volatile(WGMMA "%8, %9, q, 1, 1, 0, 0;\n}\n" : D : "l"(da), "l"(db) : "memory");
 #endif
     }
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
