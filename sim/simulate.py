@@ -93,15 +93,17 @@ def _ensure_valid(kernel: _Same) -> None:
 class _Programs:
     """Compiled kernels kept for launches that come again: the same kernel object on the same
     geometry, model, limits, array sizes and scalar values (a benchmark, a test run twice).
-    Compiling takes about half a millisecond, as long as a small launch runs. A kept program
-    owns its arrays: each run copies the arguments in and the results out. Only small
-    launches are kept (the copies cost little against compiling), the last few."""
+    Compiling the tiled GEMM takes 0.5 ms at 128^3 and 2.4 ms at 512^3 (arrays of one element
+    per invocation are made for its stores). A kept program owns its arrays: each run copies
+    the arguments in and the results out (0.3 ms for the 3 MiB of the 512^3 GEMM). Launches of
+    at most ``most_bytes`` of arrays are kept, the most recent first, within ``budget`` bytes
+    in all."""
 
-    def __init__(self, count: int = 8, most_bytes: int = 8 << 20) -> None:
+    def __init__(self, most_bytes: int = 16 << 20, budget: int = 64 << 20) -> None:
         self._kept: OrderedDict[tuple[Any, ...],
                                 tuple[ir.Kernel, dict[str, np.ndarray], Callable[[], None]]]
         self._kept = OrderedDict()
-        self._count, self._most_bytes = count, most_bytes
+        self._most_bytes, self._budget = most_bytes, budget
 
     def run(self, kernel: ir.Kernel, geo: Geometry, arrays: dict[str, np.ndarray],
             scalars: dict[str, np.generic], arith: Model, limits: Limits
@@ -119,7 +121,8 @@ class _Programs:
             own = {name: np.empty_like(a) for name, a in arrays.items()}
             kept = (kernel, own, compile_kernel(kernel, geo, own, scalars, arith, limits))
             self._kept[key] = kept
-            if len(self._kept) > self._count:
+            while sum(a.nbytes for _, arrays_of, _ in self._kept.values()
+                      for a in arrays_of.values()) > self._budget:
                 self._kept.popitem(last=False)
         self._kept.move_to_end(key)
         _, own, program = kept
