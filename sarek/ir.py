@@ -576,6 +576,43 @@ class Mma(_Stmt):
     c_offset: int = Field(default=0, ge=0)
 
 
+class Wgmma(_Stmt):
+    """Lane-explicit ``wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{elem}.{elem}`` of the
+    block's four warps (one warpgroup), A from registers, B from shared memory: for each warp
+    ``w``, ``D_w = A_w * B + D_w``. ``A_w`` is the warp's 16x16 A in the u32 local array ``a``
+    (``mma.sync.m16n8k16``'s A layout), ``D_w`` its 16 x ``n`` f32 accumulator in the local
+    array ``d`` (columns ``8j .. 8j+7`` in elements ``4j .. 4j+3``, ``mma.sync``'s C layout),
+    and B the 16 x ``n`` matrix of the shared array ``b`` in 8x8 core matrices: element
+    ``(k, c)`` at ``b_index + (k/8)*core_k + (k%8)*8 + (c/8)*core_n + c%8``, ``b_index`` the
+    same for the whole warpgroup. The instruction is preceded by a ``wgmma.fence`` and
+    complete after the next ``WgmmaWait``."""
+
+    kind: Literal["wgmma"] = "wgmma"
+    elem: ElemType
+    n: int = Field(ge=8, le=256, multiple_of=8)
+    d: str
+    a: str
+    b: str
+    b_index: Expr
+    core_k: int = Field(gt=0)
+    core_n: int = Field(gt=0)
+
+
+class WgmmaWait(_Stmt):
+    """``wgmma.commit_group`` then ``wgmma.wait_group 0``: every ``Wgmma`` the warpgroup issued
+    is complete, its accumulators and B free to be touched."""
+
+    kind: Literal["wgmma_wait"] = "wgmma_wait"
+
+
+class AsyncProxyFence(_Stmt):
+    """``fence.proxy.async.shared::cta``: the invocation's shared-memory writes, its landed
+    copies included, become visible to the asynchronous proxy through which ``wgmma`` reads
+    B."""
+
+    kind: Literal["async_proxy_fence"] = "async_proxy_fence"
+
+
 class StageCopy(_Stmt):
     """The block's copy of a ``rows`` x ``cols`` tile of the global array ``src`` into the
     shared array ``dst`` of the same element type: tile element ``(r, c)`` is
@@ -631,7 +668,8 @@ class CpAsync(_Stmt):
 Stmt: TypeAlias = Annotated[
     Let | Assign | Store | StorePacked | For | While | If | Barrier | Return | ArrayDecl
     | TensorView | FragDecl | FragFill | FragLoad | FragStore | FragMulAdd | FragAdd | TileApply
-    | Ldmatrix | Mma | StageCopy | StageCommit | StageWait | CpAsync,
+    | Ldmatrix | Mma | Wgmma | WgmmaWait | AsyncProxyFence | StageCopy | StageCommit | StageWait
+    | CpAsync,
     Field(discriminator="kind"),
 ]
 

@@ -393,8 +393,23 @@ class _Checker:
                                 f"to {sym.decl.align} bytes")
             case ir.StageCopy():
                 self._stage_copy(s, scope, path, divergent)
-            case ir.StageCommit() | ir.StageWait():
+            case ir.StageCommit() | ir.StageWait() | ir.WgmmaWait() | ir.AsyncProxyFence():
                 pass
+            case ir.Wgmma(elem=elem, n=n, d=d, a=a, b=b, b_index=index):
+                if divergent:
+                    self.report(path, "wgmma in divergent code: the warpgroup issues it "
+                                "together")
+                self.expr(index, scope, path)
+                self._index(index, path)
+                if elem not in (ElemType.F16, ElemType.BF16):
+                    self.report(path, f"wgmma multiplies f16 or bf16 here, not {elem}")
+                self._registers(scope, path, a, ElemType.U32, 4)
+                self._registers(scope, path, d, ElemType.F32, n // 2)
+                sym = scope.lookup(b)
+                if not isinstance(sym, _Array) or sym.space is not MemSpace.SHARED or \
+                        sym.elem is not elem:
+                    self.report(path, f"wgmma reads B from a shared array of {elem}; {b!r} is "
+                                "not one")
             case ir.CpAsync(dst=dst, dst_index=di, src=src, src_index=si):
                 for x in (di, si):
                     self.expr(x, scope, path)

@@ -146,6 +146,10 @@ def kernel(original: ir.Kernel, gemm: Gemm, lowering: Lowering, subgroup: int = 
         schedule.check(frag, schedule.waves * subgroup)
     except ScheduleError as e:
         raise RewriteError(e.reason) from None
+    if schedule.warpgroup and (scheme.terms != ("",) or scheme.operand.bits != 16
+                               or gemm.b.elem is not scheme.operand):
+        raise RewriteError(f"a warpgroup schedule multiplies one 16-bit term with B staged as "
+                           f"it is in memory; {lowering} on {gemm.b.elem} B is not that")
     body = _Builder(gemm, scheme, subgroup, frag, staging, schedule).build()
     params = (*original.params, *(ir.ScalarParam(name=n, elem=I32) for n in EXTRA_NAMES))
     suffix = "" if schedule == SEED else f"_{schedule.name}"
@@ -179,6 +183,12 @@ class _Builder:
         self.stages = schedule.stages
         self.threads = self.waves * subgroup
         self.per_wave = self.wave_tile // frag  # fragments along each side of a wave's tile
+        # Accumulator fragments per wave (rows, columns) and their width: a square grid of the
+        # wave's tile, or under a warpgroup schedule two 16 x 128 fragments (rows 16w and
+        # 64 + 16w of the tile) and one 16 x 128 B fragment per sub-step for the block.
+        self.warpgroup = schedule.warpgroup
+        self.grid = (2, 1) if self.warpgroup else (self.per_wave, self.per_wave)
+        self.acc_n = self.tile_n if self.warpgroup else frag
         # Row strides and B's layout of the staged tiles: the target's policy (padded 16-bit
         # rows, column-major 8-bit B), which moves elements but never changes a result.
         pad = staging.row_pad_bytes * 8 // 16 if scheme.operand.bits == 16 else 0
@@ -247,8 +257,8 @@ class _Builder:
         return f"sk_{operand}{'_' + term if term else ''}"
 
     def frag_names(self) -> Iterator[tuple[int, int]]:
-        for i in range(self.per_wave):
-            for j in range(self.per_wave):
+        for i in range(self.grid[0]):
+            for j in range(self.grid[1]):
                 yield i, j
 
     def buffer(self, name: str) -> int:
@@ -291,9 +301,9 @@ class _Builder:
                                         align=16))
         # One fragment per wave at a time leaves through here (and an initial value enters).
         out.append(ir.ArrayDecl(name="sk_cs", elem=self.scheme.acc,
-                                size=self.waves * self.frag * self.frag,
+                                size=self.waves * self.frag * self.acc_n,
                                 space=MemSpace.SHARED))
-        shape = ir.FragShape(m=self.frag, n=self.frag, k=self.frag_k)
+        shape = ir.FragShape(m=self.frag, n=self.acc_n, k=self.frag_k)
         for i, j in self.frag_names():
             for a in range(self.scheme.accumulators):
                 out.append(ir.FragDecl(name=f"sk_acc{a}_{i}_{j}", use=FragUse.ACCUMULATOR,
@@ -302,6 +312,13 @@ class _Builder:
             out += [ir.FragDecl(name=self.step_sum(a, i, j), use=FragUse.ACCUMULATOR,
                                 shape=shape, elem=self.scheme.acc)
                     for i, j in self.frag_names() for a in range(self.scheme.accumulators)]
+        if self.warpgroup:  # A per row and sub-step, B per sub-step: none is reloaded in a step
+            subs = range(self.step // self.frag_k)
+            out += [ir.FragDecl(name=f"sk_fa0_{i}_{q}", use=FragUse.A, shape=shape,
+                                elem=self.scheme.operand) for q in subs for i in range(2)]
+            out += [ir.FragDecl(name=f"sk_fb0_{q}", use=FragUse.B, shape=shape,
+                                elem=self.scheme.operand) for q in subs]
+            return out
         for t in range(len(self.scheme.terms)):
             for i in range(self.per_wave):
                 out.append(ir.FragDecl(name=f"sk_fa{t}_{i}", use=FragUse.A, shape=shape,
@@ -313,6 +330,8 @@ class _Builder:
     def wave_origin(self, i: int, j: int) -> tuple[ir.Expr, ir.Expr]:
         """Row and column, within the block's tile, of fragment (i, j) of this wave."""
         w = var("sk_wave")
+        if self.warpgroup:
+            return add(mul(w, const(self.frag)), const(64 * i)), const(0)
         columns = const(self.wave_columns)
         row = add(mul(binary(BinOp.DIV, w, columns), const(self.wave_tile)),
                   const(i * self.frag))
@@ -331,13 +350,13 @@ class _Builder:
         """``for sk_q in range(frag * frag / subgroup): sk_e = sk_q * subgroup + sk_wave_lane;
         body``: a uniform loop in which a wave's lanes cover one fragment's elements."""
         e = add(mul(var("sk_q"), const(self.subgroup)), var("sk_wave_lane"))
-        trips = self.frag * self.frag // self.subgroup
+        trips = self.frag * self.acc_n // self.subgroup
         return ir.For(var="sk_q", start=const(0), stop=const(trips),
                       step=const(1), body=(ir.Let(name="sk_e", type=I32, value=e), *body))
 
     def exchange_offset(self) -> ir.Expr:
         """Where this wave's fragment lies in the exchange array ``sk_cs``."""
-        return mul(var("sk_wave"), const(self.frag * self.frag))
+        return mul(var("sk_wave"), const(self.frag * self.acc_n))
 
     def exchanged(self) -> ir.Expr:
         """Element ``sk_e`` of this wave's fragment in ``sk_cs`` (row-major, stride frag)."""
@@ -348,14 +367,14 @@ class _Builder:
         row, col = self.wave_origin(i, j)
         return [
             ir.Let(name="sk_row", type=I32, value=add(
-                add(var("sk_row0"), row), binary(BinOp.DIV, var("sk_e"), const(self.frag)))),
+                add(var("sk_row0"), row), binary(BinOp.DIV, var("sk_e"), const(self.acc_n)))),
             ir.Let(name="sk_col", type=I32, value=add(
-                add(var("sk_col0"), col), binary(BinOp.REM, var("sk_e"), const(self.frag)))),
+                add(var("sk_col0"), col), binary(BinOp.REM, var("sk_e"), const(self.acc_n)))),
         ]
 
     def through_exchange(self, frag: str) -> ir.FragStore:
         return ir.FragStore(frag=frag, array="sk_cs", offset=self.exchange_offset(),
-                            stride=const(self.frag))
+                            stride=const(self.acc_n))
 
     def start_accumulators(self) -> list[ir.Stmt]:
         init = self.gemm.init
@@ -376,7 +395,7 @@ class _Builder:
                         type=self.scheme.acc))]),
                 ir.Barrier(),
                 ir.FragLoad(frag=f"sk_acc0_{i}_{j}", array="sk_cs",
-                            offset=self.exchange_offset(), stride=const(self.frag)),
+                            offset=self.exchange_offset(), stride=const(self.acc_n)),
                 ir.Barrier(),
             ]
         return out
@@ -652,6 +671,23 @@ class _Builder:
             if slot is None or self.raw(name):  # one buffer of terms
                 return offset
             return add(mul(slot, const(self.buffer(name))), offset)
+
+        if self.warpgroup:  # every wave: its two rows of A by the block's one B, per sub-step
+            for q, kk0 in enumerate(range(0, self.step, f)):
+                for i in range(2):
+                    row, _ = self.wave_origin(i, 0)
+                    out.append(ir.FragLoad(
+                        frag=f"sk_fa0_{i}_{q}", array=self.staged("a", ""),
+                        offset=buffered("a", add(mul(row, const(self.a_stride)), const(kk0))),
+                        stride=const(self.a_stride)))
+                out.append(ir.FragLoad(frag=f"sk_fb0_{q}", array=self.staged("b", ""),
+                                       offset=buffered("b", const(kk0 * self.b_stride)),
+                                       stride=const(self.b_stride)))
+                out += [ir.FragMulAdd(d=f"sk_acc0_{i}_0", a=f"sk_fa0_{i}_{q}",
+                                      b=f"sk_fb0_{q}", c=f"sk_acc0_{i}_0") for i in range(2)]
+                if q == 0:
+                    out += between
+            return out
 
         for kk0 in range(0, self.step, f):
             for t, term in enumerate(self.scheme.terms):

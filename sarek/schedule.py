@@ -17,7 +17,7 @@ from sarek.errors import SarekError
 
 STAGE_QUANTUM = 16  # reduction steps are whole multiples of 16
 MAX_STAGES = 4  # steps a schedule keeps in shared memory at once
-_NAME = re.compile(r"t(\d{1,4})(?:x(\d{1,4}))?k(\d{1,4})(p?)(?:s(\d))?")
+_NAME = re.compile(r"t(\d{1,4})(?:x(\d{1,4}))?k(\d{1,4})(p?)(?:s(\d))?(g?)")
 
 
 class ScheduleError(SarekError):
@@ -32,13 +32,17 @@ class Schedule:
     the next step's elements into registers while the current step multiplies; with
     ``stages`` of 2 to 4 the block keeps that many steps in shared memory, copying the tiles
     of ``stages - 1`` steps ahead (``StageCopy``, asynchronous where the target's copies are)
-    while it multiplies the current one."""
+    while it multiplies the current one. With ``warpgroup`` (128x128 tiles, pipelined) wave
+    ``w`` holds rows ``16w`` and ``64 + 16w`` of the tile, all 128 columns, as two 16x128
+    accumulators, and the block one 16x128 B fragment per 16-deep sub-step: the shape of
+    Hopper's ``wgmma``, which multiplies the four waves' A by one B."""
 
     tile: int = 64
     step: int = 16
     prefetch: bool = False
     stages: int = 1
     wide: bool = False
+    warpgroup: bool = False
 
     @property
     def wave_tile(self) -> int:
@@ -66,16 +70,17 @@ class Schedule:
         m = _NAME.fullmatch(name)
         if m is None or (m[2] is not None and int(m[2]) != 2 * int(m[1])):
             raise ScheduleError(f"{name!r} is not a schedule name such as t64k16, t128k64s2, "
-                                "t128x256k64s2 or t128k16p (tile, step, p for prefetch, s and "
-                                "the stages)")
+                                "t128x256k64s2, t128k16p or t128k64s2g (tile, step, p for "
+                                "prefetch, s and the stages, g for a warpgroup's fragments)")
         return cls(tile=int(m[1]), step=int(m[3]), prefetch=bool(m[4]), stages=int(m[5] or 1),
-                   wide=m[2] is not None)
+                   wide=m[2] is not None, warpgroup=bool(m[6]))
 
     @property
     def name(self) -> str:
         stages = f"s{self.stages}" if self.stages > 1 else ""
         tile = f"{self.tile}x{self.tile_n}" if self.wide else str(self.tile)
-        return f"t{tile}k{self.step}{'p' if self.prefetch else ''}{stages}"
+        group = "g" if self.warpgroup else ""
+        return f"t{tile}k{self.step}{'p' if self.prefetch else ''}{stages}{group}"
 
     def check(self, frag: int, threads: int) -> None:
         """``ScheduleError`` when the schedule does not divide into ``frag`` fragments and the
@@ -90,6 +95,10 @@ class Schedule:
         if self.stages > 1 and self.prefetch:
             raise ScheduleError("a schedule either prefetches into registers or keeps several "
                                 "steps in shared memory, not both")
+        if self.warpgroup and (self.tile != 128 or self.wide or self.stages < 2 or frag != 16
+                               or threads != 128):
+            raise ScheduleError("a warpgroup schedule takes 128x128 tiles over one warpgroup "
+                                "(four waves of 32), 16x16 fragments and 2 to 4 stages")
         if self.wave_tile % frag or self.step % frag:
             raise ScheduleError(f"a {self.wave_tile}x{self.wave_tile} wave tile with "
                                 f"{self.step}-deep steps does not divide into {frag}x{frag} "

@@ -12,6 +12,7 @@ read inside the limits and ``fill`` outside, and stored at once. The group state
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from sarek import ir
 from sarek.ir import BinOp, Builtin, ElemType
@@ -48,14 +49,21 @@ def inside(s: ir.StageCopy, row: ir.Expr, col: ir.Expr) -> ir.Expr:
                   binary(BinOp.LT, col, s.col_limit))
 
 
-def element_store(s: ir.StageCopy, row: ir.Expr, col: ir.Expr) -> ir.Store:
-    """Tile element (``row``, ``col``) into ``s.dst``: read inside the limits, else the fill."""
+def destination(s: ir.StageCopy, row: ir.Expr, col: ir.Expr) -> ir.Expr:
+    """The element of ``s.dst`` where tile element (``row``, ``col``) lands."""
+    return add(s.dst_offset, add(mul(row, const(s.dst_pitch)), col))
+
+
+def element_store(s: ir.StageCopy, row: ir.Expr, col: ir.Expr, at: ir.Expr | None = None
+                  ) -> ir.Store:
+    """Tile element (``row``, ``col``) into ``s.dst`` (at ``at`` where a target lays the
+    tile out otherwise): read inside the limits, else the fill."""
     elem = s.fill.type
     value = ir.Select(cond=inside(s, row, col),
                       a=ir.Load(array=s.src, index=source_index(s, row, col), type=elem),
                       b=s.fill, type=elem)
-    at = add(s.dst_offset, add(mul(row, const(s.dst_pitch)), col))
-    return ir.Store(array=s.dst, index=at, value=value, line=s.line)
+    where = destination(s, row, col) if at is None else at
+    return ir.Store(array=s.dst, index=where, value=value, line=s.line)
 
 
 def spread(items: int, threads: int, thread: ir.Expr, body: list[ir.Stmt], index: str
@@ -70,14 +78,20 @@ def spread(items: int, threads: int, thread: ir.Expr, body: list[ir.Stmt], index
                   step=const(1), body=(ir.Let(name=index, type=I32, value=e), *inner))
 
 
-def element_copy(s: ir.StageCopy, block: tuple[int, int, int]) -> ir.For:
-    """``s`` as a loop of single-element copies over a block of shape ``block``."""
+Place = Callable[[ir.Expr, ir.Expr], ir.Expr]
+"""Where a target puts tile element (row, column) in the destination array."""
+
+
+def element_copy(s: ir.StageCopy, block: tuple[int, int, int], place: Place | None = None
+                 ) -> ir.For:
+    """``s`` as a loop of single-element copies over a block of shape ``block`` (each element
+    at ``place(row, col)`` where given, else where ``s`` says)."""
     cols = const(s.cols)
     row, col = var("sk_cr"), var("sk_cc")
     return spread(s.rows * s.cols, math.prod(block), linear_thread(block), [
         ir.Let(name="sk_cr", type=I32, value=binary(BinOp.DIV, var("sk_ce"), cols)),
         ir.Let(name="sk_cc", type=I32, value=binary(BinOp.REM, var("sk_ce"), cols)),
-        element_store(s, row, col),
+        element_store(s, row, col, None if place is None else place(row, col)),
     ], "sk_ce")
 
 

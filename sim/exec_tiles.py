@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from sarek import atoms, dtypes, ir, tile
-from sarek.errors import OutOfBounds
+from sarek.errors import LaunchError, OutOfBounds, SubgroupDivergence
 from sim import lanes
 from sim import tile as tile_sim
 from sim.compiler import Core
@@ -69,6 +69,49 @@ class Tiles(Core):
                 self._fail(OutOfBounds, f"an ldmatrix row of {src.name!r} is not 16 aligned "
                            f"bytes inside its {src.size} elements (element index "
                            f"{int(address[bad[0]])})", site, mask)
+
+        return run
+
+    def wgmma(self, s: ir.Wgmma, scope: Scope, site: Site) -> StmtFn:
+        """A warpgroup's wgmma: each warp's A and accumulator from its lanes' registers, the
+        block's B from shared memory in core matrices (``ir.Wgmma``)."""
+        facts = atoms.mma_for(s.elem, ir.ElemType.F32)
+        assert facts is not None
+        a, d, b = (self._array(scope, name) for name in (s.a, s.d, s.b))
+        f_index = self.expr(s.b_index, scope, site)
+        geo, model = self.geo, self.arith
+        if geo.block_size != lanes.WARPGROUP:
+            raise LaunchError(f"wgmma is issued by one warpgroup of {lanes.WARPGROUP} "
+                              f"invocations; the launch's blocks have {geo.block_size}",
+                              site.path, site.line)
+        k, c = np.arange(16), np.arange(s.n)
+        offsets = ((k // 8) * s.core_k + (k % 8) * 8)[:, None] + \
+            ((c // 8) * s.core_n + c % 8)[None, :]
+
+        def run(st: State, m: Mask) -> None:
+            warps = self._warps(m, site)
+            if warps.size % 4:
+                self._fail(SubgroupDivergence, "wgmma needs every warp of the warpgroup "
+                           "active", site, m)
+            index = np.broadcast_to(self.spread(f_index(st, m)), (self.n,))
+            first = warps * lanes.WARP  # each warp's lane 0
+            if (index[first].reshape(-1, 4) != index[first].reshape(-1, 4)[:, :1]).any():
+                self._fail(SubgroupDivergence, "wgmma's B is one for the warpgroup; its warps "
+                           "name different ones", site, None)
+            smem = st.arrays[b.slot]
+            assert isinstance(smem, SharedArray)
+            blocks = geo.lane_block[first].astype(np.int64)
+            flat = (blocks * b.size + index[first])[:, None, None] + offsets
+            if flat.min() < blocks.min() * b.size or (flat - (blocks * b.size)[:, None, None]
+                                                       ).max() >= b.size:
+                self._fail(OutOfBounds, f"wgmma's B lies outside {s.b!r} ({b.size} elements)",
+                           site, None)
+            threads = np.repeat(geo.lane_thread[first].astype(np.int32), flat[0].size)
+            smem.read(flat.ravel(), threads, None, site)
+            values = np.ascontiguousarray(smem.data[flat]).view(dtypes.numpy_dtype(s.elem))
+            local_a, local_d = st.arrays[a.slot], st.arrays[d.slot]
+            assert isinstance(local_a, LocalArray) and isinstance(local_d, LocalArray)
+            lanes.wgmma(facts, model, (local_a, a.size), (local_d, d.size), values, s.n, warps)
 
         return run
 

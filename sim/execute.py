@@ -158,6 +158,10 @@ class _Compiler(Expressions, Memory, Control, Loops, Fragments, Tiles, Copies):
                 return self.ldmatrix(s, scope, site), False
             case ir.Mma():
                 return self.mma(s, scope, site), False
+            case ir.Wgmma():
+                return self.wgmma(s, scope, site), False
+            case ir.WgmmaWait() | ir.AsyncProxyFence():  # a Wgmma completes as it is issued
+                return (lambda st, m: None), False
             case ir.StageCopy():
                 return self.stage_copy(s, scope, path), False
             case ir.CpAsync():

@@ -20,6 +20,30 @@ from sim.memory import LocalArray, SharedArray, Site
 WARP = atoms.LDMATRIX.lanes
 
 
+WARPGROUP = 4 * WARP  # invocations that issue one wgmma together
+
+
+def wgmma(facts: atoms.MmaAtomFacts, model: fragments.Model, a: tuple[LocalArray, int],
+          d: tuple[LocalArray, int], b: np.ndarray, n: int, warps: np.ndarray) -> None:
+    """Runs one ``wgmma m64nNk16`` for ``warps`` (whole warpgroups): each warp's 16x16 A from
+    its lanes' four registers (``facts``' A layout), its 16 x ``n`` accumulator from its
+    lanes' ``n / 2`` elements (``facts``' C layout per 8 columns), ``b[warp]`` its 16 x ``n``
+    B; ``D = A * B + D`` under ``model``, dealt back."""
+    lanes = warp_lanes(warps)
+    (a_array, a_size), (d_array, d_size) = a, d
+    operand = dtypes.numpy_dtype(facts.operand)
+    words = np.ascontiguousarray(a_array.data[lanes[..., None] * a_size + np.arange(4)])
+    a_tile = facts.a.scatter(words.view(operand))
+    per = facts.c.values  # accumulator elements per 8 columns
+    flat = lanes[..., None] * d_size + np.arange(n // 8 * per)
+    acc = d_array.data[flat]
+    c = np.concatenate([facts.c.scatter(acc[..., h * per:(h + 1) * per])
+                        for h in range(n // 8)], axis=2)
+    out = fragments.mul_add(a_tile, b, c, model)
+    d_array.data[flat] = np.concatenate([facts.c.gather(out[:, :, 8 * h:8 * (h + 1)])
+                                         for h in range(n // 8)], axis=-1)
+
+
 def warp_lanes(warps: np.ndarray) -> np.ndarray:
     """``[warp, lane]``: the invocations of ``warps``."""
     return warps[:, None] * WARP + np.arange(WARP)

@@ -86,6 +86,13 @@ def _hook(p: Printer, s: ir.Stmt) -> list[str] | None:
             return [cp_async_asm(address, f"&{s.src}[{p.expr(s.src_index)}]")]
         case ir.StageCommit() | ir.StageWait():
             return [group_asm(s)]
+        case ir.Wgmma():
+            return _wgmma(p, s)
+        case ir.WgmmaWait():
+            return ['asm volatile("wgmma.commit_group.sync.aligned;\\n"'
+                    ' "wgmma.wait_group.sync.aligned 0;" ::: "memory");']
+        case ir.AsyncProxyFence():
+            return ['asm volatile("fence.proxy.async.shared::cta;" ::: "memory");']
         case ir.StageCopy():
             raise EmitError("stage_copy is a neutral statement: lower the kernel for CUDA "
                             "first (backends.cuda.lower, or emit, which does)")
@@ -94,6 +101,35 @@ def _hook(p: Printer, s: ir.Stmt) -> list[str] | None:
             raise EmitError(f"{s.kind} is a neutral fragment statement: lower the kernel for "
                             "CUDA first (backends.cuda.lower, or emit, which does)")
     return None
+
+
+WGMMA_DESCRIPTOR = r"""
+/* A wgmma matrix descriptor without swizzle: start, bytes between core matrices along k, n. */
+__device__ inline unsigned long long sk_wgmma_desc(const void* p, unsigned lbo, unsigned sbo) {
+    unsigned long long a = (unsigned)__cvta_generic_to_shared(p);
+    return ((a & 0x3FFFF) >> 4) | ((unsigned long long)(lbo >> 4) << 16)
+           | ((unsigned long long)(sbo >> 4) << 32);
+}
+"""
+
+
+def _wgmma(p: Printer, s: ir.Wgmma) -> list[str]:
+    """A ``wgmma.fence`` and one ``wgmma.mma_async``: A from this lane's four registers, B
+    transposed (its core matrices' 16-byte rows run along n) through a descriptor."""
+    t = "f16" if s.elem is ElemType.F16 else "bf16"
+    values = s.n // 2
+    d = ", ".join(f"%{j}" for j in range(values))
+    a = ", ".join(f"%{values + j}" for j in range(4))
+    outs = ", ".join(f'"+f"({s.d}[{j}])' for j in range(values))
+    ins = ", ".join(f'"r"({s.a}[{j}])' for j in range(4))
+    size = 2  # bytes of an f16 or bf16 element
+    desc = (f"sk_wgmma_desc(&{s.b}[{p.expr(s.b_index)}], {s.core_k * size}u, "
+            f"{s.core_n * size}u)")
+    op = f"wgmma.mma_async.sync.aligned.m64n{s.n}k16.f32.{t}.{t}"
+    return ['asm volatile("wgmma.fence.sync.aligned;" ::: "memory");',
+            f'asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, 1, 0;\\n{op} {{{d}}}, '
+            f'{{{a}}}, %{values + 4}, p, 1, 1, 1;\\n}}" : {outs} : {ins}, "l"({desc}) '
+            ': "memory");']
 
 
 def _ldmatrix(p: Printer, s: ir.Ldmatrix) -> str:
@@ -197,7 +233,8 @@ DIALECT = Dialect(
     global_pointer="{const}{t}*",
     shared_decl="__shared__ __align__({align}) {t} {name}[{size}];",
     barrier="__syncthreads();",
-    prelude=_CONVERSIONS + helpers("__device__ inline", TYPES, clz=("__clz", "__clzll")) + "\n",
+    prelude=_CONVERSIONS + WGMMA_DESCRIPTOR
+    + helpers("__device__ inline", TYPES, clz=("__clz", "__clzll")) + "\n",
     f32_ops=F32_OPS,
     f64_ops=F64_OPS,
     math=MATH,

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from backends.cstyle import EmitError
-from backends.cuda import chains, copies
+from backends.cuda import chains, copies, wgmma
 from sarek import atoms, ir, ir_check
 from sarek.ir import BinOp, Builtin, ElemType, FragLayout, FragUse, MemSpace
 from sarek.ir_build import add, binary, const, mul, var
@@ -69,22 +69,25 @@ def lower(kernel: ir.Kernel) -> ir.Kernel:
     unchanged) and its staged copies as ``cp.async`` (``backends.cuda.copies``), runs of
     fragment statements with fresh accumulators one chain at a time (``backends.cuda.chains``);
     ``EmitError`` with the reason for a fragment CUDA has no instruction for."""
-    kernel = copies.lower(kernel)
+    places = wgmma.wgmma_b_arrays(kernel)
+    kernel = copies.lower(kernel, places)
     if not any(isinstance(s, _FRAGMENT_STMTS) for s in walk(kernel.body)):
         return kernel
     kernel = kernel.model_copy(update={"body": chains.regroup(kernel.body)})
     if kernel.subgroup not in (None, *SUBGROUPS):
         raise EmitError(f"CUDA runs subgroups of 32 lanes; kernel {kernel.name!r} is written "
                         f"for {kernel.subgroup}")
-    lowering = _Lowering(kernel)
+    lowering = _Lowering(kernel, places)
     lane = ir.BuiltinValue(which=Builtin.SUBGROUP_LANE)
     prologue = (
         ir.Let(name=_LANE, type=I32, value=lane),
         ir.Let(name=_G, type=I32, value=binary(BinOp.SHR, var(_LANE), const(2))),
         ir.Let(name=_T, type=I32, value=binary(BinOp.AND, var(_LANE), const(3))),
     )
-    lowered = kernel.model_copy(update={"body": prologue + lowering.block(kernel.body),
-                                        "subgroup": 32})
+    body = lowering.block(kernel.body)
+    if any(isinstance(s, ir.Wgmma) for s in walk(body)):
+        body = wgmma.fence_and_wait(body)
+    lowered = kernel.model_copy(update={"body": prologue + body, "subgroup": 32})
     ir_check.ensure_valid(lowered)
     return lowered
 
@@ -124,17 +127,19 @@ def _layout(facts: atoms.MmaAtomFacts, use: FragUse) -> atoms.LaneLayout:
     return {FragUse.A: facts.a, FragUse.B: facts.b, FragUse.ACCUMULATOR: facts.c}[use]
 
 
-def _halves(use: FragUse) -> int:
-    """Atom operands per 16x16 fragment: B and the accumulator span two n8 halves."""
-    return 1 if use is FragUse.A else 2
+def _halves(use: FragUse, n: int = EDGE) -> int:
+    """Atom operands per fragment of ``n`` columns: A one, B and the accumulator one per 8
+    columns (two for a 16x16 fragment)."""
+    return 1 if use is FragUse.A else n // 8
 
 
-def _elements(facts: atoms.MmaAtomFacts, use: FragUse) -> list[tuple[ir.Expr, ir.Expr]]:
-    """(row, column) in the 16x16 fragment of each element a lane holds, in register order
-    (B's and the accumulator's second half after the first)."""
+def _elements(facts: atoms.MmaAtomFacts, use: FragUse, n: int = EDGE
+              ) -> list[tuple[ir.Expr, ir.Expr]]:
+    """(row, column) in the 16 x ``n`` fragment of each element a lane holds, in register
+    order (B's and the accumulator's 8-column blocks one after another)."""
     coords = _layout(facts, use).coordinates
     out = []
-    for h in range(_halves(use)):
+    for h in range(_halves(use, n)):
         for e in range(coords.shape[1]):
             row, col = _affine(coords[:, e, 0]), _affine(coords[:, e, 1])
             out.append((row.expr(), col.expr(8 * h)))
@@ -192,8 +197,10 @@ def ldmatrix_blocks(facts: atoms.MmaAtomFacts, use: FragUse, layout: FragLayout
 
 
 class _Lowering:
-    def __init__(self, kernel: ir.Kernel) -> None:
+    def __init__(self, kernel: ir.Kernel, places: dict[str, wgmma.CoreLayout]) -> None:
         self.kernel = kernel
+        self.places = places  # B arrays laid out for wgmma
+        self.wide_b: dict[str, ir.FragLoad] = {}  # a wgmma B fragment -> its last load
         self.frags: dict[str, ir.FragDecl] = {}
         self.arrays: dict[str, ir.ArrayDecl | ir.ArrayParam] = {
             p.name: p for p in kernel.params if isinstance(p, ir.ArrayParam)}
@@ -216,7 +223,7 @@ class _Lowering:
                 self.arrays[name] = s
                 return [s]
             case ir.FragDecl():
-                return [self.decl(s)]
+                return self.decl(s)
             case ir.FragFill(frag=name, value=value):
                 return self.fill(name, value, s.line)
             case ir.FragLoad() | ir.FragStore():
@@ -240,23 +247,29 @@ class _Lowering:
                  else "f16, bf16, u8 and s8 operands")
         raise EmitError(f"fragment {d.name!r} of {d.elem}: mma.sync takes {takes}")
 
-    def decl(self, d: ir.FragDecl) -> ir.ArrayDecl:
+    def decl(self, d: ir.FragDecl) -> list[ir.Stmt]:
         shape = d.shape
-        if (shape.m, shape.n) != (EDGE, EDGE) or not any(
+        wide = shape.n > EDGE and shape.m == EDGE and shape.k == EDGE and shape.n % 8 == 0 \
+            and shape.n <= 256 and d.elem in (ElemType.F16, ElemType.BF16, ElemType.F32)
+        if ((shape.m, shape.n) != (EDGE, EDGE) and not wide) or not any(
                 f.k == shape.k and d.elem in (f.operand, f.accumulator)
                 for f in atoms.MMA.values()):
             raise EmitError(f"fragment {d.name!r} is of a {shape.m}x{shape.n}x{shape.k} "
                             f"multiply-add of {d.elem}; CUDA multiplies 16x16x16 fragments "
-                            "(m16n8k16), 8-bit ones also 16x16x32 (m16n8k32), and has no "
+                            "(m16n8k16), 8-bit ones also 16x16x32 (m16n8k32), 16-bit ones "
+                            "16 x n x 16 with n a multiple of 8 up to 256 (wgmma), and has no "
                             "8x8x8 float shape")
         facts = self.facts(d)
         self.frags[d.name] = d
+        if d.use is FragUse.B and wide:
+            return []  # wgmma reads it from shared memory where it is loaded from
         if d.use is FragUse.ACCUMULATOR:
-            return ir.ArrayDecl(name=d.name, elem=d.elem, size=_halves(d.use) * facts.c.values,
-                                space=MemSpace.LOCAL, line=d.line)
+            size = _halves(d.use, shape.n) * facts.c.values
+            return [ir.ArrayDecl(name=d.name, elem=d.elem, size=size, space=MemSpace.LOCAL,
+                                 line=d.line)]
         words = _halves(d.use) * facts.registers(_OPERAND[d.use])
-        return ir.ArrayDecl(name=d.name, elem=U32, size=words, space=MemSpace.LOCAL,
-                            line=d.line)
+        return [ir.ArrayDecl(name=d.name, elem=U32, size=words, space=MemSpace.LOCAL,
+                             line=d.line)]
 
     def frag(self, name: str) -> ir.FragDecl:
         if name not in self.frags:
@@ -272,7 +285,7 @@ class _Lowering:
         if d.use is not FragUse.ACCUMULATOR:
             raise EmitError(f"only accumulators are filled on CUDA, not {name!r}")
         i = self.loop_var()
-        size = _halves(d.use) * self.facts(d).c.values
+        size = _halves(d.use, d.shape.n) * self.facts(d).c.values
         return [ir.For(var=i, start=const(0), stop=const(size), step=const(1), line=line,
                        body=(ir.Store(array=name, index=var(i), value=value, line=line),))]
 
@@ -283,7 +296,7 @@ class _Lowering:
         i = self.loop_var()
         total = add(ir.Load(array=a, index=var(i), type=fd.elem),
                     ir.Load(array=b, index=var(i), type=fd.elem))
-        size = _halves(fd.use) * self.facts(fd).c.values
+        size = _halves(fd.use, fd.shape.n) * self.facts(fd).c.values
         return [ir.For(var=i, start=const(0), stop=const(size), step=const(1), line=line,
                        body=(ir.Store(array=d, index=var(i), value=total, line=line),))]
 
@@ -293,6 +306,13 @@ class _Lowering:
         load = isinstance(s, ir.FragLoad)
         if not load and d.use is not FragUse.ACCUMULATOR:
             raise EmitError(f"only accumulators are stored on CUDA, not {s.frag!r}")
+        if isinstance(s, ir.FragLoad) and d.use is FragUse.B and d.shape.n > EDGE:
+            wgmma.wide_b_load(s, self.arrays.get(s.array))
+            if s.array not in self.places:
+                raise EmitError(f"wgmma's B fragment {s.frag!r} comes from {s.array!r}, "
+                                "which no staged copy fills")
+            self.wide_b[s.frag] = s
+            return []
         if isinstance(s, ir.FragLoad) and d.use is not FragUse.ACCUMULATOR:
             served = self.ldmatrix(s, d, facts)
             if served is not None:
@@ -302,7 +322,7 @@ class _Lowering:
             major, minor = (row, col) if s.layout is FragLayout.ROW else (col, row)
             return add(add(s.offset, mul(major, s.stride)), minor)
 
-        elements = _elements(facts, d.use)
+        elements = _elements(facts, d.use, d.shape.n)
         if d.use is FragUse.ACCUMULATOR:
             out: list[ir.Stmt] = []
             for slot, (row, col) in enumerate(elements):
@@ -371,6 +391,8 @@ class _Lowering:
 
     def mul_add(self, d: str, a: str, b: str, c: str, line: int | None) -> list[ir.Stmt]:
         fd, fa, fb = self.frag(d), self.frag(a), self.frag(b)
+        if fb.shape.n > EDGE:
+            return [self.wgmma(fd, fa, fb, c, line)]
         facts = atoms.mma_for(fa.elem, fd.elem, fa.shape.k)
         if facts is None or fb.elem is not fa.elem:
             raise EmitError(f"mma.sync has no form multiplying {fa.elem} x {fb.elem} "
@@ -379,3 +401,22 @@ class _Lowering:
         return [ir.Mma(atom=facts.atom, d=d, a=a, b=b, c=c, d_offset=h * c_values,
                        b_offset=h * b_regs, c_offset=h * c_values, line=line)
                 for h in range(2)]  # columns 0-7, then 8-15
+
+    def wgmma(self, fd: ir.FragDecl, fa: ir.FragDecl, fb: ir.FragDecl, c: str,
+              line: int | None) -> ir.Wgmma:
+        """A multiply-add by a 16 x n B fragment: one ``wgmma`` of the warpgroup, B read where
+        its last load pointed, in the array's core layout (``backends.cuda.wgmma``)."""
+        if c != fd.name or fd.elem is not ElemType.F32 or fa.elem is not fb.elem or \
+                fa.elem not in (ElemType.F16, ElemType.BF16):
+            raise EmitError(f"wgmma accumulates f16 or bf16 products into f32 in place; "
+                            f"{fd.name!r} = {fa.name!r} x {fb.name!r} + {c!r} is not that")
+        if self.kernel.block != (128, 1, 1):
+            raise EmitError(f"wgmma is issued by one warpgroup: kernel {self.kernel.name!r} "
+                            f"runs blocks of {self.kernel.block}, not 128 invocations")
+        load = self.wide_b.get(fb.name)
+        if load is None:
+            raise EmitError(f"B fragment {fb.name!r} is multiplied before it is loaded")
+        layout = self.places[load.array]
+        return ir.Wgmma(elem=fa.elem, n=fb.shape.n, d=fd.name, a=fa.name, b=load.array,
+                        b_index=layout.start(load.offset), core_k=layout.core_k,
+                        core_n=layout.core_n, line=line)

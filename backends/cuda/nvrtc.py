@@ -27,8 +27,12 @@ def nvrtc_available() -> str | None:
 def compile_cubin(source: str, arch: str = "sm_80", name: str = "kernel.cu",
                   options: tuple[str, ...] = ()) -> bytes:
     """The cubin NVRTC builds from ``source`` for ``arch``; ``NvrtcError`` with the log when
-    it does not compile."""
+    it does not compile. Source that uses ``wgmma`` is compiled for ``sm_90a`` where
+    ``arch`` is ``sm_90`` (the instruction exists only in the arch-specific target)."""
     from cuda.bindings import nvrtc
+
+    if "wgmma." in source and arch == "sm_90":
+        arch = "sm_90a"
 
     def ok(result: tuple[object, ...], what: str) -> tuple[object, ...]:
         if int(result[0]) != 0:  # type: ignore[call-overload]

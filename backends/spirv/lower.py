@@ -45,7 +45,8 @@ PRODUCTS = {
 }
 """The accumulator types each pair of operand types multiplies into."""
 
-_LANE_EXPLICIT = (ir.Ldmatrix, ir.Mma, ir.TileApply, ir.TensorView, ir.CpAsync)
+_LANE_EXPLICIT = (ir.Ldmatrix, ir.Mma, ir.Wgmma, ir.WgmmaWait, ir.AsyncProxyFence, ir.TileApply,
+                  ir.TensorView, ir.CpAsync)
 
 
 def lower(kernel: ir.Kernel) -> ir.Kernel:

@@ -1,0 +1,144 @@
+"""Lowering for CUDA: multiply-adds whose B is one 16 x n fragment of the block, onto Hopper's
+``wgmma`` (``sarek.schedule``'s warpgroup schedules).
+
+``bench/wgmma_probe_h200.py`` settled what this relies on (``specs/simulator.md`` 10): with A
+from registers, ``wgmma.mma_async m64nNk16`` is, warp by warp, ``D_w = A_w * B + D_w`` with
+``A_w`` in ``mma.sync.m16n8k16``'s A layout and ``D_w`` in its C layout per 8 columns, each
+16-deep step the ``h200`` model's fused dot-add. So a ``FragMulAdd`` of a wave's 16x16 A and
+16 x n accumulator by a B fragment the four waves load from the same place is one ``Wgmma``.
+
+B must lie in shared memory as 8x8-element core matrices, not in the padded rows the neutral
+rewrite stages: this module moves it. The B array is written only by staged copies (``rows``
+x ``cols`` tiles, buffer ``s`` at ``s * rows * pitch``) and read only by the B fragments, so
+the lowering may place tile element ``(k, c)`` of a buffer at ``8k + (c/8) * 8 * rows + c%8``
+instead of ``k * pitch + c``: K-adjacent core matrices 64 elements (128 bytes) apart,
+N-adjacent ones ``8 * rows``, every 16-byte chunk of a row still whole. A fragment load at the
+neutral offset ``o`` starts at ``o - o % B + 8 * ((o % B) / pitch)`` (``B = rows * pitch``).
+
+After each staged wait every invocation fences its shared memory toward the asynchronous
+proxy ``wgmma`` reads through (``AsyncProxyFence``), and each run of ``Ldmatrix`` and
+``Wgmma`` ends in one ``WgmmaWait`` (commit and wait for all): the run never reloads a
+register an earlier ``Wgmma`` of it reads (checked here), so the instructions may overlap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from backends.cstyle import EmitError
+from sarek import ir
+from sarek.ir import BinOp, FragUse, MemSpace
+from sarek.ir_build import add, binary, const, mul
+from sarek.ir_walk import walk
+
+CORE = 8  # elements along each side of a core matrix (8 rows of 16 bytes of 16-bit elements)
+
+
+@dataclass(frozen=True)
+class CoreLayout:
+    """Where a B array's staged tiles lie: ``rows`` x ``pitch`` buffers of the neutral layout,
+    each holding its tile in core matrices."""
+
+    rows: int
+    pitch: int
+
+    @property
+    def core_k(self) -> int:
+        """Elements between core matrices adjacent along k."""
+        return CORE * CORE
+
+    @property
+    def core_n(self) -> int:
+        """Elements between core matrices adjacent along the columns."""
+        return CORE * self.rows
+
+    def element(self, offset: ir.Expr, row: ir.Expr, col: ir.Expr) -> ir.Expr:
+        """The index of tile element (``row``, ``col``) of the buffer at ``offset``."""
+        blocked = add(mul(binary(BinOp.DIV, col, const(CORE)), const(self.core_n)),
+                      binary(BinOp.REM, col, const(CORE)))
+        return add(offset, add(mul(row, const(CORE)), blocked))
+
+    def start(self, neutral: ir.Expr) -> ir.Expr:
+        """Where the row that starts at ``neutral`` in the neutral layout starts here."""
+        within = binary(BinOp.REM, neutral, const(self.rows * self.pitch))
+        base = binary(BinOp.SUB, neutral, within)
+        return add(base, mul(binary(BinOp.DIV, within, const(self.pitch)), const(CORE)))
+
+
+def wgmma_b_arrays(kernel: ir.Kernel) -> dict[str, CoreLayout]:
+    """The shared arrays whose fragments feed ``wgmma`` (B fragments wider than 16) and the
+    core layout each takes; ``EmitError`` when such an array is touched by anything but its
+    staged copies and those fragment loads, or copied with different tile shapes."""
+    stmts = list(walk(kernel.body))
+    wide_b = {s.name for s in stmts if isinstance(s, ir.FragDecl) and s.use is FragUse.B
+              and s.shape.n > 16}
+    arrays = {s.array for s in stmts if isinstance(s, ir.FragLoad) and s.frag in wide_b}
+    out: dict[str, CoreLayout] = {}
+    for name in arrays:
+        copies = [s for s in stmts if isinstance(s, ir.StageCopy) and s.dst == name]
+        shapes = {(s.rows, s.dst_pitch) for s in copies}
+        if len(shapes) != 1:
+            raise EmitError(f"wgmma reads B from {name!r}, which must be filled by staged "
+                            f"copies of one tile shape (found {sorted(shapes)})")
+        rows, pitch = shapes.pop()
+        if rows % (2 * CORE) or any(s.cols % CORE for s in copies):
+            raise EmitError(f"wgmma's B tiles in {name!r} are whole 16-row, 8-column blocks; "
+                            f"these copies are {rows} x {copies[0].cols}")
+        for s in stmts:
+            touches = (isinstance(s, ir.FragLoad) and s.array == name and s.frag not in wide_b)
+            touches |= isinstance(s, ir.Store | ir.StorePacked | ir.FragStore) and \
+                s.array == name
+            if touches:
+                raise EmitError(f"{name!r} feeds wgmma and is also accessed by a "
+                                f"{type(s).__name__}; CUDA lays it out for wgmma alone")
+        out[name] = CoreLayout(rows, pitch)
+    return out
+
+
+def wide_b_load(load: ir.FragLoad, decl: ir.ArrayDecl | ir.ArrayParam | None) -> None:
+    """Refuses a B fragment load ``wgmma`` cannot read from (not row-major shared rows)."""
+    if not isinstance(decl, ir.ArrayDecl) or decl.space is not MemSpace.SHARED or \
+            load.layout is not ir.FragLayout.ROW:
+        raise EmitError(f"wgmma reads B fragment {load.frag!r} from shared memory staged "
+                        f"row-major; {load.array!r} is not that")
+
+
+def fence_and_wait(stmts: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+    """``stmts`` with an ``AsyncProxyFence`` after every ``StageWait`` and a ``WgmmaWait``
+    ending every run of ``Ldmatrix`` and ``Wgmma`` that holds a ``Wgmma``, nested blocks
+    too; ``EmitError`` where a run reloads a register one of its ``Wgmma`` reads."""
+    def block(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+        out: list[ir.Stmt] = []
+        busy: set[str] = set()  # registers an issued Wgmma of the open run reads or writes
+
+        def close() -> None:
+            if busy:
+                out.append(ir.WgmmaWait())
+                busy.clear()
+
+        for s in body:
+            match s:
+                case ir.Wgmma(a=a, d=d):
+                    busy |= {a, d}
+                    out.append(s)
+                    continue
+                case ir.Ldmatrix(dst=dst) if busy:
+                    if dst in busy:
+                        raise EmitError(f"an ldmatrix reloads {dst!r} while a wgmma still "
+                                        "reads it")
+                    out.append(s)
+                    continue
+            close()
+            match s:
+                case ir.For(body=b) | ir.While(body=b):
+                    s = s.model_copy(update={"body": block(b)})
+                case ir.If(then=then, orelse=orelse):
+                    s = s.model_copy(update={"then": block(then), "orelse": block(orelse)})
+            out.append(s)
+            if isinstance(s, ir.StageWait):
+                out.append(ir.AsyncProxyFence(line=s.line))
+        close()
+        return tuple(out)
+
+    return block(stmts)
+

@@ -1,0 +1,171 @@
+"""Warpgroup schedules and their CUDA lowering onto ``wgmma`` (``specs/matrix-pattern-rewrite.md``
+6.2, ``specs/backends.md``): the neutral rewrite keeps the seed's promise, the lowered kernel
+is bit for bit the seed's under the ``h200`` model, and what the lowering cannot place is
+refused with the reason."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import example
+from test_matrix_rewrite import bits, original, small_integers, with_operands
+
+import sarek
+from backends.cstyle import EmitError
+from backends.cuda import compile_cubin, nvrtc_available
+from backends.cuda import lower as cuda_lower
+from backends.cuda.wgmma import CoreLayout, fence_and_wait
+from backends.registry import target
+from sarek import ir
+from sarek.ir_build import const, var
+from sarek.ir_walk import walk
+from sarek.launch import Launch
+from sarek.matrix_rewrite import RewriteError, rewrite_launch
+from sarek.matrix_scheme import Lowering
+from sarek.schedule import Schedule, ScheduleError
+
+WARPGROUP = [Schedule(tile=128, step=64, stages=2, warpgroup=True),
+             Schedule(tile=128, step=32, stages=3, warpgroup=True)]
+SIZE = (150, 133, 70)  # ragged tiles each way, a partial last step
+
+
+def rewrite(schedule: Schedule, seed: int = 5) -> Launch:
+    launch = example("gemm_f16").make(*SIZE, seed=seed)
+    return rewrite_launch(launch, staging=target("cuda").staging, schedule=schedule).launch
+
+
+def seed_bits(seed: int = 5) -> np.ndarray:
+    launch = example("gemm_f16").make(*SIZE, seed=seed)
+    rw = rewrite_launch(launch, staging=target("cuda").staging,
+                        schedule=Schedule()).launch
+    out = sarek.simulate(rw.kernel, dict(rw.args), grid=rw.grid, block=rw.block,
+                         target="cuda", arith="h200")
+    return bits(out["c"])
+
+
+def test_warpgroup_schedules_are_named_with_a_g_and_parse_back() -> None:
+    assert [s.name for s in WARPGROUP] == ["t128k64s2g", "t128k32s3g"]
+    assert all(Schedule.parse(s.name) == s for s in WARPGROUP)
+
+
+@pytest.mark.parametrize(("schedule", "why"), [
+    (Schedule(step=64, stages=2, warpgroup=True), "128x128 tiles over one warpgroup"),
+    (Schedule(tile=128, step=64, warpgroup=True), "2 to 4 stages"),
+    (Schedule(tile=128, step=32, stages=3, wide=True, warpgroup=True), "one warpgroup"),
+], ids=["tile-64", "one-stage", "wide"])
+def test_a_warpgroup_schedule_needs_128x128_tiles_of_one_warpgroup_and_stages(
+        schedule: Schedule, why: str) -> None:
+    with pytest.raises(ScheduleError, match=why):
+        schedule.check(16, schedule.waves * 32)
+
+
+def test_a_warpgroup_schedule_refuses_operands_it_cannot_multiply_from_shared_b() -> None:
+    for name, lowering in (("gemm_f32", Lowering.F16_OPERANDS),
+                           ("gemm_f32", Lowering.BF16X3_OPERANDS)):
+        with pytest.raises(RewriteError, match="one 16-bit term with B staged as it is"):
+            rewrite_launch(example(name).make(*SIZE), lowering=lowering,
+                           schedule=WARPGROUP[0])
+
+
+@pytest.mark.parametrize("schedule", WARPGROUP, ids=lambda s: s.name)
+def test_the_neutral_warpgroup_rewrite_gives_the_originals_bits(schedule: Schedule) -> None:
+    launch = with_operands(example("gemm_f16").make(*SIZE, seed=3), small_integers(4))
+    rw = rewrite_launch(launch, staging=target("cuda").staging, schedule=schedule).launch
+    assert np.array_equal(bits(rw.simulate()["c"]), bits(original(launch)))
+
+
+@pytest.mark.parametrize("schedule", WARPGROUP, ids=lambda s: s.name)
+def test_each_wave_holds_two_16x128_accumulators_and_the_block_one_b_per_sub_step(
+        schedule: Schedule) -> None:
+    decls = [s for s in walk(rewrite(schedule).kernel.body) if isinstance(s, ir.FragDecl)]
+    shapes = {(s.shape.m, s.shape.n, s.shape.k) for s in decls}
+    assert shapes == {(16, 128, 16)}
+    uses = [s.use for s in decls]
+    subs = schedule.step // 16
+    assert (uses.count(ir.FragUse.ACCUMULATOR), uses.count(ir.FragUse.A),
+            uses.count(ir.FragUse.B)) == (2, 2 * subs, subs)
+
+
+@pytest.mark.parametrize("schedule", WARPGROUP, ids=lambda s: s.name)
+def test_the_cuda_lowering_is_the_seeds_bits_under_h200(schedule: Schedule) -> None:
+    rw = rewrite(schedule)
+    out = sarek.simulate(rw.kernel, dict(rw.args), grid=rw.grid, block=rw.block,
+                         target="cuda", arith="h200")
+    assert np.array_equal(bits(out["c"]), seed_bits())
+
+
+def test_each_fragment_multiply_add_is_one_wgmma_and_each_run_ends_in_one_wait() -> None:
+    schedule = WARPGROUP[1]
+    lowered = cuda_lower.lower(rewrite(schedule).kernel)
+    stmts = list(walk(lowered.body))
+    wgmmas = [s for s in stmts if isinstance(s, ir.Wgmma)]
+    assert len(wgmmas) == 2 * schedule.step // 16
+    assert {(s.n, s.core_k, s.core_n) for s in wgmmas} == {(128, 64, 8 * schedule.step)}
+    assert sum(isinstance(s, ir.WgmmaWait) for s in stmts) == 1
+    waits = [i for i, s in enumerate(stmts) if isinstance(s, ir.StageWait)]
+    assert all(isinstance(stmts[i + 1], ir.AsyncProxyFence) for i in waits)
+    assert not any(isinstance(s, ir.Mma) for s in stmts)
+
+
+@pytest.mark.skipif(nvrtc_available() is not None, reason=f"NVRTC: {nvrtc_available()}")
+def test_the_printed_wgmma_compiles_for_sm_90a() -> None:
+    src = sarek.emit(rewrite(WARPGROUP[0]).kernel, "cuda")
+    assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16" in src
+    assert "fence.proxy.async.shared::cta" in src
+    assert compile_cubin(src, "sm_90")[:4] == b"\x7fELF"
+
+
+def test_a_core_layout_keeps_every_8_element_chunk_of_a_row_whole() -> None:
+    layout = CoreLayout(rows=32, pitch=136)
+    at = {(k, c): _value(layout.element(const(0), const(k), const(c)))
+          for k in range(32) for c in range(128)}
+    assert sorted(at.values()) == list(range(32 * 128))  # one place each, dense
+    assert all(at[k, c + 1] == at[k, c] + 1 for k in range(32) for c in range(127) if c % 8 < 7)
+    assert all(_value(layout.start(const(s * 32 * 136 + k * 136))) == s * 32 * 136 + 8 * k
+               for s in range(3) for k in (0, 16))
+
+
+def _value(e: ir.Expr) -> int:
+    match e:
+        case ir.Const(value=v):
+            return int(v)
+        case ir.Binary(op=op, a=a, b=b):
+            x, y = _value(a), _value(b)
+            match op:
+                case ir.BinOp.ADD:
+                    return x + y
+                case ir.BinOp.SUB:
+                    return x - y
+                case ir.BinOp.MUL:
+                    return x * y
+                case ir.BinOp.DIV:
+                    return x // y
+                case ir.BinOp.REM:
+                    return x % y
+    raise AssertionError(e)
+
+
+def test_a_run_that_reloads_a_register_a_wgmma_reads_is_refused() -> None:
+    issue = ir.Wgmma(elem=ir.ElemType.F16, n=128, d="acc", a="fa", b="sb", b_index=var("i"),
+                     core_k=64, core_n=256)
+    reload = ir.Ldmatrix(dst="fa", offset=0, src="sa", address=var("j"), count=4)
+    with pytest.raises(EmitError, match="reloads 'fa' while a wgmma still reads it"):
+        fence_and_wait((issue, reload))
+    assert fence_and_wait((issue,))[-1] == ir.WgmmaWait()
+
+
+def test_metal_and_opencl_with_inline_ptx_refuse_the_warpgroup_kernel() -> None:
+    kernel = rewrite(WARPGROUP[0]).kernel
+    with pytest.raises(EmitError, match="16x128; Metal's simdgroup matrices are 8x8"):
+        sarek.emit(kernel, "metal")
+    with pytest.raises(EmitError, match="cannot print AsyncProxyFence"):
+        sarek.emit(kernel, "opencl-nv")
+
+
+def test_the_simulator_runs_a_wgmma_only_for_whole_warpgroups() -> None:
+    from sarek.errors import LaunchError
+
+    rw = rewrite(WARPGROUP[0])
+    lowered = cuda_lower.lower(rw.kernel).model_copy(update={"block": None})
+    with pytest.raises(LaunchError, match="one warpgroup of 128 invocations"):
+        sarek.simulate(lowered, dict(rw.args), grid=rw.grid, block=(64, 1, 1))
