@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -95,41 +97,67 @@ class _Programs:
     geometry, model, limits, array sizes and scalar values (a benchmark, a test run twice).
     Compiling the tiled GEMM takes 0.5 ms at 128^3 and 2.4 ms at 512^3 (arrays of one element
     per invocation are made for its stores). A kept program owns its arrays: each run copies
-    the arguments in and the results out (0.3 ms for the 3 MiB of the 512^3 GEMM). Launches of
-    at most ``most_bytes`` of arrays are kept, the most recent first, within ``budget`` bytes
-    in all."""
+    the arguments in and the results out (0.3 ms for the 3 MiB of the 512^3 GEMM), and one
+    thread at a time runs it (another compiles a program of its own). Launches of at most
+    ``most_bytes`` of arrays are kept, the most recent first, within ``budget`` bytes in all."""
 
     def __init__(self, most_bytes: int = 16 << 20, budget: int = 64 << 20) -> None:
-        self._kept: OrderedDict[tuple[Any, ...],
-                                tuple[ir.Kernel, dict[str, np.ndarray], Callable[[], None]]]
-        self._kept = OrderedDict()
+        self._kept: OrderedDict[tuple[Any, ...], _Kept] = OrderedDict()
         self._most_bytes, self._budget = most_bytes, budget
+        self._lock = threading.Lock()  # guards ``_kept``
 
     def run(self, kernel: ir.Kernel, geo: Geometry, arrays: dict[str, np.ndarray],
             scalars: dict[str, np.generic], arith: Model, limits: Limits
             ) -> dict[str, np.ndarray]:
         """Runs the launch, updating ``arrays`` (fresh copies of the arguments) in place or,
         for a kept program, returning fresh arrays of the results."""
-        if sum(a.nbytes for a in arrays.values()) > self._most_bytes:
+        kept = self._program(kernel, geo, arrays, scalars, arith, limits)
+        if kept is None or not kept.running.acquire(blocking=False):
             compile_kernel(kernel, geo, arrays, scalars, arith, limits)()
             return arrays
+        try:
+            for name, a in arrays.items():
+                np.copyto(kept.arrays[name], a)
+            kept.program()
+            return {name: a.copy() for name, a in kept.arrays.items()}
+        finally:
+            kept.running.release()
+
+    def _program(self, kernel: ir.Kernel, geo: Geometry, arrays: dict[str, np.ndarray],
+                 scalars: dict[str, np.generic], arith: Model, limits: Limits
+                 ) -> _Kept | None:
+        """The kept program of the launch, compiled now if it is new; None for a launch too
+        large to keep."""
+        if sum(a.nbytes for a in arrays.values()) > self._most_bytes:
+            return None
         key = (id(kernel), geo.grid, geo.block, geo.subgroup, arith, limits,
                tuple((name, a.dtype.str, a.size) for name, a in arrays.items()),
                tuple((name, v.dtype.str, v.tobytes()) for name, v in scalars.items()))
-        kept = self._kept.get(key)
-        if kept is None or kept[0] is not kernel:
-            own = {name: np.empty_like(a) for name, a in arrays.items()}
-            kept = (kernel, own, compile_kernel(kernel, geo, own, scalars, arith, limits))
+        with self._lock:
+            kept = self._kept.get(key)
+            if kept is not None and kept.kernel is kernel:
+                self._kept.move_to_end(key)
+                return kept
+        own = {name: np.empty_like(a) for name, a in arrays.items()}
+        kept = _Kept(kernel, own, compile_kernel(kernel, geo, own, scalars, arith, limits),
+                     threading.Lock())
+        with self._lock:
             self._kept[key] = kept
-            while sum(a.nbytes for _, arrays_of, _ in self._kept.values()
-                      for a in arrays_of.values()) > self._budget:
+            while sum(a.nbytes for entry in self._kept.values()
+                      for a in entry.arrays.values()) > self._budget:
                 self._kept.popitem(last=False)
-        self._kept.move_to_end(key)
-        _, own, program = kept
-        for name, a in arrays.items():
-            np.copyto(own[name], a)
-        program()
-        return {name: a.copy() for name, a in own.items()}
+        return kept
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """A kept program: its kernel (which keeps the kernel's identity), the arrays it runs on,
+    the program, and the lock its run holds."""
+
+    kernel: ir.Kernel
+    arrays: dict[str, np.ndarray]
+    program: Callable[[], None]
+    running: threading.Lock
 
 
 _PROGRAMS = _Programs()

@@ -6,6 +6,8 @@ evaluation gives its last result, which follows its operands as soon as they cha
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 from sim_helpers import BOOL, I32, add, array, builtin, const, kernel, mul, var
@@ -45,6 +47,20 @@ def test_each_call_hands_back_arrays_of_its_own() -> None:
     assert np.array_equal(second["out"], [1, 2, 3, 4])
     assert not np.shares_memory(first["out"], second["out"])
     assert np.array_equal(args[1], np.zeros(4))  # the inputs are never modified
+
+
+def test_threads_running_one_launch_at_once_each_get_their_own_results() -> None:
+    # a kernel long enough for the runs to overlap: each thread's x must come back plus one
+    k = kernel([array("x"), array("out")],
+               ir.For(var="t", start=const(0), stop=const(200), step=const(1), body=(
+                   ir.Store(array="out", index=TX,
+                            value=add(ir.Load(array="x", index=TX, type=I32), const(1))),)))
+    def launch(start: int) -> bool:
+        x = np.arange(start, start + 64, dtype=np.int32)
+        return all(np.array_equal(sim.simulate(k, [x, np.zeros(64, np.int32)], block=64)["out"],
+                                  x + 1) for _ in range(5))
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(launch, range(0, 4000, 1000)))
 
 
 def test_a_failed_launch_leaves_nothing_for_the_next_one() -> None:
