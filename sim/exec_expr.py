@@ -155,13 +155,19 @@ def _remembered(f: np.ufunc, fa: ExprFn, fb: ExprFn) -> ExprFn:
     last: list[Value] = [_NOTHING, _NOTHING, _NOTHING]  # a, b, f(a, b)
 
     def run(st: State, m: Mask) -> Value:
-        a, b = fa(st, m), fb(st, m)
+        operands = [fa(st, m), fb(st, m)]
+        a, b = operands
         if a is last[0] and b is last[1]:
             return last[2]
-        out = combine(f, a, b, st.buffers)
-        if out.size <= _REMEMBERED and a.size <= _REMEMBERED and b.size <= _REMEMBERED:
-            last[0], last[1], last[2] = a, b, out
-        return out
+        if a.size <= _REMEMBERED and b.size <= _REMEMBERED:
+            out = combine(f, a, b, st.buffers)
+            if out.size <= _REMEMBERED:
+                last[0], last[1], last[2] = a, b, out
+            return out
+        # Passed on as temporaries, as nothing else holds them: an operand only the operation
+        # holds takes its result (``combine``).
+        del a, b
+        return combine(f, operands.pop(0), operands.pop(0), st.buffers)
 
     return run
 

@@ -7,15 +7,17 @@ evaluation gives its last result, which follows its operands as soon as they cha
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 import pytest
-from sim_helpers import BOOL, I32, add, array, builtin, const, kernel, mul, var
+from sim_helpers import BOOL, F32, I32, add, array, builtin, const, kernel, mul, var
 
 import sim
 from sarek import ir
 from sarek.errors import IRError, OutOfBounds
 from sarek.ir import Builtin
+from sim.state import Buffers
 
 TX = builtin(Builtin.THREAD_IDX_X)
 
@@ -91,3 +93,28 @@ def test_a_remembered_result_follows_its_operands() -> None:
     out = sim.simulate(k, [np.zeros(16, np.int32)], block=4)["out"].reshape(4, 4)
     tx = np.arange(4)
     assert np.array_equal(out, [tx * 3 + 7, tx * 3 + 7, tx * 6 + 7, tx * 6 + 7])
+
+
+def test_a_product_that_only_the_sum_holds_takes_the_sum_through_the_closures(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # acc = acc + x*x over 2^16 invocations (the general path: under an always-true if): the
+    # product is stored into by the sum, so two large buffers serve every trip (the index and
+    # the product, then the next trip's), not three
+    made: list[int] = []
+    original = Buffers.empty
+    def counted(self: Buffers, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
+        out = original(self, shape, dtype)
+        made.append(self._made)
+        return out
+    monkeypatch.setattr(Buffers, "empty", counted)
+    gid = add(mul(builtin(Builtin.BLOCK_IDX_X), const(256)), TX)
+    x, acc = ir.Load(array="x", index=gid, type=F32), var("acc", F32)
+    k = kernel([array("x", F32), array("out", F32)],
+               ir.Let(name="acc", type=F32, value=const(0.0, F32)),
+               ir.For(var="t", start=const(0), stop=const(20), step=const(1), body=(
+                   ir.If(cond=ir.Const(value=True, type=BOOL), then=(
+                       ir.Assign(name="acc", value=add(acc, mul(x, x))),)),)),
+               ir.Store(array="out", index=gid, value=acc))
+    x0 = np.full(1 << 16, 1.5, np.float32)
+    out = sim.simulate(k, [x0, np.zeros(1 << 16, np.float32)], grid=256, block=256)["out"]
+    assert np.all(out == np.float32(20 * 2.25)) and max(made) == 2
