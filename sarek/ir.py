@@ -583,9 +583,11 @@ class Wgmma(_Stmt):
     (``mma.sync.m16n8k16``'s A layout), ``D_w`` its 16 x ``n`` f32 accumulator in the local
     array ``d`` (columns ``8j .. 8j+7`` in elements ``4j .. 4j+3``, ``mma.sync``'s C layout),
     and B the 16 x ``n`` matrix of the shared array ``b`` in 8x8 core matrices: element
-    ``(k, c)`` at ``b_index + (k/8)*core_k + (k%8)*8 + (c/8)*core_n + c%8``, ``b_index`` the
-    same for the whole warpgroup. The instruction is preceded by a ``wgmma.fence`` and
-    complete after the next ``WgmmaWait``."""
+    ``(k, c)`` at ``b_index + (k/8)*core_k + (k%8)*8 + (c/8)*core_n + c%8``; with ``swizzle``
+    128 in 128-byte swizzle atoms of 8 rows of 64: at ``b_index + (k/8)*core_k +
+    (c/64)*core_n + (k%8)*64 + (((c%64)/8) ^ (k%8))*8 + c%8``, the atoms 1024-byte aligned;
+    ``b_index`` the same for the whole warpgroup. The instruction is preceded by a
+    ``wgmma.fence`` and complete after the next ``WgmmaWait``."""
 
     kind: Literal["wgmma"] = "wgmma"
     elem: ElemType
@@ -596,6 +598,7 @@ class Wgmma(_Stmt):
     b_index: Expr
     core_k: int = Field(gt=0)
     core_n: int = Field(gt=0)
+    swizzle: Literal[0, 128] = 0
 
 
 class WgmmaWait(_Stmt):

@@ -84,9 +84,12 @@ class Tiles(Core):
             raise LaunchError(f"wgmma is issued by one warpgroup of {lanes.WARPGROUP} "
                               f"invocations; the launch's blocks have {geo.block_size}",
                               site.path, site.line)
-        k, c = np.arange(16), np.arange(s.n)
-        offsets = ((k // 8) * s.core_k + (k % 8) * 8)[:, None] + \
-            ((c // 8) * s.core_n + c % 8)[None, :]
+        k, c = np.arange(16)[:, None], np.arange(s.n)[None, :]
+        if s.swizzle:
+            offsets = (k // 8) * s.core_k + (c // 64) * s.core_n + (k % 8) * 64 + \
+                (((c % 64) // 8) ^ (k % 8)) * 8 + c % 8
+        else:
+            offsets = (k // 8) * s.core_k + (k % 8) * 8 + (c // 8) * s.core_n + c % 8
 
         def run(st: State, m: Mask) -> None:
             warps = self._warps(m, site)

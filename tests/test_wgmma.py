@@ -142,6 +142,8 @@ def _value(e: ir.Expr) -> int:
                     return x // y
                 case ir.BinOp.REM:
                     return x % y
+                case ir.BinOp.XOR:
+                    return x ^ y
     raise AssertionError(e)
 
 
@@ -169,3 +171,23 @@ def test_the_simulator_runs_a_wgmma_only_for_whole_warpgroups() -> None:
     lowered = cuda_lower.lower(rw.kernel).model_copy(update={"block": None})
     with pytest.raises(LaunchError, match="one warpgroup of 128 invocations"):
         sarek.simulate(lowered, dict(rw.args), grid=rw.grid, block=(64, 1, 1))
+
+
+def test_b_buffers_of_whole_kilobytes_take_128_byte_swizzle_atoms() -> None:
+    by_name = {}
+    for schedule in WARPGROUP:
+        lowered = cuda_lower.lower(rewrite(schedule).kernel)
+        by_name[schedule.name] = {s.swizzle for s in walk(lowered.body)
+                                  if isinstance(s, ir.Wgmma)}
+    # B buffers of 64 x 136 halves are 17 KiB; of 32 x 136, 8.5 KiB
+    assert by_name == {"t128k64s2g": {128}, "t128k32s3g": {0}}
+
+
+def test_a_swizzled_layout_is_dense_keeps_chunks_whole_and_xors_them_by_row() -> None:
+    layout = CoreLayout(rows=64, pitch=136, swizzle=True)
+    at = {(k, c): _value(layout.element(const(0), const(k), const(c)))
+          for k in range(64) for c in range(128)}
+    assert sorted(at.values()) == list(range(64 * 128))
+    assert all(at[k, c + 1] == at[k, c] + 1 for k in range(64) for c in range(127) if c % 8 < 7)
+    assert [at[3, 8 * j] // 8 % 8 for j in range(8)] == [j ^ 3 for j in range(8)]
+    assert _value(layout.start(const(64 * 136 + 16 * 136))) == 64 * 136 + 16 * 64

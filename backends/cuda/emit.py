@@ -104,11 +104,12 @@ def _hook(p: Printer, s: ir.Stmt) -> list[str] | None:
 
 
 WGMMA_DESCRIPTOR = r"""
-/* A wgmma matrix descriptor without swizzle: start, bytes between core matrices along k, n. */
-__device__ inline unsigned long long sk_wgmma_desc(const void* p, unsigned lbo, unsigned sbo) {
+/* A wgmma matrix descriptor: start, leading and stride byte offsets, swizzle mode. */
+__device__ inline unsigned long long sk_wgmma_desc(const void* p, unsigned lbo, unsigned sbo,
+                                                   unsigned long long mode) {
     unsigned long long a = (unsigned)__cvta_generic_to_shared(p);
     return ((a & 0x3FFFF) >> 4) | ((unsigned long long)(lbo >> 4) << 16)
-           | ((unsigned long long)(sbo >> 4) << 32);
+           | ((unsigned long long)(sbo >> 4) << 32) | (mode << 62);
 }
 """
 
@@ -123,8 +124,11 @@ def _wgmma(p: Printer, s: ir.Wgmma) -> list[str]:
     outs = ", ".join(f'"+f"({s.d}[{j}])' for j in range(values))
     ins = ", ".join(f'"r"({s.a}[{j}])' for j in range(4))
     size = 2  # bytes of an f16 or bf16 element
-    desc = (f"sk_wgmma_desc(&{s.b}[{p.expr(s.b_index)}], {s.core_k * size}u, "
-            f"{s.core_n * size}u)")
+    # Transposed B: without swizzle the leading offset runs along k and the stride along n;
+    # in 128-byte swizzle atoms the leading offset runs along n and the stride along k.
+    lbo, sbo = (s.core_n, s.core_k) if s.swizzle else (s.core_k, s.core_n)
+    desc = (f"sk_wgmma_desc(&{s.b}[{p.expr(s.b_index)}], {lbo * size}u, {sbo * size}u, "
+            f"{1 if s.swizzle else 0}ull)")
     op = f"wgmma.mma_async.sync.aligned.m64n{s.n}k16.f32.{t}.{t}"
     return ['asm volatile("wgmma.fence.sync.aligned;" ::: "memory");',
             f'asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, 1, 0;\\n{op} {{{d}}}, '

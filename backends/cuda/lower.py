@@ -220,6 +220,8 @@ class _Lowering:
                 return [s.model_copy(update={"then": self.block(then),
                                              "orelse": self.block(orelse)})]
             case ir.ArrayDecl(name=name):
+                if name in self.places and self.places[name].swizzle:
+                    s = s.model_copy(update={"align": max(s.align, wgmma.SWIZZLE_BYTES)})
                 self.arrays[name] = s
                 return [s]
             case ir.FragDecl():
@@ -419,4 +421,4 @@ class _Lowering:
         layout = self.places[load.array]
         return ir.Wgmma(elem=fa.elem, n=fb.shape.n, d=fd.name, a=fa.name, b=load.array,
                         b_index=layout.start(load.offset), core_k=layout.core_k,
-                        core_n=layout.core_n, line=line)
+                        core_n=layout.core_n, swizzle=128 if layout.swizzle else 0, line=line)

@@ -34,35 +34,53 @@ from sarek.ir_walk import walk
 CORE = 8  # elements along each side of a core matrix (8 rows of 16 bytes of 16-bit elements)
 
 
+SWIZZLE_ROW = 64  # elements in one 128-byte row of a 128-byte swizzle atom (8 rows)
+SWIZZLE_BYTES = 1024  # one atom, aligned to itself
+
+
 @dataclass(frozen=True)
 class CoreLayout:
     """Where a B array's staged tiles lie: ``rows`` x ``pitch`` buffers of the neutral layout,
-    each holding its tile in core matrices."""
+    each holding its tile in core matrices, or with ``swizzle`` in 128-byte swizzle atoms (8
+    k-rows of 64 columns, 1024 bytes, whose 16-byte chunk ``j`` of row ``r`` lies at chunk
+    ``j ^ r``), atoms along k first."""
 
     rows: int
     pitch: int
+    swizzle: bool = False
 
     @property
     def core_k(self) -> int:
-        """Elements between core matrices adjacent along k."""
-        return CORE * CORE
+        """Elements between the 8-row groups adjacent along k."""
+        return SWIZZLE_ROW * CORE if self.swizzle else CORE * CORE
 
     @property
     def core_n(self) -> int:
-        """Elements between core matrices adjacent along the columns."""
-        return CORE * self.rows
+        """Elements between the column blocks (core matrices, or atoms) adjacent along n."""
+        return (self.rows // CORE) * SWIZZLE_ROW * CORE if self.swizzle else CORE * self.rows
 
     def element(self, offset: ir.Expr, row: ir.Expr, col: ir.Expr) -> ir.Expr:
         """The index of tile element (``row``, ``col``) of the buffer at ``offset``."""
-        blocked = add(mul(binary(BinOp.DIV, col, const(CORE)), const(self.core_n)),
-                      binary(BinOp.REM, col, const(CORE)))
-        return add(offset, add(mul(row, const(CORE)), blocked))
+        if not self.swizzle:
+            blocked = add(mul(binary(BinOp.DIV, col, const(CORE)), const(self.core_n)),
+                          binary(BinOp.REM, col, const(CORE)))
+            return add(offset, add(mul(row, const(CORE)), blocked))
+        r = binary(BinOp.REM, row, const(CORE))
+        chunk = binary(BinOp.XOR, binary(BinOp.DIV, binary(BinOp.REM, col, const(SWIZZLE_ROW)),
+                                         const(CORE)), r)
+        atom = add(mul(binary(BinOp.DIV, row, const(CORE)), const(self.core_k)),
+                   mul(binary(BinOp.DIV, col, const(SWIZZLE_ROW)), const(self.core_n)))
+        inside = add(add(mul(r, const(SWIZZLE_ROW)), mul(chunk, const(CORE))),
+                     binary(BinOp.REM, col, const(CORE)))
+        return add(offset, add(atom, inside))
 
     def start(self, neutral: ir.Expr) -> ir.Expr:
-        """Where the row that starts at ``neutral`` in the neutral layout starts here."""
+        """Where the row that starts at ``neutral`` in the neutral layout starts here (a row
+        that begins an 8-row group)."""
         within = binary(BinOp.REM, neutral, const(self.rows * self.pitch))
         base = binary(BinOp.SUB, neutral, within)
-        return add(base, mul(binary(BinOp.DIV, within, const(self.pitch)), const(CORE)))
+        per_row = SWIZZLE_ROW if self.swizzle else CORE
+        return add(base, mul(binary(BinOp.DIV, within, const(self.pitch)), const(per_row)))
 
 
 def wgmma_b_arrays(kernel: ir.Kernel) -> dict[str, CoreLayout]:
@@ -91,7 +109,10 @@ def wgmma_b_arrays(kernel: ir.Kernel) -> dict[str, CoreLayout]:
             if touches:
                 raise EmitError(f"{name!r} feeds wgmma and is also accessed by a "
                                 f"{type(s).__name__}; CUDA lays it out for wgmma alone")
-        out[name] = CoreLayout(rows, pitch)
+        buffer_bytes = rows * pitch * 2
+        swizzle = buffer_bytes % SWIZZLE_BYTES == 0 and all(
+            s.cols % SWIZZLE_ROW == 0 for s in copies)
+        out[name] = CoreLayout(rows, pitch, swizzle)
     return out
 
 
