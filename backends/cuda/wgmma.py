@@ -7,13 +7,14 @@ from registers, ``wgmma.mma_async m64nNk16`` is, warp by warp, ``D_w = A_w * B +
 16-deep step the ``h200`` model's fused dot-add. So a ``FragMulAdd`` of a wave's 16x16 A and
 16 x n accumulator by a B fragment the four waves load from the same place is one ``Wgmma``.
 
-B must lie in shared memory as 8x8-element core matrices, not in the padded rows the neutral
+B must lie in shared memory in a layout ``wgmma`` reads, not in the padded rows the neutral
 rewrite stages: this module moves it. The B array is written only by staged copies (``rows``
 x ``cols`` tiles, buffer ``s`` at ``s * rows * pitch``) and read only by the B fragments, so
-the lowering may place tile element ``(k, c)`` of a buffer at ``8k + (c/8) * 8 * rows + c%8``
-instead of ``k * pitch + c``: K-adjacent core matrices 64 elements (128 bytes) apart,
-N-adjacent ones ``8 * rows``, every 16-byte chunk of a row still whole. A fragment load at the
-neutral offset ``o`` starts at ``o - o % B + 8 * ((o % B) / pitch)`` (``B = rows * pitch``).
+the lowering may place tile element ``(k, c)`` of a buffer elsewhere, every 16-byte chunk of a
+row still whole (``CoreLayout``): in 128-byte swizzle atoms where a buffer is a whole number of
+kilobytes, else in 8x8-element core matrices at ``8k + (c/8) * 8 * rows + c%8``. A fragment
+load at the neutral offset ``o`` starts at ``o - o % B + w * ((o % B) / pitch)`` (``B = rows *
+pitch``, ``w`` the elements of one of the layout's rows).
 
 After each staged wait every invocation fences its shared memory toward the asynchronous
 proxy ``wgmma`` reads through (``AsyncProxyFence``), and each run of ``Ldmatrix`` and
@@ -32,8 +33,6 @@ from sarek.ir_build import add, binary, const, mul
 from sarek.ir_walk import walk
 
 CORE = 8  # elements along each side of a core matrix (8 rows of 16 bytes of 16-bit elements)
-
-
 SWIZZLE_ROW = 64  # elements in one 128-byte row of a 128-byte swizzle atom (8 rows)
 SWIZZLE_BYTES = 1024  # one atom, aligned to itself
 
