@@ -69,6 +69,23 @@ def replace_statements(stmts: tuple[ir.Stmt, ...],
     return tuple(out)
 
 
+def map_blocks(stmts: tuple[ir.Stmt, ...],
+               level: Callable[[tuple[ir.Stmt, ...]], tuple[ir.Stmt, ...]]
+               ) -> tuple[ir.Stmt, ...]:
+    """``level(block)`` for ``stmts`` and every block nested in it, inner blocks first: a pass
+    that rewrites the statements of one block at a time (runs of them) without recursing."""
+    out: list[ir.Stmt] = []
+    for s in stmts:
+        match s:
+            case ir.For(body=body) | ir.While(body=body):
+                s = s.model_copy(update={"body": map_blocks(body, level)})
+            case ir.If(then=then, orelse=orelse):
+                s = s.model_copy(update={"then": map_blocks(then, level),
+                                         "orelse": map_blocks(orelse, level)})
+        out.append(s)
+    return level(tuple(out))
+
+
 def walk(stmts: tuple[ir.Stmt, ...]) -> Iterator[ir.Stmt]:
     """Every statement of ``stmts``, nested ones included, in program order."""
     for s in stmts:

@@ -93,7 +93,9 @@ class Tiles(Core):
 
         def run(st: State, m: Mask) -> None:
             warps = self._warps(m, site)
-            if warps.size % 4:
+            groups = warps.reshape(-1, 4) if warps.size % 4 == 0 else None
+            if groups is None or (groups[:, 0] % 4).any() or \
+                    (groups != groups[:, :1] + np.arange(4)).any():
                 self._fail(SubgroupDivergence, "wgmma needs every warp of the warpgroup "
                            "active", site, m)
             index = np.broadcast_to(self.spread(f_index(st, m)), (self.n,))
@@ -104,11 +106,11 @@ class Tiles(Core):
             smem = st.arrays[b.slot]
             assert isinstance(smem, SharedArray)
             blocks = geo.lane_block[first].astype(np.int64)
-            flat = (blocks * b.size + index[first])[:, None, None] + offsets
-            if flat.min() < blocks.min() * b.size or (flat - (blocks * b.size)[:, None, None]
-                                                       ).max() >= b.size:
+            within = index[first][:, None, None] + offsets
+            if within.min() < 0 or within.max() >= b.size:
                 self._fail(OutOfBounds, f"wgmma's B lies outside {s.b!r} ({b.size} elements)",
                            site, None)
+            flat = (blocks * b.size)[:, None, None] + within
             threads = np.repeat(geo.lane_thread[first].astype(np.int32), flat[0].size)
             smem.read(flat.ravel(), threads, None, site)
             values = np.ascontiguousarray(smem.data[flat]).view(dtypes.numpy_dtype(s.elem))

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from sarek import ir
+from sarek import ir, ir_build
 from sarek.ir import ElemType
-from sarek.ir_walk import subexpressions, substitute
+from sarek.ir_walk import map_blocks, subexpressions, substitute
 
 F32, U32 = ElemType.F32, ElemType.U32
 
@@ -45,3 +45,19 @@ def test_replace_statements_replaces_nested_statements_and_keeps_the_rest() -> N
     assert out.then == (ir.Barrier(), ir.Barrier())
     (inner,) = out.orelse
     assert isinstance(inner, ir.For) and inner.body == (ir.Barrier(), ir.Barrier())
+
+
+def test_map_blocks_rewrites_each_block_once_inner_blocks_first() -> None:
+    inner = (ir.Barrier(),)
+    loop = ir.For(var="i", start=ir_build.const(0), stop=ir_build.const(2),
+                  step=ir_build.const(1), body=inner)
+    seen: list[int] = []
+
+    def level(block: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+        seen.append(len(block))
+        return (*block, ir.Return())
+
+    out = map_blocks((loop, ir.Barrier()), level)
+    assert seen == [1, 2]  # the loop's body, then the outer block
+    assert isinstance(out[0], ir.For) and out[0].body == (ir.Barrier(), ir.Return())
+    assert out[1:] == (ir.Barrier(), ir.Return())

@@ -15,6 +15,7 @@ an add (no fresh accumulators) keep their order.
 from __future__ import annotations
 
 from sarek import ir
+from sarek.ir_walk import map_blocks
 
 _RUN = (ir.FragFill, ir.FragMulAdd, ir.FragAdd)
 
@@ -68,18 +69,15 @@ def by_chain(run: list[ir.Stmt]) -> list[ir.Stmt]:
 def regroup(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
     """``body`` with every maximal run of fragment fills, multiply-accumulates and adds
     reordered by ``by_chain`` (in nested blocks too)."""
-    out: list[ir.Stmt] = []
-    run: list[ir.Stmt] = []
-    for s in body:
-        if isinstance(s, _RUN):
-            run.append(s)
-            continue
-        out += by_chain(run)
-        run = []
-        match s:
-            case ir.For(body=inner) | ir.While(body=inner):
-                s = s.model_copy(update={"body": regroup(inner)})
-            case ir.If(then=then, orelse=orelse):
-                s = s.model_copy(update={"then": regroup(then), "orelse": regroup(orelse)})
-        out.append(s)
-    return (*out, *by_chain(run))
+    def level(block: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+        out: list[ir.Stmt] = []
+        run: list[ir.Stmt] = []
+        for s in block:
+            if isinstance(s, _RUN):
+                run.append(s)
+                continue
+            out += [*by_chain(run), s]
+            run = []
+        return (*out, *by_chain(run))
+
+    return map_blocks(body, level)

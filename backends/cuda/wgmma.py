@@ -30,7 +30,7 @@ from backends.cstyle import EmitError
 from sarek import ir
 from sarek.ir import BinOp, FragUse, MemSpace
 from sarek.ir_build import add, binary, const, mul
-from sarek.ir_walk import walk
+from sarek.ir_walk import map_blocks, walk
 
 CORE = 8  # elements along each side of a core matrix (8 rows of 16 bytes of 16-bit elements)
 SWIZZLE_ROW = 64  # elements in one 128-byte row of a 128-byte swizzle atom (8 rows)
@@ -127,7 +127,7 @@ def fence_and_wait(stmts: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
     """``stmts`` with an ``AsyncProxyFence`` after every ``StageWait`` and a ``WgmmaWait``
     ending every run of ``Ldmatrix`` and ``Wgmma`` that holds a ``Wgmma``, nested blocks
     too; ``EmitError`` where a run reloads a register one of its ``Wgmma`` reads."""
-    def block(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+    def level(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
         out: list[ir.Stmt] = []
         busy: set[str] = set()  # registers an issued Wgmma of the open run reads or writes
 
@@ -149,16 +149,11 @@ def fence_and_wait(stmts: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
                     out.append(s)
                     continue
             close()
-            match s:
-                case ir.For(body=b) | ir.While(body=b):
-                    s = s.model_copy(update={"body": block(b)})
-                case ir.If(then=then, orelse=orelse):
-                    s = s.model_copy(update={"then": block(then), "orelse": block(orelse)})
             out.append(s)
             if isinstance(s, ir.StageWait):
                 out.append(ir.AsyncProxyFence(line=s.line))
         close()
         return tuple(out)
 
-    return block(stmts)
+    return map_blocks(stmts, level)
 
