@@ -578,16 +578,25 @@ class Mma(_Stmt):
 
 class Wgmma(_Stmt):
     """Lane-explicit ``wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{elem}.{elem}`` of the
-    block's four warps (one warpgroup), A from registers, B from shared memory: for each warp
-    ``w``, ``D_w = A_w * B + D_w``. ``A_w`` is the warp's 16x16 A in the u32 local array ``a``
-    (``mma.sync.m16n8k16``'s A layout), ``D_w`` its 16 x ``n`` f32 accumulator in the local
-    array ``d`` (columns ``8j .. 8j+7`` in elements ``4j .. 4j+3``, ``mma.sync``'s C layout),
-    and B the 16 x ``n`` matrix of the shared array ``b`` in 8x8 core matrices: element
-    ``(k, c)`` at ``b_index + (k/8)*core_k + (k%8)*8 + (c/8)*core_n + c%8``; with ``swizzle``
-    128 in 128-byte swizzle atoms of 8 rows of 64: at ``b_index + (k/8)*core_k +
-    (c/64)*core_n + (k%8)*64 + (((c%64)/8) ^ (k%8))*8 + c%8``, the atoms 1024-byte aligned;
-    ``b_index`` the same for the whole warpgroup. The instruction is preceded by a
-    ``wgmma.fence`` and complete after the next ``WgmmaWait``."""
+    block's four warps (one warpgroup), B from shared memory, A from registers or from shared
+    memory: for each warp ``w``, ``D_w = A_w * B + D_w``.
+
+    Without ``a_index``, ``A_w`` is the warp's 16x16 A in the u32 local array ``a``
+    (``mma.sync.m16n8k16``'s A layout). With it, ``a`` is a shared array of ``elem`` holding
+    the warpgroup's 64x16 A K-major in 128-byte swizzle atoms: row ``m``, column ``k`` at
+    ``swizzled(a_index + (m/8)*a_core_m + (m%8)*64 + k)``, ``A_w`` its rows ``16w .. 16w+15``
+    (``swizzled(x) = x ^ (((x / 64) % 8) * 8)``: in each 128-byte row of a 1024-byte aligned
+    atom the 16-byte chunks are permuted by the row's index; ``a_index % 64`` at most 48, so
+    the 16 columns stay in one row).
+
+    ``D_w`` is the warp's 16 x ``n`` f32 accumulator in the local array ``d`` (columns
+    ``8j .. 8j+7`` in elements ``4j .. 4j+3``, ``mma.sync``'s C layout), and B the 16 x ``n``
+    matrix of the shared array ``b`` in 8x8 core matrices: element ``(k, c)`` at ``b_index +
+    (k/8)*core_k + (k%8)*8 + (c/8)*core_n + c%8``; with ``swizzle`` 128 in 128-byte swizzle
+    atoms of 8 rows of 64: at ``b_index + (k/8)*core_k + (c/64)*core_n + (k%8)*64 + (((c%64)/8)
+    ^ (k%8))*8 + c%8``, the atoms 1024-byte aligned. ``a_index`` and ``b_index`` are the same
+    for the whole warpgroup. The instruction is preceded by a ``wgmma.fence`` and complete
+    after the next ``WgmmaWait``."""
 
     kind: Literal["wgmma"] = "wgmma"
     elem: ElemType
@@ -599,6 +608,8 @@ class Wgmma(_Stmt):
     core_k: int = Field(gt=0)
     core_n: int = Field(gt=0)
     swizzle: Literal[0, 128] = 0
+    a_index: Expr | None = None
+    a_core_m: int = Field(default=512, gt=0)
 
 
 class WgmmaWait(_Stmt):

@@ -395,21 +395,27 @@ class _Checker:
                 self._stage_copy(s, scope, path, divergent)
             case ir.StageCommit() | ir.StageWait() | ir.WgmmaWait() | ir.AsyncProxyFence():
                 pass
-            case ir.Wgmma(elem=elem, n=n, d=d, a=a, b=b, b_index=index):
+            case ir.Wgmma(elem=elem, n=n, d=d, a=a, b=b, b_index=index, a_index=a_index):
                 if divergent:
                     self.report(path, "wgmma in divergent code: the warpgroup issues it "
                                 "together")
-                self.expr(index, scope, path)
-                self._index(index, path)
+                for x in (index, a_index):
+                    if x is not None:
+                        self.expr(x, scope, path)
+                        self._index(x, path)
                 if elem not in (ElemType.F16, ElemType.BF16):
                     self.report(path, f"wgmma multiplies f16 or bf16 here, not {elem}")
-                self._registers(scope, path, a, ElemType.U32, 4)
+                if a_index is None:
+                    self._registers(scope, path, a, ElemType.U32, 4)
                 self._registers(scope, path, d, ElemType.F32, n // 2)
-                sym = scope.lookup(b)
-                if not isinstance(sym, _Array) or sym.space is not MemSpace.SHARED or \
-                        sym.elem is not elem:
-                    self.report(path, f"wgmma reads B from a shared array of {elem}; {b!r} is "
-                                "not one")
+                for use, name in (("A", a), ("B", b)):
+                    if use == "A" and a_index is None:
+                        continue
+                    sym = scope.lookup(name)
+                    if not isinstance(sym, _Array) or sym.space is not MemSpace.SHARED or \
+                            sym.elem is not elem:
+                        self.report(path, f"wgmma reads {use} from a shared array of {elem}; "
+                                    f"{name!r} is not one")
             case ir.CpAsync(dst=dst, dst_index=di, src=src, src_index=si):
                 for x in (di, si):
                     self.expr(x, scope, path)

@@ -12,7 +12,7 @@ from sim import lanes
 from sim import tile as tile_sim
 from sim.compiler import Core
 from sim.memory import LocalArray, SharedArray, Site
-from sim.state import Array, Mask, Scope, State, StmtFn, View
+from sim.state import Array, ExprFn, Mask, Scope, State, StmtFn, View
 
 
 class Tiles(Core):
@@ -73,12 +73,13 @@ class Tiles(Core):
         return run
 
     def wgmma(self, s: ir.Wgmma, scope: Scope, site: Site) -> StmtFn:
-        """A warpgroup's wgmma: each warp's A and accumulator from its lanes' registers, the
-        block's B from shared memory in core matrices (``ir.Wgmma``)."""
+        """A warpgroup's wgmma: each warp's accumulator from its lanes' registers, A from them
+        too or from shared memory, the block's B from shared memory (``ir.Wgmma``)."""
         facts = atoms.mma_for(s.elem, ir.ElemType.F32)
         assert facts is not None
         a, d, b = (self._array(scope, name) for name in (s.a, s.d, s.b))
-        f_index = self.expr(s.b_index, scope, site)
+        f_b = self.expr(s.b_index, scope, site)
+        f_a = None if s.a_index is None else self.expr(s.a_index, scope, site)
         geo, model = self.geo, self.arith
         if geo.block_size != lanes.WARPGROUP:
             raise LaunchError(f"wgmma is issued by one warpgroup of {lanes.WARPGROUP} "
@@ -86,10 +87,39 @@ class Tiles(Core):
                               site.path, site.line)
         k, c = np.arange(16)[:, None], np.arange(s.n)[None, :]
         if s.swizzle:
-            offsets = (k // 8) * s.core_k + (c // 64) * s.core_n + (k % 8) * 64 + \
+            b_offsets = (k // 8) * s.core_k + (c // 64) * s.core_n + (k % 8) * 64 + \
                 (((c % 64) // 8) ^ (k % 8)) * 8 + c % 8
         else:
-            offsets = (k // 8) * s.core_k + (k % 8) * 8 + (c // 8) * s.core_n + c % 8
+            b_offsets = (k // 8) * s.core_k + (k % 8) * 8 + (c // 8) * s.core_n + c % 8
+        m = np.arange(64)[:, None]
+        a_offsets = (m // 8) * s.a_core_m + (m % 8) * 64 + np.arange(16)  # before the swizzle
+
+        def operand(st: State, m: Mask, f_index: ExprFn, arr: Array, offsets: np.ndarray,
+                    warps: np.ndarray, use: str) -> np.ndarray:
+            """``[warpgroup, ...offsets]``: the warpgroups' values of the shared operand whose
+            start ``f_index`` gives, at ``offsets`` from it."""
+            index = np.broadcast_to(self.spread(f_index(st, m)), (self.n,))
+            first = warps[::4] * lanes.WARP  # each warpgroup's lane 0
+            each = index[lanes.warp_lanes(warps)].reshape(len(first), -1)
+            if (each != each[:, :1]).any():
+                self._fail(SubgroupDivergence, f"wgmma's {use} is one for the warpgroup; its "
+                           "warps name different ones", site, None)
+            within = index[first].astype(np.int64).reshape(-1, *[1] * offsets.ndim) + offsets
+            if use == "A":
+                if (index[first] % 64 > 48).any():
+                    self._fail(OutOfBounds, f"wgmma's A rows of 16 elements cross a 128-byte "
+                               f"row of {arr.name!r}'s swizzle atoms", site, None)
+                within = within ^ (((within // 64) % 8) * 8)
+            if within.min() < 0 or within.max() >= arr.size:
+                self._fail(OutOfBounds, f"wgmma's {use} lies outside {arr.name!r} ({arr.size} "
+                           "elements)", site, None)
+            smem = st.arrays[arr.slot]
+            assert isinstance(smem, SharedArray)
+            blocks = geo.lane_block[first].astype(np.int64)
+            flat = (blocks * arr.size).reshape(within.shape[:1] + (1,) * offsets.ndim) + within
+            threads = np.repeat(geo.lane_thread[first].astype(np.int32), flat[0].size)
+            smem.read(flat.ravel(), threads, None, site)
+            return np.ascontiguousarray(smem.data[flat]).view(dtypes.numpy_dtype(s.elem))
 
         def run(st: State, m: Mask) -> None:
             warps = self._warps(m, site)
@@ -98,25 +128,16 @@ class Tiles(Core):
                     (groups != groups[:, :1] + np.arange(4)).any():
                 self._fail(SubgroupDivergence, "wgmma needs every warp of the warpgroup "
                            "active", site, m)
-            index = np.broadcast_to(self.spread(f_index(st, m)), (self.n,))
-            first = warps * lanes.WARP  # each warp's lane 0
-            if (index[first].reshape(-1, 4) != index[first].reshape(-1, 4)[:, :1]).any():
-                self._fail(SubgroupDivergence, "wgmma's B is one for the warpgroup; its warps "
-                           "name different ones", site, None)
-            smem = st.arrays[b.slot]
-            assert isinstance(smem, SharedArray)
-            blocks = geo.lane_block[first].astype(np.int64)
-            within = index[first][:, None, None] + offsets
-            if within.min() < 0 or within.max() >= b.size:
-                self._fail(OutOfBounds, f"wgmma's B lies outside {s.b!r} ({b.size} elements)",
-                           site, None)
-            flat = (blocks * b.size)[:, None, None] + within
-            threads = np.repeat(geo.lane_thread[first].astype(np.int32), flat[0].size)
-            smem.read(flat.ravel(), threads, None, site)
-            values = np.ascontiguousarray(smem.data[flat]).view(dtypes.numpy_dtype(s.elem))
-            local_a, local_d = st.arrays[a.slot], st.arrays[d.slot]
-            assert isinstance(local_a, LocalArray) and isinstance(local_d, LocalArray)
-            lanes.wgmma(facts, model, (local_a, a.size), (local_d, d.size), values, s.n, warps)
+            values = np.repeat(operand(st, m, f_b, b, b_offsets, warps, "B"), 4, axis=0)
+            if f_a is None:
+                local_a = st.arrays[a.slot]
+                assert isinstance(local_a, LocalArray)
+                a_tile = lanes.a_registers(facts, (local_a, a.size), warps)
+            else:  # warp w of a warpgroup: rows 16w .. 16w+15 of the warpgroup's 64
+                a_tile = operand(st, m, f_a, a, a_offsets, warps, "A").reshape(-1, 16, 16)
+            local_d = st.arrays[d.slot]
+            assert isinstance(local_d, LocalArray)
+            lanes.wgmma(facts, model, a_tile, (local_d, d.size), values, s.n, warps)
 
         return run
 

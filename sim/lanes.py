@@ -23,25 +23,32 @@ WARP = atoms.LDMATRIX.lanes
 WARPGROUP = 4 * WARP  # invocations that issue one wgmma together
 
 
-def wgmma(facts: atoms.MmaAtomFacts, model: fragments.Model, a: tuple[LocalArray, int],
+def wgmma(facts: atoms.MmaAtomFacts, model: fragments.Model, a: np.ndarray,
           d: tuple[LocalArray, int], b: np.ndarray, n: int, warps: np.ndarray) -> None:
-    """Runs one ``wgmma m64nNk16`` for ``warps`` (whole warpgroups): each warp's 16x16 A from
-    its lanes' four registers (``facts``' A layout), its 16 x ``n`` accumulator from its
-    lanes' ``n / 2`` elements (``facts``' C layout per 8 columns), ``b[warp]`` its 16 x ``n``
-    B; ``D = A * B + D`` under ``model``, dealt back."""
+    """Runs one ``wgmma m64nNk16`` for ``warps`` (whole warpgroups): ``a[warp]`` the warp's
+    16x16 A, its 16 x ``n`` accumulator from its lanes' ``n / 2`` elements (``facts``' C
+    layout per 8 columns), ``b[warp]`` its 16 x ``n`` B; ``D = A * B + D`` under ``model``,
+    dealt back."""
     lanes = warp_lanes(warps)
-    (a_array, a_size), (d_array, d_size) = a, d
-    operand = dtypes.numpy_dtype(facts.operand)
-    words = np.ascontiguousarray(a_array.data[lanes[..., None] * a_size + np.arange(4)])
-    a_tile = facts.a.scatter(words.view(operand))
+    d_array, d_size = d
     per = facts.c.values  # accumulator elements per 8 columns
     flat = lanes[..., None] * d_size + np.arange(n // 8 * per)
     acc = d_array.data[flat]
     c = np.concatenate([facts.c.scatter(acc[..., h * per:(h + 1) * per])
                         for h in range(n // 8)], axis=2)
-    out = fragments.mul_add(a_tile, b, c, model)
+    out = fragments.mul_add(a, b, c, model)
     d_array.data[flat] = np.concatenate([facts.c.gather(out[:, :, 8 * h:8 * (h + 1)])
                                          for h in range(n // 8)], axis=-1)
+
+
+def a_registers(facts: atoms.MmaAtomFacts, a: tuple[LocalArray, int], warps: np.ndarray
+                ) -> np.ndarray:
+    """``[warp, 16, 16]``: each warp's A from its lanes' four registers (``facts``' A
+    layout)."""
+    a_array, a_size = a
+    words = np.ascontiguousarray(a_array.data[warp_lanes(warps)[..., None] * a_size +
+                                              np.arange(4)])
+    return facts.a.scatter(words.view(dtypes.numpy_dtype(facts.operand)))
 
 
 def warp_lanes(warps: np.ndarray) -> np.ndarray:

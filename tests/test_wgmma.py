@@ -16,7 +16,7 @@ from backends.cuda import compile_cubin, nvrtc_available
 from backends.cuda import lower as cuda_lower
 from backends.cuda.wgmma import CoreLayout, fence_and_wait
 from backends.registry import target
-from sarek import ir
+from sarek import ir, ir_check
 from sarek.ir_build import const, var
 from sarek.ir_walk import walk
 from sarek.launch import Launch
@@ -144,6 +144,10 @@ def _value(e: ir.Expr) -> int:
                     return x % y
                 case ir.BinOp.XOR:
                     return x ^ y
+                case ir.BinOp.AND:
+                    return x & y
+                case ir.BinOp.SHR:
+                    return x >> y
     raise AssertionError(e)
 
 
@@ -191,3 +195,73 @@ def test_a_swizzled_layout_is_dense_keeps_chunks_whole_and_xors_them_by_row() ->
     assert all(at[k, c + 1] == at[k, c] + 1 for k in range(64) for c in range(127) if c % 8 < 7)
     assert [at[3, 8 * j] // 8 % 8 for j in range(8)] == [j ^ 3 for j in range(8)]
     assert _value(layout.start(const(64 * 136 + 16 * 136))) == 64 * 136 + 16 * 64
+
+
+def test_a_staged_64_columns_wide_is_read_from_shared_memory_k_major_and_swizzled() -> None:
+    reads = {}
+    for schedule in WARPGROUP:
+        stmts = list(walk(cuda_lower.lower(rewrite(schedule).kernel).body))
+        reads[schedule.name] = ({s.a_index is not None for s in stmts if isinstance(s, ir.Wgmma)},
+                                sum(isinstance(s, ir.Ldmatrix) for s in stmts))
+    # t128k64s2g stages A 128 x 64 (18 KiB buffers): no ldmatrix; t128k32s3g's 32 columns are
+    # half an atom, so its A goes through registers
+    assert reads == {"t128k64s2g": ({True}, 0), "t128k32s3g": ({False}, 2 * 32 // 16)}
+
+
+def test_where_a_copy_puts_an_a_element_is_where_wgmma_reads_it() -> None:
+    layout = CoreLayout(rows=128, pitch=72, swizzle=True, cols=64)
+    for r in range(128):
+        for c in range(64):
+            logical = _value(layout.logical(const(2 * 128 * 72 + r * 72 + c)))
+            assert logical == 2 * 128 * 72 + r * 64 + c
+            placed = _value(layout.element(const(2 * 128 * 72), const(r), const(c)))
+            assert placed == logical ^ (((logical - 2 * 128 * 72) >> 6 & 7) << 3)
+
+
+def _shared_a_kernel(change) -> tuple[ir.Kernel, Launch]:
+    rw = rewrite(WARPGROUP[0])
+    lowered = cuda_lower.lower(rw.kernel)
+
+    def edit(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+        return tuple(change(s) if isinstance(s, ir.Wgmma) and s.a_index is not None else s
+                     for s in body)
+
+    from sarek.ir_walk import map_blocks
+    return lowered.model_copy(update={"body": map_blocks(lowered.body, edit)}), rw
+
+
+def test_the_simulator_refuses_an_a_that_is_not_one_for_the_warpgroup() -> None:
+    from sarek.errors import SubgroupDivergence
+
+    warp = ir.Binary(op=ir.BinOp.REM, a=ir.BuiltinValue(which=ir.Builtin.SUBGROUP_ID),
+                     b=const(4), type=ir.ElemType.I32)
+    per_warp = ir.Binary(op=ir.BinOp.MUL, a=warp, b=const(1024), type=ir.ElemType.I32)
+    kernel, rw = _shared_a_kernel(lambda s: s.model_copy(update={
+        "a_index": ir.Binary(op=ir.BinOp.ADD, a=s.a_index, b=per_warp, type=ir.ElemType.I32)}))
+    with pytest.raises(SubgroupDivergence, match="wgmma's A is one for the warpgroup"):
+        sarek.simulate(kernel, dict(rw.args), grid=rw.grid, block=rw.block, arith="h200")
+
+
+def test_the_simulator_refuses_an_a_whose_columns_cross_a_128_byte_row() -> None:
+    from sarek.errors import OutOfBounds
+
+    kernel, rw = _shared_a_kernel(lambda s: s.model_copy(update={
+        "a_index": ir.Binary(op=ir.BinOp.ADD, a=s.a_index, b=const(56),
+                             type=ir.ElemType.I32)}))
+    with pytest.raises(OutOfBounds, match="cross a 128-byte row"):
+        sarek.simulate(kernel, dict(rw.args), grid=rw.grid, block=rw.block, arith="h200")
+
+
+def test_the_checker_refuses_a_shared_a_that_is_not_a_shared_array_of_the_operands() -> None:
+    kernel, _ = _shared_a_kernel(lambda s: s.model_copy(update={"a": s.d}))
+    problems = ir_check.check(kernel)
+    assert any("wgmma reads A from a shared array of f16" in p.reason for p in problems)
+
+
+@pytest.mark.skipif(nvrtc_available() is not None, reason=f"NVRTC: {nvrtc_available()}")
+def test_the_printed_wgmma_with_a_from_shared_memory_compiles_for_sm_90a() -> None:
+    src = sarek.emit(rewrite(WARPGROUP[0]).kernel, "cuda")
+    assert "ldmatrix" not in src
+    assert "16u, 1024u, 1ull)" in src  # A's descriptor: K-major, 8 rows of 128 bytes apart
+    assert "p, 1, 1, 0, 1;" in src
+    assert compile_cubin(src, "sm_90")[:4] == b"\x7fELF"

@@ -115,24 +115,33 @@ __device__ inline unsigned long long sk_wgmma_desc(const void* p, unsigned lbo, 
 
 
 def _wgmma(p: Printer, s: ir.Wgmma) -> list[str]:
-    """A ``wgmma.fence`` and one ``wgmma.mma_async``: A from this lane's four registers, B
-    transposed (its core matrices' 16-byte rows run along n) through a descriptor."""
+    """A ``wgmma.fence`` and one ``wgmma.mma_async``: A from this lane's four registers or
+    through a descriptor (K-major, 128-byte swizzle), B transposed (its core matrices' 16-byte
+    rows run along n) through a descriptor."""
     t = "f16" if s.elem is ElemType.F16 else "bf16"
     values = s.n // 2
     d = ", ".join(f"%{j}" for j in range(values))
-    a = ", ".join(f"%{values + j}" for j in range(4))
     outs = ", ".join(f'"+f"({s.d}[{j}])' for j in range(values))
-    ins = ", ".join(f'"r"({s.a}[{j}])' for j in range(4))
     size = 2  # bytes of an f16 or bf16 element
     # Transposed B: without swizzle the leading offset runs along k and the stride along n;
     # in 128-byte swizzle atoms the leading offset runs along n and the stride along k.
     lbo, sbo = (s.core_n, s.core_k) if s.swizzle else (s.core_k, s.core_n)
-    desc = (f"sk_wgmma_desc(&{s.b}[{p.expr(s.b_index)}], {lbo * size}u, {sbo * size}u, "
-            f"{1 if s.swizzle else 0}ull)")
+    b_desc = (f"sk_wgmma_desc(&{s.b}[{p.expr(s.b_index)}], {lbo * size}u, {sbo * size}u, "
+              f"{1 if s.swizzle else 0}ull)")
+    if s.a_index is None:
+        a = "{" + ", ".join(f"%{values + j}" for j in range(4)) + "}"
+        ins = ", ".join(f'"r"({s.a}[{j}])' for j in range(4))
+        b = f"%{values + 4}"
+        scales = "p, 1, 1, 1"  # scale-d, scale-a, scale-b, transpose-b
+    else:  # K-major A: its 16 columns lie in one 128-byte row, the leading offset unused
+        a_desc = f"sk_wgmma_desc(&{s.a}[{p.expr(s.a_index)}], 16u, {s.a_core_m * size}u, 1ull)"
+        a, b = f"%{values}", f"%{values + 1}"
+        ins = f'"l"({a_desc})'
+        scales = "p, 1, 1, 0, 1"  # scale-d, scale-a, scale-b, transpose-a, transpose-b
     op = f"wgmma.mma_async.sync.aligned.m64n{s.n}k16.f32.{t}.{t}"
     return ['asm volatile("wgmma.fence.sync.aligned;" ::: "memory");',
             f'asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, 1, 0;\\n{op} {{{d}}}, '
-            f'{{{a}}}, %{values + 4}, p, 1, 1, 1;\\n}}" : {outs} : {ins}, "l"({desc}) '
+            f'{a}, {b}, {scales};\\n}}" : {outs} : {ins}, "l"({b_desc}) '
             ': "memory");']
 
 

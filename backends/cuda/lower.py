@@ -69,7 +69,7 @@ def lower(kernel: ir.Kernel) -> ir.Kernel:
     unchanged) and its staged copies as ``cp.async`` (``backends.cuda.copies``), runs of
     fragment statements with fresh accumulators one chain at a time (``backends.cuda.chains``);
     ``EmitError`` with the reason for a fragment CUDA has no instruction for."""
-    places = wgmma.wgmma_b_arrays(kernel)
+    places = wgmma.wgmma_arrays(kernel)
     kernel = copies.lower(kernel, places)
     if not any(isinstance(s, _FRAGMENT_STMTS) for s in walk(kernel.body)):
         return kernel
@@ -199,8 +199,13 @@ def ldmatrix_blocks(facts: atoms.MmaAtomFacts, use: FragUse, layout: FragLayout
 class _Lowering:
     def __init__(self, kernel: ir.Kernel, places: dict[str, wgmma.CoreLayout]) -> None:
         self.kernel = kernel
-        self.places = places  # B arrays laid out for wgmma
+        self.places = places  # arrays laid out for wgmma
         self.wide_b: dict[str, ir.FragLoad] = {}  # a wgmma B fragment -> its last load
+        self.shared_a: dict[str, ir.FragLoad] = {}  # a wgmma A read from shared -> its load
+        self.a_in_place = {s.frag for s in walk(kernel.body) if isinstance(s, ir.FragLoad)
+                           and s.array in places and s.frag not in {
+                               d.name for d in walk(kernel.body) if isinstance(d, ir.FragDecl)
+                               and d.use is not FragUse.A}}
         self.frags: dict[str, ir.FragDecl] = {}
         self.arrays: dict[str, ir.ArrayDecl | ir.ArrayParam] = {
             p.name: p for p in kernel.params if isinstance(p, ir.ArrayParam)}
@@ -263,7 +268,7 @@ class _Lowering:
                             "8x8x8 float shape")
         facts = self.facts(d)
         self.frags[d.name] = d
-        if d.use is FragUse.B and wide:
+        if (d.use is FragUse.B and wide) or d.name in self.a_in_place:
             return []  # wgmma reads it from shared memory where it is loaded from
         if d.use is FragUse.ACCUMULATOR:
             size = _halves(d.use, shape.n) * facts.c.values
@@ -311,6 +316,9 @@ class _Lowering:
         if isinstance(s, ir.FragLoad) and d.use is FragUse.B and d.shape.n > EDGE:
             wgmma.wide_b_load(s, self.arrays.get(s.array))  # its array is in self.places
             self.wide_b[s.frag] = s
+            return []
+        if isinstance(s, ir.FragLoad) and s.frag in self.a_in_place:
+            self.shared_a[s.frag] = s  # wgmma reads it where it lies (wgmma.wgmma_arrays)
             return []
         if isinstance(s, ir.FragLoad) and d.use is not FragUse.ACCUMULATOR:
             served = self.ldmatrix(s, d, facts)
@@ -416,6 +424,14 @@ class _Lowering:
         if load is None:
             raise EmitError(f"B fragment {fb.name!r} is multiplied before it is loaded")
         layout = self.places[load.array]
-        return ir.Wgmma(elem=fa.elem, n=fb.shape.n, d=fd.name, a=fa.name, b=load.array,
+        a, a_index = fa.name, None
+        if fa.name in self.shared_a:  # warp w's rows start 16w rows into the warpgroup's
+            a_load = self.shared_a[fa.name]
+            warp = binary(BinOp.REM, ir.BuiltinValue(which=Builtin.SUBGROUP_ID), const(4))
+            a = a_load.array
+            a_index = binary(BinOp.SUB, self.places[a].logical(a_load.offset),
+                             mul(warp, const(EDGE * wgmma.SWIZZLE_ROW)))
+        return ir.Wgmma(elem=fa.elem, n=fb.shape.n, d=fd.name, a=a, b=load.array,
                         b_index=layout.start(load.offset), core_k=layout.core_k,
-                        core_n=layout.core_n, swizzle=128 if layout.swizzle else 0, line=line)
+                        core_n=layout.core_n, swizzle=128 if layout.swizzle else 0,
+                        a_index=a_index, a_core_m=wgmma.SWIZZLE_ROW * wgmma.CORE, line=line)

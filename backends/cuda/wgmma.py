@@ -47,6 +47,7 @@ class CoreLayout:
     rows: int
     pitch: int
     swizzle: bool = False
+    cols: int = 0  # of the staged tiles (0: not recorded)
 
     @property
     def core_k(self) -> int:
@@ -59,19 +60,24 @@ class CoreLayout:
         return (self.rows // CORE) * SWIZZLE_ROW * CORE if self.swizzle else CORE * self.rows
 
     def element(self, offset: ir.Expr, row: ir.Expr, col: ir.Expr) -> ir.Expr:
-        """The index of tile element (``row``, ``col``) of the buffer at ``offset``."""
+        """The index of tile element (``row``, ``col``) of the buffer at ``offset``, written
+        with shifts and masks of the (non-negative) row and column, so that a row that steps
+        by 8 moves the index by a constant a compiler sees (a division or remainder of a
+        signed value it cannot split)."""
+        def low(x: ir.Expr, bits: int) -> ir.Expr:
+            return binary(BinOp.AND, x, const((1 << bits) - 1))
+
+        def high(x: ir.Expr, bits: int) -> ir.Expr:
+            return binary(BinOp.SHR, x, const(bits))
+
+        # (row / 8) * core_k + (row % 8) * per_row is row * per_row: core_k = 8 * per_row
         if not self.swizzle:
-            blocked = add(mul(binary(BinOp.DIV, col, const(CORE)), const(self.core_n)),
-                          binary(BinOp.REM, col, const(CORE)))
+            blocked = add(mul(high(col, 3), const(self.core_n)), low(col, 3))
             return add(offset, add(mul(row, const(CORE)), blocked))
-        r = binary(BinOp.REM, row, const(CORE))
-        chunk = binary(BinOp.XOR, binary(BinOp.DIV, binary(BinOp.REM, col, const(SWIZZLE_ROW)),
-                                         const(CORE)), r)
-        atom = add(mul(binary(BinOp.DIV, row, const(CORE)), const(self.core_k)),
-                   mul(binary(BinOp.DIV, col, const(SWIZZLE_ROW)), const(self.core_n)))
-        inside = add(add(mul(r, const(SWIZZLE_ROW)), mul(chunk, const(CORE))),
-                     binary(BinOp.REM, col, const(CORE)))
-        return add(offset, add(atom, inside))
+        chunk = binary(BinOp.XOR, low(high(col, 3), 3), low(row, 3))
+        inside = add(mul(chunk, const(CORE)), low(col, 3))
+        along = add(mul(row, const(SWIZZLE_ROW)), mul(high(col, 6), const(self.core_n)))
+        return add(offset, add(along, inside))
 
     def start(self, neutral: ir.Expr) -> ir.Expr:
         """Where the row that starts at ``neutral`` in the neutral layout starts here (a row
@@ -81,38 +87,70 @@ class CoreLayout:
         per_row = SWIZZLE_ROW if self.swizzle else CORE
         return add(base, mul(binary(BinOp.DIV, within, const(self.pitch)), const(per_row)))
 
+    def logical(self, neutral: ir.Expr) -> ir.Expr:
+        """For a swizzled layout whose tiles are one atom wide (K-major A): the unswizzled
+        index of the element at ``neutral`` in the neutral layout, ``row * 64 + col`` within
+        its buffer (``ir.Wgmma``'s ``a_index``; the swizzle applies to the address)."""
+        assert self.swizzle and self.cols == SWIZZLE_ROW
+        within = binary(BinOp.REM, neutral, const(self.rows * self.pitch))
+        base = binary(BinOp.SUB, neutral, within)
+        row = binary(BinOp.DIV, within, const(self.pitch))
+        col = binary(BinOp.REM, within, const(self.pitch))
+        return add(base, add(mul(row, const(SWIZZLE_ROW)), col))
 
-def wgmma_b_arrays(kernel: ir.Kernel) -> dict[str, CoreLayout]:
-    """The shared arrays whose fragments feed ``wgmma`` (B fragments wider than 16) and the
-    core layout each takes; ``EmitError`` when such an array is touched by anything but its
-    staged copies and those fragment loads, or copied with different tile shapes."""
+
+def wgmma_arrays(kernel: ir.Kernel) -> dict[str, CoreLayout]:
+    """The shared arrays ``wgmma`` reads and the layout each takes: every array of B
+    fragments wider than 16 (``EmitError`` when such an array is touched by anything but its
+    staged copies and those fragment loads, or copied with different tile shapes), and every
+    array of the A fragments multiplied by them that can lie K-major in 128-byte swizzle atoms
+    (touched likewise, its tiles 64 columns wide and a multiple of 64 rows, its buffers whole
+    kilobytes); the others keep A in registers, loaded by ``ldmatrix``."""
     stmts = list(walk(kernel.body))
     wide_b = {s.name for s in stmts if isinstance(s, ir.FragDecl) and s.use is FragUse.B
               and s.shape.n > 16}
-    arrays = {s.array for s in stmts if isinstance(s, ir.FragLoad) and s.frag in wide_b}
+    by_wide_b = {s.a for s in stmts if isinstance(s, ir.FragMulAdd) and s.b in wide_b}
+    by_other = {s.a for s in stmts if isinstance(s, ir.FragMulAdd) and s.b not in wide_b}
+    loads = [s for s in stmts if isinstance(s, ir.FragLoad)]
     out: dict[str, CoreLayout] = {}
-    for name in arrays:
-        copies = [s for s in stmts if isinstance(s, ir.StageCopy) and s.dst == name]
-        shapes = {(s.rows, s.dst_pitch) for s in copies}
-        if len(shapes) != 1:
-            raise EmitError(f"wgmma reads B from {name!r}, which must be filled by staged "
-                            f"copies of one tile shape (found {sorted(shapes)})")
-        rows, pitch = shapes.pop()
-        if rows % (2 * CORE) or any(s.cols % CORE for s in copies):
-            raise EmitError(f"wgmma's B tiles in {name!r} are whole 16-row, 8-column blocks; "
-                            f"these copies are {rows} x {copies[0].cols}")
-        for s in stmts:
-            touches = (isinstance(s, ir.FragLoad) and s.array == name and s.frag not in wide_b)
-            touches |= isinstance(s, ir.Store | ir.StorePacked | ir.FragStore) and \
-                s.array == name
-            if touches:
-                raise EmitError(f"{name!r} feeds wgmma and is also accessed by a "
-                                f"{type(s).__name__}; CUDA lays it out for wgmma alone")
-        buffer_bytes = rows * pitch * 2
-        swizzle = buffer_bytes % SWIZZLE_BYTES == 0 and all(
-            s.cols % SWIZZLE_ROW == 0 for s in copies)
-        out[name] = CoreLayout(rows, pitch, swizzle)
+    for name in {s.array for s in loads if s.frag in wide_b}:
+        layout, refusal = _staged_layout(stmts, name, wide_b)
+        if refusal is not None:
+            raise EmitError(refusal)
+        assert layout is not None
+        out[name] = layout
+    for name in {s.array for s in loads if s.frag in by_wide_b} - out.keys():
+        frags = {s.frag for s in loads if s.array == name}
+        layout, refusal = _staged_layout(stmts, name, frags)
+        if refusal is None and layout is not None and layout.swizzle and \
+                not frags & by_other and layout.cols == SWIZZLE_ROW and \
+                layout.rows % (4 * 2 * CORE) == 0 and \
+                all(s.layout is ir.FragLayout.ROW for s in loads if s.array == name):
+            out[name] = layout
     return out
+
+
+def _staged_layout(stmts: list[ir.Stmt], name: str, frags: set[str]
+                   ) -> tuple[CoreLayout | None, str | None]:
+    """The layout of ``name``'s staged tiles when only its staged copies and loads of
+    ``frags`` touch it, or the reason it cannot be laid out."""
+    copies = [s for s in stmts if isinstance(s, ir.StageCopy) and s.dst == name]
+    shapes = {(s.rows, s.cols, s.dst_pitch) for s in copies}
+    if len(shapes) != 1:
+        return None, (f"wgmma reads {name!r}, which must be filled by staged copies of one "
+                      f"tile shape (found {sorted(shapes)})")
+    rows, cols, pitch = shapes.pop()
+    if rows % (2 * CORE) or cols % CORE:
+        return None, (f"wgmma's tiles in {name!r} are whole 16-row, 8-column blocks; these "
+                      f"copies are {rows} x {cols}")
+    for s in stmts:
+        touches = isinstance(s, ir.FragLoad) and s.array == name and s.frag not in frags
+        touches |= isinstance(s, ir.Store | ir.StorePacked | ir.FragStore) and s.array == name
+        if touches:
+            return None, (f"{name!r} feeds wgmma and is also accessed by a "
+                          f"{type(s).__name__}; CUDA lays it out for wgmma alone")
+    swizzle = rows * pitch * 2 % SWIZZLE_BYTES == 0 and cols % SWIZZLE_ROW == 0
+    return CoreLayout(rows, pitch, swizzle, cols), None
 
 
 def wide_b_load(load: ir.FragLoad, decl: ir.ArrayDecl | ir.ArrayParam | None) -> None:
