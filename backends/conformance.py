@@ -11,9 +11,13 @@ Every case also carries canaries: the output array gets guard elements past its 
 outputs the launch does not cover are filled with the same pattern; on every side that ran the
 kernel, each element the kernel must not write has to come back unchanged, bit for bit.
 
+``--schedule NAME`` adds that schedule to the matrix wherever an example's rewrite takes it
+(``matrix``); a target's ``Staging.offered`` schedules are in it without asking.
+
 Exit status: 0 when every case matches and no canary changed, 1 otherwise, 2 for a bad request
-(an unknown target, a report directory that does not exist), 3 when the target has no device
-here (the line printed says why).
+(an unknown target, a report directory that does not exist, a schedule name that does not
+parse or that no example's rewrite takes), 3 when the target has no device here (the line
+printed says why).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from sarek.matrix_pattern import recognize
 from sarek.matrix_rewrite import rewrite_launch
 from sarek.matrix_scheme import SUPPORTED_FRAGMENT, SUPPORTED_SUBGROUP, Lowering
 from sarek.schedule import Schedule
+from sarek.staging import Staging
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_DEVICE = 0, 1, 2, 3
 SIM_PREFIX = "sim-"
@@ -82,6 +87,9 @@ SIZES = (
     Size(1, 1, 1, purpose="one output"),
     Size(0, 20, 10, purpose="no rows: an empty launch"),
 )
+SCHEDULE_SIZES = (LARGE_TILES, ALIGNED_TILES, RAGGED)
+"""Where the schedules a case names run: sizes the simulator affords, with more than one large
+tile each way."""
 EXTRA_SIZES: dict[str, tuple[Size, ...]] = {
     # 11 blocks of 128 where 19 are needed: 1408 of 2310 outputs, the last row in part
     "gemm_f32_1d": (Size(70, 33, 17, grid=(11, 1, 1), purpose="1-D launch covering a prefix"),),
@@ -151,30 +159,96 @@ def configurations(target: Target, lowering: Lowering) -> list[tuple[int, int]]:
             if target.refuses(lowering, sg, frag) is None]
 
 
-def matrix(target: Target, examples: Path, *, quick: bool = False,
-           only: tuple[str, ...] = ()) -> list[Case]:
-    """Every case for ``target``: each ``gemm_*.py`` example in ``examples`` (those named in
-    ``only``, when given) at each size, as the original and under every lowering that takes its
-    operands at every subgroup and fragment the target permits, and under the target's large
-    schedules at two sizes the simulator affords. ``quick``: the ragged size alone, under the
-    schedule the region gets."""
-    cases = []
+Rewrite = tuple[Lowering, int, int]
+"""A rewrite's lowering, subgroup and fragment."""
+
+
+def _examples(target: Target, examples: Path, only: tuple[str, ...]
+              ) -> Iterator[tuple[Path, Launch, list[Rewrite]]]:
+    """Each ``gemm_*.py`` in ``examples`` (those named in ``only``, when given), a launch of it
+    and the rewrites ``target`` prints of its operands."""
     for path in sorted(examples.glob("gemm_*.py")):
         if only and path.stem not in only:
             continue
-        operands = recognize(load_module(path).make(1, 1, 1).kernel).operand_elt
+        launch = load_module(path).make(1, 1, 1)
+        operands = recognize(launch.kernel).operand_elt
+        yield path, launch, [(low, sg, frag) for low in lowerings_for(operands)
+                             for sg, frag in configurations(target, low)]
+
+
+def refusal(target: Target, launch: Launch, rewrite: Rewrite, schedule: Schedule) -> str | None:
+    """Why the rewrite of ``launch`` under ``rewrite``, staged as ``target`` stages it, does not
+    take ``schedule``, or None when it does."""
+    lowering, subgroup, frag = rewrite
+    try:
+        rewrite_launch(launch, lowering=lowering, subgroup=subgroup, frag=frag,
+                       staging=target.staging, schedule=schedule)
+    except SarekError as e:
+        return e.reason
+    return None
+
+
+def matrix(target: Target, examples: Path, *, quick: bool = False, only: tuple[str, ...] = (),
+           schedules: tuple[Schedule, ...] = ()) -> list[Case]:
+    """Every case for ``target``: each ``gemm_*.py`` example in ``examples`` (those named in
+    ``only``, when given) at each size, as the original and under every lowering that takes its
+    operands at every subgroup and fragment the target permits; at the sizes of
+    ``SCHEDULE_SIZES``, under the target's large schedules (``Staging.large``) and those it
+    offers besides (``Staging.offered``), each at every subgroup and fragment of its lowering,
+    and under each of ``schedules`` at every rewrite that takes it (``refusal``). ``quick``:
+    the ragged size alone, under the schedule the region gets, and ``schedules`` at the ragged
+    size. A case that runs what another does (the schedule the region gets anyway) is listed
+    once."""
+    cases = []
+    for path, launch, rewrites in _examples(target, examples, only):
         variants: list[tuple[Lowering | None, int | None, int | None]] = [(None, None, None)]
-        variants += [(low, sg, frag) for low in lowerings_for(operands)
-                     for sg, frag in configurations(target, low)]
+        variants += rewrites
         sizes = (RAGGED,) if quick else SIZES + EXTRA_SIZES.get(path.stem, ())
         cases += [Case(path, size, *v) for size in sizes for v in variants]
-        # The target's large schedules, which rewrite_launch takes only for large regions,
-        # at sizes the simulator can afford: more than one large tile each way.
-        large = dict(target.staging.large)
-        cases += [Case(path, size, low, sg, frag, large[low.value])
-                  for size in (() if quick else (LARGE_TILES, ALIGNED_TILES, RAGGED))
-                  for low, sg, frag in variants[1:] if low is not None and low.value in large]
-    return cases
+        declared = target.staging.large + target.staging.offered
+        scheduled = [] if quick else [(r, s) for r in rewrites for name, s in declared
+                                      if name == r[0].value]
+        requested = [(r, s) for r in rewrites for s in schedules
+                     if refusal(target, launch, r, s) is None]
+        cases += [Case(path, size, *r, s) for size in SCHEDULE_SIZES for r, s in scheduled]
+        cases += [Case(path, size, *r, s) for size in ((RAGGED,) if quick else SCHEDULE_SIZES)
+                  for r, s in requested]
+    return _distinct(cases, target.staging)
+
+
+def _distinct(cases: list[Case], staging: Staging) -> list[Case]:
+    """``cases`` without those that run what an earlier one runs: a case naming the schedule
+    its region gets anyway is the case that names none."""
+    def runs(case: Case) -> Case:
+        if case.lowering is None or case.schedule is not None:
+            return case
+        # a size's launch covers at most m x n outputs, and every size of the matrix stays
+        # below LARGE_REGION, so this is the schedule rewrite_launch picks
+        return replace(case, schedule=staging.schedule_for(case.lowering.value, case.size.m,
+                                                           case.size.n))
+    seen: set[Case] = set()
+    kept = []
+    for case in cases:
+        key = runs(case)
+        if key not in seen:
+            seen.add(key)
+            kept.append(case)
+    return kept
+
+
+def unaccepted(target: Target, examples: Path, schedule: Schedule, *,
+               only: tuple[str, ...] = ()) -> str | None:
+    """None when the rewrite of some example in ``examples`` (of those named in ``only``, when
+    given) takes ``schedule`` under some lowering, subgroup and fragment ``target`` prints;
+    else the first refusal's reason, naming its example and rewrite."""
+    first = None
+    for path, launch, rewrites in _examples(target, examples, only):
+        for low, sg, frag in rewrites:
+            why = refusal(target, launch, (low, sg, frag), schedule)
+            if why is None:
+                return None
+            first = first or f"{path.stem} {low.value} subgroup {sg} frag {frag}: {why}"
+    return first or "no example has a rewrite the target prints"
 
 
 def canary(dtype: np.dtype[Any], count: int) -> np.ndarray:
@@ -327,10 +401,10 @@ def device_name(target: Target, device: bool) -> str:
     return named() if named is not None else target.description
 
 
-def report(name: str, device: str, arith: str, quick: bool, outcomes: list[Outcome]
-           ) -> dict[str, Any]:
-    """The JSON report: the device, every case with its verdicts and canary violations, and
-    the totals."""
+def report(name: str, device: str, arith: str, quick: bool, outcomes: list[Outcome],
+           schedules: tuple[Schedule, ...] = ()) -> dict[str, Any]:
+    """The JSON report: the device, the schedules ``--schedule`` added, every case with its
+    verdicts and canary violations, and the totals."""
     totals = {"cases": len(outcomes), "passed": sum(o.ok for o in outcomes),
               "mismatches": sum(o.mismatches for o in outcomes),
               "canary_violations": sum(o.canary_violations for o in outcomes),
@@ -348,6 +422,7 @@ def report(name: str, device: str, arith: str, quick: bool, outcomes: list[Outco
               "error": o.error, "ok": o.ok, "seconds": round(o.seconds, 4)}
              for o in outcomes]
     return {"target": name, "device": device, "arith": arith, "quick": quick,
+            "schedules": [s.name for s in schedules],
             "all_bit_exact": totals["passed"] == totals["cases"], "totals": totals,
             "cases": cases}
 
@@ -409,7 +484,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"is compared with the simulator; {SIM_PREFIX}T checks the "
                              "simulator alone (no device needed)")
     parser.add_argument("--quick", action="store_true",
-                        help="one ragged size (70x45x33) per example and lowering")
+                        help="one ragged size (70x45x33) per example and lowering, and per "
+                             "added schedule; no large schedules otherwise")
     parser.add_argument("--report", type=Path, metavar="PATH",
                         help="where the JSON report goes (default "
                              "bench/results/conformance_<target>.json)")
@@ -417,6 +493,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="only this example (gemm_f32, ...); may be repeated")
     parser.add_argument("--examples", type=Path, metavar="DIR",
                         help="the directory of gemm_*.py examples (default: the bundled ones)")
+    parser.add_argument("--schedule", action="append", default=[], metavar="NAME",
+                        help="also run every rewrite that takes this schedule (t128k64s2, "
+                             "...) at 150x133x70, 256x136x136 and 70x45x33 (with --quick, "
+                             "70x45x33 alone); may be repeated")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -431,6 +511,7 @@ def main(args: argparse.Namespace) -> int:
     target = registry.target(name.removeprefix(SIM_PREFIX))
     try:
         examples = args.examples or examples_dir()
+        schedules = tuple(dict.fromkeys(Schedule.parse(s) for s in args.schedule))
     except SarekError as e:
         print(f"sarek conformance: error: {e.reason}", file=sys.stderr)
         return EXIT_USAGE
@@ -446,10 +527,17 @@ def main(args: argparse.Namespace) -> int:
         if reason is not None:
             print(f"sarek conformance: no device for target {name}: {reason}", file=sys.stderr)
             return EXIT_NO_DEVICE
-    cases = matrix(target, examples, quick=args.quick, only=tuple(args.example))
+    only = tuple(args.example)
+    cases = matrix(target, examples, quick=args.quick, only=only, schedules=schedules)
     if not cases:
         print(f"sarek conformance: error: no example matches {', '.join(args.example)} in "
               f"{examples}", file=sys.stderr)
+        return EXIT_USAGE
+    refused = [f"{s.name} ({why})" for s in schedules
+               if (why := unaccepted(target, examples, s, only=only)) is not None]
+    if refused:
+        print(f"sarek conformance: error: no rewrite of the examples takes schedule "
+              f"{'; '.join(refused)}", file=sys.stderr)
         return EXIT_USAGE
     console = Console()
     if not console.is_terminal:  # a log or a pipe: room for the whole table
@@ -457,7 +545,8 @@ def main(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     with np.errstate(all="ignore"):
         outcomes = list(_run_all(cases, target, device, Console(stderr=True)))
-    result = report(name, device_name(target, device), target.arith, args.quick, outcomes)
+    result = report(name, device_name(target, device), target.arith, args.quick, outcomes,
+                    schedules)
     path.write_text(json.dumps(result, indent=2) + "\n")
     console.print(_summary(outcomes))
     for o in outcomes:

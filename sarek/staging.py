@@ -4,9 +4,9 @@ The neutral rewrite stages tiles densely, B row-major. A target may ask for padd
 that the rows one warp instruction reads fall in distinct shared-memory banks) or for 8-bit B
 staged column-major (so that each lane's consecutive k of one column form one 32-bit word, as
 NVIDIA's integer ``mma.sync`` B operand wants them). The policy also names the larger
-schedules (``sarek.schedule``) the target runs large regions with, and how deep its 8-bit
-multiply-accumulates reduce. It changes where staged elements lie and how work is cut, never
-what the kernel computes.
+schedules (``sarek.schedule``) the target runs large regions with, those it offers besides
+for a user to select, and how deep its 8-bit multiply-accumulates reduce. It changes where
+staged elements lie and how work is cut, never what the kernel computes.
 """
 
 from __future__ import annotations
@@ -30,15 +30,19 @@ class Staging:
     so that staged rows stay 16-byte aligned); ``narrow_b_col_major``: stage 8-bit B
     column-major; ``byte_k``: how deep a multiply-accumulate of 8-bit 16x16 fragments reduces
     (16, or 32 where the target multiplies 32 deep and the schedule's steps divide into it);
-    ``large``: (lowering name, schedule) pairs for large regions; ``packed_planes``: where
-    invocations stage byte planes from registers (the seed's and prefetching schedules), each
-    converts four consecutive k of one row of A or column of column-major B and writes every
-    plane's four bytes with one 32-bit ``StorePacked``."""
+    ``large``: (lowering name, schedule) pairs for large regions; ``offered``: (lowering name,
+    schedule) pairs the target prints beyond its policy, which ``rewrite_launch`` never picks
+    but a user selects (``sarek emit --schedule``) and ``sarek conformance`` checks as it
+    checks ``large``; ``packed_planes``: where invocations stage byte planes from registers
+    (the seed's and prefetching schedules), each converts four consecutive k of one row of A
+    or column of column-major B and writes every plane's four bytes with one 32-bit
+    ``StorePacked``."""
 
     row_pad_bytes: int = 0
     narrow_b_col_major: bool = False
     byte_k: int = 16
     large: tuple[tuple[str, Schedule], ...] = ()
+    offered: tuple[tuple[str, Schedule], ...] = ()
     packed_planes: bool = False
 
     def schedule_for(self, lowering: str, me: int, ne: int) -> Schedule:

@@ -1,6 +1,7 @@
 """`sarek conformance`'s engine (backends.conformance): the simulator-only matrix passes and
 writes its report; a wrong result, a write outside the covered outputs and a missing device are
-each reported, with the exit status the module documents."""
+each reported, with the exit status the module documents; the matrix runs every schedule the
+target declares and those `--schedule` adds, each once."""
 
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ import sarek
 from backends import conformance, registry
 from backends.target import Target
 from sarek import Global, block_dim, block_idx, f32, i32, thread_idx
+from sarek.loader import load_module
+from sarek.matrix_scheme import Lowering
+from sarek.schedule import SEED, Schedule
 
 
 @sarek.kernel
@@ -100,17 +104,106 @@ def test_the_full_matrix_has_the_edge_sizes_and_partial_launches() -> None:
     assert {(c.subgroup, c.frag) for c in cases if c.lowering} == {(32, 16)}
 
 
-def test_the_full_matrix_runs_the_targets_large_schedules_too() -> None:
+def test_the_full_matrix_runs_the_targets_large_and_offered_schedules_too() -> None:
     cuda = registry.target("cuda")
     cases = conformance.matrix(cuda, EXAMPLES)
-    large = dict(cuda.staging.large)
+    declared = set(cuda.staging.large) | set(cuda.staging.offered)
     scheduled = {(c.lowering.value, c.schedule) for c in cases
                  if c.lowering is not None and c.schedule is not None}
-    assert scheduled == {(name, schedule) for name, schedule in large.items()
+    assert scheduled == {(name, schedule) for name, schedule in declared
                          if any(c.lowering is not None and c.lowering.value == name
                                 for c in cases)}
     assert {(c.size.m, c.size.n) for c in cases if c.schedule is not None} == {
         (150, 133), (256, 136), (70, 45)}
+
+
+def offering(target: Target, *offered: tuple[str, str]) -> Target:
+    """``target`` offering these (lowering, schedule name) pairs beyond its policy."""
+    pairs = tuple((low, Schedule.parse(name)) for low, name in offered)
+    return replace(target, staging=replace(target.staging, offered=pairs))
+
+
+def scheduled(cases: list[conformance.Case], name: str
+              ) -> list[tuple[str, str, int | None, int | None, str]]:
+    """The cases running the schedule called ``name``: example, lowering, subgroup, frag, size."""
+    return sorted((c.example.stem, c.lowering.value, c.subgroup, c.frag, c.size.label)
+                  for c in cases if c.schedule == Schedule.parse(name) and c.lowering)
+
+
+def test_an_offered_schedule_runs_under_its_lowering_at_the_large_schedules_sizes() -> None:
+    cuda = registry.target("cuda")
+    cases = conformance.matrix(offering(cuda, ("F16_operands", "t128k16p")), EXAMPLES)
+    f16 = {(c.example.stem, c.subgroup, c.frag) for c in cases
+           if c.lowering is Lowering.F16_OPERANDS}
+    assert len(f16) == 7  # every example but the byte planes' gemm_i32
+    assert scheduled(cases, "t128k16p") == sorted(
+        (example, "F16_operands", sg, frag, size.label) for example, sg, frag in f16
+        for size in conformance.SCHEDULE_SIZES)
+
+
+def test_quick_leaves_the_offered_schedules_out() -> None:
+    cuda = offering(registry.target("cuda"), ("F16_operands", "t128k16p"))
+    assert conformance.matrix(cuda, EXAMPLES, quick=True) == conformance.matrix(
+        registry.target("cuda"), EXAMPLES, quick=True)
+
+
+def test_a_schedule_the_policy_already_runs_is_not_run_twice() -> None:
+    cuda = registry.target("cuda")
+    large = dict(cuda.staging.large)["F16_operands"]
+    assert conformance.matrix(offering(cuda, ("F16_operands", large.name)), EXAMPLES) == (
+        conformance.matrix(cuda, EXAMPLES))
+    # the seed's schedule is what the ragged size gets anyway: only the two large sizes remain
+    cases = conformance.matrix(cuda, EXAMPLES, only=("gemm_f16",), schedules=(SEED, large))
+    assert len(set(cases)) == len(cases)
+    assert [size for *_, size in scheduled(cases, SEED.name)] == [
+        conformance.LARGE_TILES.label, conformance.ALIGNED_TILES.label]
+    assert len(scheduled(cases, large.name)) == 3
+
+
+def test_an_added_schedule_runs_wherever_the_rewrite_takes_it() -> None:
+    cuda = registry.target("cuda")
+    warpgroup = Schedule.parse("t128k64s2g")
+    cases = conformance.matrix(cuda, EXAMPLES, schedules=(warpgroup,))
+    takes = {(c.example.stem, c.lowering.value, c.subgroup, c.frag) for c in cases
+             if c.lowering and c.schedule is None and conformance.refusal(
+                 cuda, load_module(c.example).make(1, 1, 1),
+                 (c.lowering, c.subgroup or 32, c.frag or 16), warpgroup) is None}
+    assert ("gemm_f16", "F16_operands", 32, 16) in takes
+    assert ("gemm_i32", "Int32_byte_planes", 32, 16) not in takes  # one 16-bit term only
+    assert scheduled(cases, warpgroup.name) == sorted(
+        (*rewrite, size.label) for rewrite in takes for size in conformance.SCHEDULE_SIZES)
+
+
+def test_sarek_conformance_schedule_adds_its_cases_to_the_report_and_the_table(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "report.json"
+    assert conform("--target", "sim-cuda", "--quick", "--example", "gemm_f16",
+                   "--schedule", "t128k64s2g", "--report", str(path)) == 0
+    data = report_of(path)
+    assert data["schedules"] == ["t128k64s2g"] and data["totals"]["passed"] == 3
+    (added,) = [c for c in data["cases"] if c["schedule"] == "t128k64s2g"]
+    assert added["lowering"] == "F16_operands" and added["size"] == [70, 45, 33]  # --quick
+    assert "t128k64s2g" in capsys.readouterr().out
+
+
+def test_a_schedule_name_that_does_not_parse_is_a_one_line_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "report.json"
+    assert conform("--target", "sim-cuda", "--quick", "--schedule", "t128k64s2",
+                   "--schedule", "t12", "--report", str(path)) == conformance.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'t12' is not a schedule name" in err
+    assert not path.exists()
+
+
+def test_a_schedule_no_rewrite_takes_is_a_one_line_error_with_the_reason(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "report.json"
+    assert conform("--target", "sim-cuda", "--quick", "--schedule", "t96k16",
+                   "--report", str(path)) == conformance.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "t96k16" in err and "not 96" in err
+    assert not path.exists()
 
 
 def test_a_lowering_that_computes_something_else_is_a_mismatch(
