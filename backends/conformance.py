@@ -194,8 +194,10 @@ def matrix(target: Target, examples: Path, *, quick: bool = False, only: tuple[s
     ``only``, when given) at each size, as the original and under every lowering that takes its
     operands at every subgroup and fragment the target permits; at the sizes of
     ``SCHEDULE_SIZES``, under the target's large schedules (``Staging.large``) and those it
-    offers besides (``Staging.offered``), each at every subgroup and fragment of its lowering,
-    and under each of ``schedules`` at every rewrite that takes it (``refusal``). ``quick``:
+    offers besides (``Staging.offered``), each at every subgroup and fragment of its lowering
+    where the rewrite takes it (a large schedule the operands do not suit is one the policy
+    passes over), and under each of ``schedules`` at every rewrite that takes it
+    (``refusal``). ``quick``:
     the ragged size alone, under the schedule the region gets, and ``schedules`` at the ragged
     size. A case that runs what another does (the schedule the region gets anyway) is listed
     once."""
@@ -207,7 +209,8 @@ def matrix(target: Target, examples: Path, *, quick: bool = False, only: tuple[s
         cases += [Case(path, size, *v) for size in sizes for v in variants]
         declared = target.staging.large + target.staging.offered
         scheduled = [] if quick else [(r, s) for r in rewrites for name, s in declared
-                                      if name == r[0].value]
+                                      if name == r[0].value and
+                                      refusal(target, launch, r, s) is None]
         requested = [(r, s) for r in rewrites for s in schedules
                      if refusal(target, launch, r, s) is None]
         cases += [Case(path, size, *r, s) for size in SCHEDULE_SIZES for r, s in scheduled]

@@ -110,6 +110,17 @@ def _check_subgroup(subgroup: int) -> None:
                            f"{', '.join(map(str, SUPPORTED_SUBGROUP))}")
 
 
+def operands_refusal(gemm: Gemm, lowering: Lowering, schedule: Schedule) -> str | None:
+    """Why ``schedule`` cannot multiply ``gemm``'s operands under ``lowering``, or None: a
+    warpgroup schedule multiplies one 16-bit term with B staged as it is in memory."""
+    scheme = SCHEMES[lowering]
+    if schedule.warpgroup and (scheme.terms != ("",) or scheme.operand.bits != 16
+                               or gemm.b.elem is not scheme.operand):
+        return (f"a warpgroup schedule multiplies one 16-bit term with B staged as it is in "
+                f"memory; {lowering} on {gemm.b.elem} B is not that")
+    return None
+
+
 def kernel(original: ir.Kernel, gemm: Gemm, lowering: Lowering, subgroup: int = 32,
            frag: int = 16, staging: Staging = DENSE, schedule: Schedule = SEED) -> ir.Kernel:
     """The rewritten kernel (see the module docstring); ``RewriteError`` with the reason when a
@@ -146,10 +157,9 @@ def kernel(original: ir.Kernel, gemm: Gemm, lowering: Lowering, subgroup: int = 
         schedule.check(frag, schedule.waves * subgroup)
     except ScheduleError as e:
         raise RewriteError(e.reason) from None
-    if schedule.warpgroup and (scheme.terms != ("",) or scheme.operand.bits != 16
-                               or gemm.b.elem is not scheme.operand):
-        raise RewriteError(f"a warpgroup schedule multiplies one 16-bit term with B staged as "
-                           f"it is in memory; {lowering} on {gemm.b.elem} B is not that")
+    refused = operands_refusal(gemm, lowering, schedule)
+    if refused is not None:
+        raise RewriteError(refused)
     body = _Builder(gemm, scheme, subgroup, frag, staging, schedule).build()
     params = (*original.params, *(ir.ScalarParam(name=n, elem=I32) for n in EXTRA_NAMES))
     suffix = "" if schedule == SEED else f"_{schedule.name}"
@@ -811,7 +821,9 @@ def rewrite_launch(original: Launch, *, lowering: Lowering | None = None,
     reg = region(gemm, original.grid, original.block, dict(original.args))
     chosen = lowering if lowering is not None else select(gemm, precision)
     if schedule is None:
-        schedule = staging.schedule_for(chosen.value, reg.me, reg.ne)
+        schedule = staging.schedule_for(
+            chosen.value, reg.me, reg.ne,
+            takes=lambda s: operands_refusal(gemm, chosen, s) is None)
     rewritten = kernel(original.kernel, gemm, chosen, subgroup, frag, staging, schedule)
     block, grid = launch_dims(subgroup, me=reg.me, ne=reg.ne, ze=reg.ze, schedule=schedule)
     args = {**original.args, **dict(zip(EXTRA_NAMES, reg.args, strict=True))}

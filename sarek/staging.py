@@ -11,6 +11,7 @@ staged elements lie and how work is cut, never what the kernel computes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sarek.errors import SarekError
@@ -30,7 +31,7 @@ class Staging:
     so that staged rows stay 16-byte aligned); ``narrow_b_col_major``: stage 8-bit B
     column-major; ``byte_k``: how deep a multiply-accumulate of 8-bit 16x16 fragments reduces
     (16, or 32 where the target multiplies 32 deep and the schedule's steps divide into it);
-    ``large``: (lowering name, schedule) pairs for large regions; ``offered``: (lowering name,
+    ``large``: (lowering name, schedule) pairs for large regions, the preferred first; ``offered``: (lowering name,
     schedule) pairs the target prints beyond its policy, which ``rewrite_launch`` never picks
     but a user selects (``sarek emit --schedule``) and ``sarek conformance`` checks as it
     checks ``large``; ``packed_planes``: where invocations stage byte planes from registers
@@ -45,13 +46,15 @@ class Staging:
     offered: tuple[tuple[str, Schedule], ...] = ()
     packed_planes: bool = False
 
-    def schedule_for(self, lowering: str, me: int, ne: int) -> Schedule:
+    def schedule_for(self, lowering: str, me: int, ne: int,
+                     takes: Callable[[Schedule], bool] = lambda _: True) -> Schedule:
         """The schedule for a region of ``me`` x ``ne`` outputs under the lowering named
-        ``lowering``: the target's large one when both extents reach ``LARGE_REGION``, else
-        the seed's."""
+        ``lowering``: when both extents reach ``LARGE_REGION``, the first of the target's large
+        ones for it (in the order ``large`` lists them) that ``takes`` accepts (the rewrite
+        can build it for the region's operands); else the seed's."""
         if me >= LARGE_REGION and ne >= LARGE_REGION:
             for name, schedule in self.large:
-                if name == lowering:
+                if name == lowering and takes(schedule):
                     return schedule
         return SEED
 

@@ -135,3 +135,14 @@ def test_rewrite_launch_takes_the_targets_large_schedule_for_large_regions_only(
     assert rewrite_launch(small, staging=policy).schedule == SEED
     assert rewrite_launch(big).schedule == SEED  # the neutral policy names none
     assert rewrite_launch(big, staging=policy, schedule=SEED).schedule == SEED
+
+
+def test_the_policy_takes_the_first_large_schedule_the_operands_suit() -> None:
+    warpgroup = Schedule(tile=128, step=64, stages=2, warpgroup=True)
+    policy = Staging(large=(("F16_operands", warpgroup), ("F16_operands", LARGE)))
+    f16 = example("gemm_f16").make(1024, 1024, 16)
+    f32 = example("gemm_f32").make(1024, 1024, 16)  # converted to f16: no warpgroup schedule
+    assert rewrite_launch(f16, staging=policy).schedule == warpgroup
+    assert rewrite_launch(f32, staging=policy, lowering=Lowering.F16_OPERANDS).schedule == LARGE
+    with pytest.raises(RewriteError, match="warpgroup schedule multiplies one 16-bit term"):
+        rewrite_launch(f32, staging=policy, lowering=Lowering.F16_OPERANDS, schedule=warpgroup)
