@@ -117,8 +117,10 @@ class Tiles(Core):
             assert isinstance(smem, SharedArray)
             blocks = geo.lane_block[first].astype(np.int64)
             flat = (blocks * arr.size).reshape(within.shape[:1] + (1,) * offsets.ndim) + within
-            threads = np.repeat(geo.lane_thread[first].astype(np.int32), flat[0].size)
-            smem.read(flat.ravel(), threads, None, site)
+            # each warp's lane 0 reads the operand (the four warps of a warpgroup share it)
+            threads = np.repeat(geo.lane_thread[warps * lanes.WARP].astype(np.int32),
+                                flat[0].size)
+            smem.read(np.repeat(flat, 4, axis=0).ravel(), threads, None, site)
             return np.ascontiguousarray(smem.data[flat]).view(dtypes.numpy_dtype(s.elem))
 
         def run(st: State, m: Mask) -> None:
