@@ -34,6 +34,7 @@ from gpu_speed_h200 import REPEATS  # noqa: E402
 from schedule_sweep_h200 import EXAMPLE  # noqa: E402
 
 from backends.cuda.emit import emit  # noqa: E402
+from backends.cuda.nvrtc import compile_logged  # noqa: E402
 from backends.cuda.run import device_arch, device_name, launch_cubin, time_cubin  # noqa: E402
 from backends.cuda.shared import dynamic_bytes  # noqa: E402
 from backends.registry import target  # noqa: E402
@@ -46,25 +47,8 @@ from sarek.matrix_scheme import Lowering  # noqa: E402
 
 def compiled(source: str, arch: str, cap: int | None) -> tuple[bytes, str]:
     """The cubin NVRTC builds under register cap ``cap`` and ptxas's verbose log."""
-    from cuda.bindings import nvrtc
-
-    opts = [f"--gpu-architecture={arch}".encode(), b"--ptxas-options=-v"]
-    if cap is not None:
-        opts.append(f"--maxrregcount={cap}".encode())
-    _, prog = nvrtc.nvrtcCreateProgram(source.encode(), b"kernel.cu", 0, [], [])
-    try:
-        (result,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
-        _, size = nvrtc.nvrtcGetProgramLogSize(prog)
-        log = b" " * size
-        nvrtc.nvrtcGetProgramLog(prog, log)
-        if int(result) != 0:
-            raise RuntimeError(log.decode(errors="replace"))
-        _, size = nvrtc.nvrtcGetCUBINSize(prog)
-        cubin = b" " * size
-        nvrtc.nvrtcGetCUBIN(prog, cubin)
-        return cubin, log.decode(errors="replace")
-    finally:
-        nvrtc.nvrtcDestroyProgram(prog)
+    options = ("--ptxas-options=-v",) + (() if cap is None else (f"--maxrregcount={cap}",))
+    return compile_logged(source, arch, options=options)
 
 
 def ptxas_facts(log: str) -> dict[str, int]:

@@ -29,6 +29,13 @@ def compile_cubin(source: str, arch: str = "sm_80", name: str = "kernel.cu",
     """The cubin NVRTC builds from ``source`` for ``arch``; ``NvrtcError`` with the log when
     it does not compile. Source that uses ``wgmma`` is compiled for ``sm_90a`` where
     ``arch`` is ``sm_90`` (the instruction exists only in the arch-specific target)."""
+    return compile_logged(source, arch, name, options)[0]
+
+
+def compile_logged(source: str, arch: str = "sm_80", name: str = "kernel.cu",
+                   options: tuple[str, ...] = ()) -> tuple[bytes, str]:
+    """``compile_cubin``'s cubin and NVRTC's log (with ``--ptxas-options=-v`` among
+    ``options``, ptxas's register and spill counts)."""
     from cuda.bindings import nvrtc
 
     if "wgmma." in source and arch == "sm_90":
@@ -43,15 +50,15 @@ def compile_cubin(source: str, arch: str = "sm_80", name: str = "kernel.cu",
     try:
         opts = [f"--gpu-architecture={arch}".encode(), *(o.encode() for o in options)]
         (status,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        (size,) = ok(nvrtc.nvrtcGetProgramLogSize(prog), "log size")
+        raw = b" " * int(size)  # type: ignore[call-overload]
+        ok(nvrtc.nvrtcGetProgramLog(prog, raw), "log")
+        log = raw.decode(errors="replace").rstrip("\x00 ")
         if int(status) != 0:
-            (size,) = ok(nvrtc.nvrtcGetProgramLogSize(prog), "log size")
-            log = b" " * int(size)  # type: ignore[call-overload]
-            ok(nvrtc.nvrtcGetProgramLog(prog, log), "log")
-            raise NvrtcError(f"{name} does not compile for {arch}",
-                             log.decode(errors="replace").rstrip("\x00 "))
+            raise NvrtcError(f"{name} does not compile for {arch}", log)
         (size,) = ok(nvrtc.nvrtcGetCUBINSize(prog), "cubin size")
         cubin = b" " * int(size)  # type: ignore[call-overload]
         ok(nvrtc.nvrtcGetCUBIN(prog, cubin), "cubin")
-        return bytes(cubin)
+        return bytes(cubin), log
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
