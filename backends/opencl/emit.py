@@ -171,6 +171,10 @@ def _nv_hook(p: Printer, s: ir.Stmt) -> list[str] | None:
         case ir.TileApply():
             raise EmitError("opencl-nv does not print TileApply statements (tile patterns are "
                             "printed for CUDA)")
+        case ir.Wgmma() | ir.WgmmaWait() | ir.AsyncProxyFence():
+            raise EmitError("opencl-nv prints ldmatrix and mma.sync, not wgmma: a warpgroup "
+                            "schedule's kernel is printed for CUDA alone (NVRTC builds it for "
+                            "sm_90a); opencl-nv's own schedules use mma.sync")
         case _ if isinstance(s, _NEUTRAL):
             raise EmitError(f"{s.kind} is a neutral fragment statement: lower the kernel for "
                             "opencl-nv first (backends.cuda.lower, or emit_nv, which does)")
