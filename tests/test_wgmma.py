@@ -265,3 +265,12 @@ def test_the_printed_wgmma_with_a_from_shared_memory_compiles_for_sm_90a() -> No
     assert "16u, 1024u, 1ull)" in src  # A's descriptor: K-major, 8 rows of 128 bytes apart
     assert "p, 1, 1, 0, 1;" in src
     assert compile_cubin(src, "sm_90")[:4] == b"\x7fELF"
+
+
+@pytest.mark.skipif(nvrtc_available() is not None, reason=f"NVRTC: {nvrtc_available()}")
+def test_a_wgmma_kernel_compiled_for_an_older_gpu_is_refused_with_the_reason() -> None:
+    from backends.cuda import NvrtcError
+
+    src = sarek.emit(rewrite(WARPGROUP[0]).kernel, "cuda")
+    with pytest.raises(NvrtcError, match="wgmma .* which only sm_90a has, not sm_80"):
+        compile_cubin(src, "sm_80")

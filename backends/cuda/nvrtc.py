@@ -28,7 +28,8 @@ def compile_cubin(source: str, arch: str = "sm_80", name: str = "kernel.cu",
                   options: tuple[str, ...] = ()) -> bytes:
     """The cubin NVRTC builds from ``source`` for ``arch``; ``NvrtcError`` with the log when
     it does not compile. Source that uses ``wgmma`` is compiled for ``sm_90a`` where
-    ``arch`` is ``sm_90`` (the instruction exists only in the arch-specific target)."""
+    ``arch`` is ``sm_90`` (the instruction exists only in the arch-specific target) and
+    refused for every other ``arch`` with the reason."""
     return compile_logged(source, arch, name, options)[0]
 
 
@@ -38,7 +39,11 @@ def compile_logged(source: str, arch: str = "sm_80", name: str = "kernel.cu",
     ``options``, ptxas's register and spill counts)."""
     from cuda.bindings import nvrtc
 
-    if "wgmma." in source and arch == "sm_90":
+    if "wgmma." in source:
+        if arch not in ("sm_90", "sm_90a"):
+            raise NvrtcError(f"{name} multiplies with wgmma (a warpgroup schedule), which only "
+                             f"sm_90a has, not {arch}: compile it for sm_90, or rewrite with "
+                             "an mma.sync schedule (--schedule t128k64s2)")
         arch = "sm_90a"
 
     def ok(result: tuple[object, ...], what: str) -> tuple[object, ...]:
