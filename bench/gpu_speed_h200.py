@@ -6,8 +6,13 @@ buffers each time): every lowering under the schedule CUDA's policy picks (its b
 ``bench/schedule_sweep_h200.py``) and under the seed's, the naive kernels, cuBLAS (through
 PyTorch: f16, bf16, and f32 without TF32) and CuPy's int32 matmul, side by side in one run.
 The best schedule's output is compared bit for bit with the seed's on the device (exit 1 on a
-difference). Writes bench/results/gpu_speed_h200.json and prints a table with TFLOP/s (2mnk per
-GEMM) and the ratios issue 13 sets targets for.
+difference). Writes bench/results/gpu_speed_h200.json, prints a table with TFLOP/s (2mnk per
+GEMM) and the ratios issue 13 sets targets for, and puts the same table as Markdown into
+bench/README.md (``--readme``) between its ``gpu_speed_h200`` markers. ``--render JSON`` writes
+that Markdown from a recorded result without a device.
+
+    python bench/gpu_speed_h200.py [--sizes 4096 8192] [--out FILE] [--readme FILE]
+    python bench/gpu_speed_h200.py --render bench/results/gpu_speed_h200.json
 """
 
 from __future__ import annotations
@@ -127,12 +132,61 @@ TARGETS = {"F16 / cuBLAS f16": 0.5, "Bf16x3 / cuBLAS SGEMM": 1.2,
            "byte planes / CuPy int32": 3.0}  # issue 13, at 4096^3
 
 
+BEGIN, END = "<!-- gpu_speed_h200: begin -->", "<!-- gpu_speed_h200: end -->"
+"""The markers around the table ``--readme`` rewrites (the rest of the file is kept)."""
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The result as a Markdown table: a row per kernel with its schedule and TFLOP/s (or
+    Tops) at each size, then a row per ratio, each target beside it."""
+    sizes = sorted({r["n"] for r in result["rows"]})
+    speed = {(r["n"], r["kernel"]): r for r in result["rows"] if "kernel" in r}
+    ratios = {r["n"]: r["ratios"] for r in result["rows"] if "ratios" in r}
+    kernels = list(dict.fromkeys(k for _, k in speed))
+    lines = [f"GEMM on {result['device']} ({result['arch']}), CUDA-event medians of "
+             f"{result['repeats']}, side by side in one run; TFLOP/s (Tops for integers) at "
+             "2mnk.", "",
+             "| kernel | schedule | " + " | ".join(f"{n}³" for n in sizes) + " |",
+             "| --- | --- | " + " | ".join("---" for _ in sizes) + " |"]
+    for kernel in kernels:
+        schedule = next(speed[n, kernel]["schedule"] for n in sizes if (n, kernel) in speed)
+        cells = [f"{speed[n, kernel]['tflops']:.1f}" if (n, kernel) in speed else ""
+                 for n in sizes]
+        lines.append(f"| {kernel} | {f'`{schedule}`' if schedule else ''} | "
+                     + " | ".join(cells) + " |")
+    for what in dict.fromkeys(w for n in sizes for w in ratios.get(n, {})):
+        target = f" (target ≥ {TARGETS[what]}x at 4096³)" if what in TARGETS else ""
+        cells = [f"{ratios[n][what]:.3f}x" if what in ratios.get(n, {}) else "" for n in sizes]
+        lines.append(f"| {what}{target} | | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def update_readme(path: Path, table: str) -> None:
+    """``path`` with the text between its markers replaced by ``table`` (the markers and
+    ``table`` appended when it has none; the file made when it does not exist)."""
+    text = path.read_text() if path.exists() else ""
+    block = f"{BEGIN}\n{table}{END}\n"
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        text = head + block + rest.split(END, 1)[1].lstrip("\n")
+    else:
+        text = (text.rstrip("\n") + "\n\n" if text else "") + block
+    path.write_text(text)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192])
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results"
                         / "gpu_speed_h200.json")
+    parser.add_argument("--readme", type=Path, default=ROOT / "bench" / "README.md",
+                        help="the Markdown file whose gpu_speed_h200 table is rewritten")
+    parser.add_argument("--render", type=Path, metavar="JSON",
+                        help="no measuring: write the table of this recorded result")
     args = parser.parse_args()
+    if args.render is not None:
+        update_readme(args.readme, markdown(json.loads(args.render.read_text())))
+        return 0
     arch = device_arch()
     staging = target("cuda").staging
     rows: list[dict[str, Any]] = []
@@ -184,6 +238,7 @@ def main() -> int:
     result = {"device": device_name(), "arch": arch, "repeats": REPEATS, "rows": rows,
               "targets (issue 13, 4096^3)": {k: f">= {v}" for k, v in TARGETS.items()}}
     args.out.write_text(json.dumps(result, indent=2) + "\n")
+    update_readme(args.readme, markdown(result))
     return 0 if all(all(r["best_bit_identical_to_seed"].values()) for r in rows
                     if "best_bit_identical_to_seed" in r) else 1
 

@@ -114,3 +114,34 @@ def test_the_wgmma_probes_model_is_the_exact_product_on_small_integers() -> None
     c = rng.integers(-64, 65, (2, 64, 16)).astype(np.float32)
     exact = np.einsum("pmk,pkn->pmn", a.astype(np.float64), b.astype(np.float64)) + c
     assert np.array_equal(WGMMA.model(a, b, c), exact)
+
+
+SPEED = load_module(BENCH / "gpu_speed_h200.py")
+
+
+def test_the_speed_table_has_a_row_per_kernel_and_ratio_with_each_size_and_target() -> None:
+    result = {"device": "GPU", "arch": "sm_90", "repeats": 10, "rows": [
+        {"n": 64, "kernel": "cuBLAS f16", "schedule": "", "median_s": 1.0, "tflops": 600.04},
+        {"n": 64, "kernel": "rewritten F16", "schedule": "t128k64s2g", "median_s": 2.0,
+         "tflops": 300.0},
+        {"n": 128, "kernel": "rewritten F16", "schedule": "t128k64s2g", "median_s": 2.0,
+         "tflops": 350.26},
+        {"n": 64, "ratios": {"F16 / cuBLAS f16": 0.5}}]}
+    lines = SPEED.markdown(result).splitlines()
+    assert "| kernel | schedule | 64³ | 128³ |" in lines
+    assert "| cuBLAS f16 |  | 600.0 |  |" in lines
+    assert "| rewritten F16 | `t128k64s2g` | 300.0 | 350.3 |" in lines
+    assert "| F16 / cuBLAS f16 (target ≥ 0.5x at 4096³) | | 0.500x |  |" in lines
+
+
+def test_the_readme_table_is_replaced_between_its_markers_and_the_rest_kept(
+        tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    SPEED.update_readme(readme, "| first |\n")
+    readme.write_text("# Benchmarks\n\nintro\n\n" + readme.read_text() + "\nafter\n")
+    SPEED.update_readme(readme, "| second |\n")
+    text = readme.read_text()
+    assert "| first |" not in text and text.count("| second |") == 1
+    assert text.startswith("# Benchmarks\n\nintro\n\n") and text.endswith("after\n")
+    SPEED.update_readme(readme, "| second |\n")
+    assert readme.read_text() == text
