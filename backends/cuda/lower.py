@@ -209,10 +209,10 @@ class _Lowering:
         self.places = places  # arrays laid out for wgmma
         self.wide_b: dict[str, ir.FragLoad] = {}  # a wgmma B fragment -> its last load
         self.shared_a: dict[str, ir.FragLoad] = {}  # a wgmma A read from shared -> its load
+        a_frags = {d.name for d in walk(kernel.body)
+                   if isinstance(d, ir.FragDecl) and d.use is FragUse.A}
         self.a_in_place = {s.frag for s in walk(kernel.body) if isinstance(s, ir.FragLoad)
-                           and s.array in places and s.frag not in {
-                               d.name for d in walk(kernel.body) if isinstance(d, ir.FragDecl)
-                               and d.use is not FragUse.A}}
+                           and s.array in places and s.frag in a_frags}  # no ldmatrix
         self.frags: dict[str, ir.FragDecl] = {}
         self.arrays: dict[str, ir.ArrayDecl | ir.ArrayParam] = {
             p.name: p for p in kernel.params if isinstance(p, ir.ArrayParam)}

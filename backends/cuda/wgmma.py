@@ -35,6 +35,7 @@ from sarek.ir_walk import map_blocks, walk
 CORE = 8  # elements along each side of a core matrix (8 rows of 16 bytes of 16-bit elements)
 SWIZZLE_ROW = 64  # elements in one 128-byte row of a 128-byte swizzle atom (8 rows)
 SWIZZLE_BYTES = 1024  # one atom, aligned to itself
+WARPGROUP_ROWS = 64  # of A, one wgmma's m: 16 for each of the warpgroup's four warps
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,7 @@ def wgmma_arrays(kernel: ir.Kernel) -> dict[str, CoreLayout]:
         layout, refusal = _staged_layout(stmts, name, frags)
         if refusal is None and layout is not None and layout.swizzle and \
                 not frags & by_other and layout.cols == SWIZZLE_ROW and \
-                layout.rows % (4 * 2 * CORE) == 0 and \
+                layout.rows % WARPGROUP_ROWS == 0 and \
                 all(s.layout is ir.FragLayout.ROW for s in loads if s.array == name):
             out[name] = layout
     return out
