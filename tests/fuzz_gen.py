@@ -439,18 +439,25 @@ def compare_rewrite(r: _Run, launch: Launch, rng: random.Random) -> None:
 # --------------------------------------------------------------------------- IR JSON
 
 
-def _nodes(doc: Any) -> list[tuple[tuple[Any, ...], Any]]:
-    """Every (path, value) of a JSON document, containers included (without recursion: a
-    mutated document may nest thousands deep)."""
-    out: list[tuple[tuple[Any, ...], Any]] = []
-    stack: list[tuple[tuple[Any, ...], Any]] = [((), doc)]
+Node = tuple[Any, Any, Any]
+"""A place in a JSON document: the container holding it, its key there, and its value (the
+root: ``(None, None, doc)``). Keeping the container, not the path from the root, keeps listing
+a document that nests thousands deep linear in its size."""
+
+
+def _nodes(doc: Any) -> list[Node]:
+    """Every node of a JSON document, containers included (without recursion: a mutated
+    document may nest thousands deep)."""
+    out: list[Node] = []
+    stack: list[Node] = [(None, None, doc)]
     while stack:
-        path, v = stack.pop()
-        out.append((path, v))
+        node = stack.pop()
+        out.append(node)
+        v = node[2]
         if isinstance(v, dict):
-            stack += [((*path, k), x) for k, x in v.items()]
+            stack += [(v, k, x) for k, x in v.items()]
         elif isinstance(v, list):
-            stack += [((*path, i), x) for i, x in enumerate(v)]
+            stack += [(v, i, x) for i, x in enumerate(v)]
     return out
 
 
@@ -462,19 +469,18 @@ def _copy(doc: Any) -> Any:
     return json.loads(json.dumps(doc))
 
 
-def _set(doc: Any, path: tuple[Any, ...], value: Any) -> Any:
-    if not path:
+def _set(doc: Any, node: Node, value: Any) -> Any:
+    """``doc`` with ``value`` where ``node`` was."""
+    container, key, _ = node
+    if container is None:
         return value
-    parent = doc
-    for key in path[:-1]:
-        parent = parent[key]
-    parent[path[-1]] = value
+    container[key] = value
     return doc
 
 
-def _expressions(doc: Any) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
-    return [(p, v) for p, v in _nodes(doc) if isinstance(v, dict) and "type" in v
-            and "kind" in v]
+def _expressions(doc: Any) -> list[Node]:
+    return [n for n in _nodes(doc) if isinstance(n[2], dict) and "type" in n[2]
+            and "kind" in n[2]]
 
 
 ENUM_VALUES = [*(t.value for t in ElemType), *(o.value for o in ir.BinOp),
@@ -490,18 +496,19 @@ KINDS = ["const", "var", "builtin", "unary", "binary", "cast", "bitcast", "load"
 def mutate_json(doc: Any, rng: random.Random) -> Any:
     """One structural or value mutation of a kernel's JSON document."""
     nodes = _nodes(doc)
-    path, value = rng.choice(nodes)
+    node = rng.choice(nodes)
+    value = node[2]
     op = rng.random()
     grow = len(nodes) < MAX_DOCUMENT
     if op < 0.25 and not isinstance(value, dict | list):  # a leaf: another value
         if isinstance(value, str) and rng.random() < 0.6:
-            names = [v for _, v in nodes if isinstance(v, str)]
+            names = [v for *_, v in nodes if isinstance(v, str)]
             new: Any = rng.choice(ENUM_VALUES + KINDS if rng.random() < 0.5 else names)
         elif isinstance(value, int | float) and not isinstance(value, bool) and rng.random() < 0.5:
             new = value + rng.choice([-1, 1, 2, -2, 16, value, -2 * value])
         else:
             new = interesting(rng)
-        return _set(doc, path, new)
+        return _set(doc, node, new)
     if op < 0.35 and isinstance(value, dict) and value:  # drop or add a key
         if rng.random() < 0.6:
             del value[rng.choice(list(value))]
@@ -518,15 +525,18 @@ def mutate_json(doc: Any, rng: random.Random) -> Any:
                 value.insert(rng.randrange(len(value) + 1), _copy(value[i]))
             case 2:
                 rng.shuffle(value)
-            case _ if grow:
-                value.extend(_copy(value[i]) for _ in range(rng.choice([2, 10, 200])))
+            case _ if grow:  # as many copies as keep the document near MAX_DOCUMENT
+                copies = rng.choice([2, 10, 200])
+                room = (MAX_DOCUMENT - len(nodes)) // len(_nodes(value[i]))
+                value.extend(_copy(value[i]) for _ in range(max(1, min(copies, room))))
         return doc
-    exprs = [(p, v) for p, v in nodes if isinstance(v, dict) and "type" in v and "kind" in v]
+    exprs = [n for n in nodes if isinstance(n[2], dict) and "type" in n[2] and "kind" in n[2]]
     if op < 0.7 and len(exprs) > 1:  # transplant one expression over another
-        (dst, _), (_, src) = rng.sample(exprs, 2)
+        dst, (*_, src) = rng.sample(exprs, 2)
         return _set(doc, dst, _copy(src))
     if op < 0.8 and exprs and grow:  # nest an expression deep
-        dst, e = rng.choice(exprs)
+        dst = rng.choice(exprs)
+        e = dst[2]
         wrapped: Any = e
         for _ in range(rng.choice([1, 3, 40, 70, 300])):
             wrapped = rng.choice([
@@ -537,12 +547,12 @@ def mutate_json(doc: Any, rng: random.Random) -> Any:
                 {"kind": "cast", "x": wrapped, "type": rng.choice(["i32", "f32"])}])
         return _set(doc, dst, wrapped)
     if op < 0.9:  # rename: every occurrence of one string becomes another
-        strings = sorted({v for _, v in nodes if isinstance(v, str)})
+        strings = sorted({v for *_, v in nodes if isinstance(v, str)})
         if len(strings) > 1:
             old, new = rng.sample(strings, 2)
-            for p, v in nodes:
-                if v == old:
-                    doc = _set(doc, p, new)
+            for n in nodes:
+                if n[2] == old:
+                    doc = _set(doc, n, new)
         return doc
     if grow and isinstance(doc, dict) and isinstance(doc.get("body"), list):  # nest deep
         body: Any = doc["body"]
@@ -1075,7 +1085,7 @@ def mutate_kernel(kernel: ir.Kernel, rng: random.Random) -> Any:
     arrays = [p["name"] for p in doc["params"] if p["kind"] == "array"]
     scalars = [p["name"] for p in doc["params"] if p["kind"] == "scalar"]
     for _ in range(rng.choice([1, 1, 2, 3])):
-        value = rng.choice([v for _, v in nodes if isinstance(v, dict) and "kind" in v])
+        value = rng.choice([v for *_, v in nodes if isinstance(v, dict) and "kind" in v])
         kind = value.get("kind")
         if kind == "const" and isinstance(value.get("value"), int | float) and not isinstance(
                 value["value"], bool):
@@ -1103,7 +1113,7 @@ def mutate_kernel(kernel: ir.Kernel, rng: random.Random) -> Any:
         else:
             exprs = _expressions(doc)
             if len(exprs) > 1:
-                (dst, _), (_, src) = rng.sample(exprs, 2)
+                dst, (*_, src) = rng.sample(exprs, 2)
                 doc = _set(doc, dst, _copy(src))
                 nodes = _nodes(doc)
     return doc
