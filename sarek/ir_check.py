@@ -408,9 +408,7 @@ class _Checker:
                 if a_index is None:
                     self._registers(scope, path, a, ElemType.U32, 4)
                 self._registers(scope, path, d, ElemType.F32, n // 2)
-                for use, name in (("A", a), ("B", b)):
-                    if use == "A" and a_index is None:
-                        continue
+                for use, name in (("B", b),) if a_index is None else (("A", a), ("B", b)):
                     sym = scope.lookup(name)
                     if not isinstance(sym, _Array) or sym.space is not MemSpace.SHARED or \
                             sym.elem is not elem:

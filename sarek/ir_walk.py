@@ -48,6 +48,18 @@ def distinct_subexpressions(e: ir.Expr) -> Iterator[ir.Expr]:
         stack.extend(children(node))
 
 
+def with_blocks(s: ir.Stmt, block: Callable[[tuple[ir.Stmt, ...]], tuple[ir.Stmt, ...]]
+                ) -> ir.Stmt:
+    """``s`` with each block it holds (a loop's body, an ``if``'s two) replaced by
+    ``block(that block)``; any other statement as it is."""
+    match s:
+        case ir.For(body=body) | ir.While(body=body):
+            return s.model_copy(update={"body": block(body)})
+        case ir.If(then=then, orelse=orelse):
+            return s.model_copy(update={"then": block(then), "orelse": block(orelse)})
+    return s
+
+
 def replace_statements(stmts: tuple[ir.Stmt, ...],
                        replace: Callable[[ir.Stmt], list[ir.Stmt] | None]
                        ) -> tuple[ir.Stmt, ...]:
@@ -56,16 +68,8 @@ def replace_statements(stmts: tuple[ir.Stmt, ...],
     out: list[ir.Stmt] = []
     for s in stmts:
         new = replace(s)
-        if new is not None:
-            out += new
-            continue
-        match s:
-            case ir.For(body=body) | ir.While(body=body):
-                s = s.model_copy(update={"body": replace_statements(body, replace)})
-            case ir.If(then=then, orelse=orelse):
-                s = s.model_copy(update={"then": replace_statements(then, replace),
-                                         "orelse": replace_statements(orelse, replace)})
-        out.append(s)
+        out += new if new is not None else [
+            with_blocks(s, lambda b: replace_statements(b, replace))]
     return tuple(out)
 
 
@@ -74,16 +78,7 @@ def map_blocks(stmts: tuple[ir.Stmt, ...],
                ) -> tuple[ir.Stmt, ...]:
     """``level(block)`` for ``stmts`` and every block nested in it, inner blocks first: a pass
     that rewrites the statements of one block at a time (runs of them) without recursing."""
-    out: list[ir.Stmt] = []
-    for s in stmts:
-        match s:
-            case ir.For(body=body) | ir.While(body=body):
-                s = s.model_copy(update={"body": map_blocks(body, level)})
-            case ir.If(then=then, orelse=orelse):
-                s = s.model_copy(update={"then": map_blocks(then, level),
-                                         "orelse": map_blocks(orelse, level)})
-        out.append(s)
-    return level(tuple(out))
+    return level(tuple(with_blocks(s, lambda b: map_blocks(b, level)) for s in stmts))
 
 
 def walk(stmts: tuple[ir.Stmt, ...]) -> Iterator[ir.Stmt]:

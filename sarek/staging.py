@@ -31,13 +31,13 @@ class Staging:
     so that staged rows stay 16-byte aligned); ``narrow_b_col_major``: stage 8-bit B
     column-major; ``byte_k``: how deep a multiply-accumulate of 8-bit 16x16 fragments reduces
     (16, or 32 where the target multiplies 32 deep and the schedule's steps divide into it);
-    ``large``: (lowering name, schedule) pairs for large regions, the preferred first; ``offered``: (lowering name,
-    schedule) pairs the target prints beyond its policy, which ``rewrite_launch`` never picks
-    but a user selects (``sarek emit --schedule``) and ``sarek conformance`` checks as it
-    checks ``large``; ``packed_planes``: where invocations stage byte planes from registers
-    (the seed's and prefetching schedules), each converts four consecutive k of one row of A
-    or column of column-major B and writes every plane's four bytes with one 32-bit
-    ``StorePacked``."""
+    ``large``: (lowering name, schedule) pairs for large regions, the preferred first;
+    ``offered``: (lowering name, schedule) pairs the target prints beyond its policy, which
+    ``rewrite_launch`` never picks but a user selects (``sarek emit --schedule``) and ``sarek
+    conformance`` checks as it checks ``large``; ``packed_planes``: where invocations stage
+    byte planes from registers (the seed's and prefetching schedules), each converts four
+    consecutive k of one row of A or column of column-major B and writes every plane's four
+    bytes with one 32-bit ``StorePacked``."""
 
     row_pad_bytes: int = 0
     narrow_b_col_major: bool = False
