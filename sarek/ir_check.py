@@ -399,10 +399,9 @@ class _Checker:
                 if divergent:
                     self.report(path, "wgmma in divergent code: the warpgroup issues it "
                                 "together")
-                for x in (index, a_index):
-                    if x is not None:
-                        self.expr(x, scope, path)
-                        self._index(x, path)
+                for operand_at in (index,) if a_index is None else (index, a_index):
+                    self.expr(operand_at, scope, path)
+                    self._index(operand_at, path)
                 if elem not in (ElemType.F16, ElemType.BF16):
                     self.report(path, f"wgmma multiplies f16 or bf16 here, not {elem}")
                 if a_index is None:
