@@ -164,7 +164,7 @@ def test_metal_and_opencl_with_inline_ptx_refuse_the_warpgroup_kernel() -> None:
     kernel = rewrite(WARPGROUP[0]).kernel
     with pytest.raises(EmitError, match="16x128; Metal's simdgroup matrices are 8x8"):
         sarek.emit(kernel, "metal")
-    with pytest.raises(EmitError, match="opencl-nv prints ldmatrix and mma.sync, not wgmma"):
+    with pytest.raises(EmitError, match=r"opencl-nv prints ldmatrix and mma\.sync, not wgmma"):
         sarek.emit(kernel, "opencl-nv")
 
 
@@ -272,5 +272,5 @@ def test_a_wgmma_kernel_compiled_for_an_older_gpu_is_refused_with_the_reason() -
     from backends.cuda import NvrtcError
 
     src = sarek.emit(rewrite(WARPGROUP[0]).kernel, "cuda")
-    with pytest.raises(NvrtcError, match="wgmma .* which only sm_90a has, not sm_80"):
+    with pytest.raises(NvrtcError, match=r"wgmma .* which only sm_90a has, not sm_80"):
         compile_cubin(src, "sm_80")
