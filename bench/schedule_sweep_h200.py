@@ -6,7 +6,7 @@ bits. Prints a table and writes bench/results/schedule_sweep_h200.json (medians 
 ``gpu_speed_h200.REPEATS`` launches, TFLOP/s at 2mnk). CUDA's staging policy
 (``backends/cuda/lower.py``) names the fastest for large regions.
 
-    python bench/schedule_sweep_h200.py [--n 4096] [--lowering F16_operands ...]
+    python bench/schedule_sweep_h200.py [--n 4096] [--lowering F16_operands ...] [--example gemm_f32]
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ def main() -> int:
     parser.add_argument("--lowering", action="append", choices=[x.value for x in Lowering])
     parser.add_argument("--schedule", action="append",
                         help="these schedules (names such as t64k32p) instead of the candidates")
+    parser.add_argument("--example", help="this example (such as gemm_f32) for every lowering")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results"
                         / "schedule_sweep_h200.json")
     args = parser.parse_args()
@@ -71,7 +72,7 @@ def main() -> int:
         table.add_column(col)
     rows: list[dict[str, Any]] = []
     for lowering in lowerings:
-        launch = load_module(ROOT / "examples" / f"{EXAMPLE[lowering]}.py").make(n, n, n)
+        launch = load_module(ROOT / "examples" / f"{args.example or EXAMPLE[lowering]}.py").make(n, n, n)
         c = recognize(launch.kernel).c.array
         seed = rewrite_launch(launch, lowering=lowering, staging=staging, schedule=SEED).launch
         seed_c = kernel_output(seed, arch, c)
