@@ -39,26 +39,28 @@ SUBGROUPS = (32,)
 FRAGMENTS = (16,)
 STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True, byte_k=32, packed_planes=True, large=(
     ("F16_operands", Schedule(tile=128, step=64, stages=2, warpgroup=True)),
-    ("F16_operands", Schedule(tile=128, step=64, stages=2)),
+    ("F16_operands", Schedule(tile=128, step=32, stages=3, wide=True)),
     ("Bf16_operands", Schedule(tile=128, step=32, stages=3, wide=True)),
     ("Bf16x3_operands", Schedule(tile=128, step=16, stages=3, wide=True)),
     ("Int32_byte_planes", Schedule(step=32, prefetch=True)),
 ), offered=(
     ("F16_operands", Schedule(tile=128, step=32, stages=3, warpgroup=True)),
+    ("F16_operands", Schedule(tile=128, step=64, stages=2)),
 ))
 """Padded 16-bit rows put the 8 rows one ldmatrix reads in distinct banks; 8-bit B staged
 column-major lets ldmatrix deliver B's k-consecutive bytes. Large regions take the pipelined
 schedule that measured fastest on the H200 at 4096^3 (``bench/schedule_sweep_h200.py``, one
 run; every tile copied by ``cp.async``, raw where it is converted at the step that multiplies
 it): for F16 with f16 operands one warpgroup's ``wgmma`` over 128x128 tiles in two 64-deep
-stages, A and B read from shared memory (1.20x ``mma.sync``'s best, 5.4x the seed's), for F16
-of converted operands 128x128 tiles with two 64-deep stages on ``mma.sync`` (4.5x the seed's;
-128x256 over eight waves is slower), 128x256 tiles over eight waves with three 32-deep stages
-for Bf16 (1.85x) and three 16-deep for Bf16x3 (1.57x; deeper steps spill registers or exceed
-shared memory); the byte planes' four accumulators per fragment spill at 128x128, so they
-take 64x64 tiles with 32-deep steps, the next step prefetched into registers (1.9x). CUDA also
-offers the warpgroup schedule with 32-deep steps, whose A goes through registers
-(``ldmatrix``), so that ``sarek conformance`` checks both of ``wgmma``'s forms."""
+stages, A and B read from shared memory (1.20x ``mma.sync``'s best, 5.4x the seed's); 128x256
+tiles over eight waves with three 32-deep stages for F16 of converted operands (2.0x; 128x128
+tiles in 64-deep stages, the best for f16 operands on ``mma.sync``, run at 0.73x the seed's
+here, and ``wgmma`` at 0.91x) and for Bf16 (1.85x), three 16-deep for Bf16x3 (1.57x; deeper
+steps spill registers or exceed shared memory); the byte planes' four accumulators per
+fragment spill at 128x128, so they take 64x64 tiles with 32-deep steps, the next step
+prefetched into registers (1.9x). CUDA also offers the warpgroup schedule with 32-deep steps,
+whose A goes through registers (``ldmatrix``), so that ``sarek conformance`` checks both of
+``wgmma``'s forms, and ``mma.sync``'s 128x128 tiles in 64-deep stages."""
 
 NV_STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True, large=tuple(
     (name, Schedule(tile=128, step=16)) for name in ("F16_operands", "Bf16_operands",
