@@ -20,7 +20,8 @@ demo: $(STAMP)
 	$(VENV)/bin/sarek demo
 
 test: $(STAMP)
-	$(PY) -m pytest
+	@# pytest-xdist: one worker process per core
+	$(PY) -m pytest -n auto
 
 bench: $(STAMP)
 	$(PY) bench/sim_speed.py

@@ -6,7 +6,8 @@ bits. Prints a table and writes bench/results/schedule_sweep_h200.json (medians 
 ``gpu_speed_h200.REPEATS`` launches, TFLOP/s at 2mnk). CUDA's staging policy
 (``backends/cuda/lower.py``) names the fastest for large regions.
 
-    python bench/schedule_sweep_h200.py [--n 4096] [--lowering F16_operands ...] [--example gemm_f32]
+    python bench/schedule_sweep_h200.py [--n 4096] [--lowering F16_operands ...]
+                                        [--example gemm_f32] [--schedule t128k64s2g ...]
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ def main() -> int:
         table.add_column(col)
     rows: list[dict[str, Any]] = []
     for lowering in lowerings:
-        launch = load_module(ROOT / "examples" / f"{args.example or EXAMPLE[lowering]}.py").make(n, n, n)
+        example = args.example or EXAMPLE[lowering]
+        launch = load_module(ROOT / "examples" / f"{example}.py").make(n, n, n)
         c = recognize(launch.kernel).c.array
         seed = rewrite_launch(launch, lowering=lowering, staging=staging, schedule=SEED).launch
         seed_c = kernel_output(seed, arch, c)

@@ -22,6 +22,7 @@ from sarek import atoms, ir, tile
 from sarek.errors import IRError
 from sarek.ir import BinOp, ElemType, MathFn, MemSpace, UnOp
 from sarek.ir_walk import subexpressions, walk
+from sarek.memo import ByIdentity
 
 PACKED_COUNTS = (2, 4, 8)  # elements one StorePacked may write
 
@@ -669,13 +670,27 @@ def _shape_problems(kernel: ir.Kernel) -> list[Problem]:
     return problems
 
 
+_ACCEPTED: ByIdentity[ir.Kernel, bool] = ByIdentity(256)
+"""The kernels most recently found well-formed (``sarek.memo``): the pipeline checks the same
+object at each stage that receives it, and the check costs more than a small launch."""
+
+
 def check(kernel: ir.Kernel) -> list[Problem]:
     """Every problem in ``kernel``: undefined names, type mismatches, stores to read-only arrays
     or to the wrong memory space, and barriers in statically divergent code. A kernel whose
     expressions or statements nest past ``MAX_EXPR_DEPTH`` or ``MAX_NESTING`` is reported for
-    that alone."""
+    that alone. The same object found well-formed before is not checked again."""
     if not isinstance(kernel, ir.Kernel):
         return [Problem("", f"expected a sarek.ir.Kernel, got {type(kernel).__name__}")]
+    if _ACCEPTED.get(kernel):
+        return []
+    problems = _check(kernel)
+    if not problems:
+        _ACCEPTED.put(kernel, True)
+    return problems
+
+
+def _check(kernel: ir.Kernel) -> list[Problem]:
     shape = _shape_problems(kernel)
     if shape:
         return shape

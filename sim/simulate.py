@@ -6,7 +6,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -47,7 +46,7 @@ def simulate(kernel: ir.Kernel, args: Sequence[object] | Mapping[str, object],
     limits = Limits() if limits is None else limits
     if not isinstance(limits, Limits):
         raise LaunchError(f"limits must be a sim.launch.Limits, got {type(limits).__name__}")
-    _ensure_valid(_Same(kernel))
+    ir_check.ensure_valid(kernel)  # once per kernel object: the checker remembers it
     if not isinstance(arith, str) or arith not in MODELS:
         raise LaunchError(f"unknown arithmetic model {arith!r}; the models are "
                           f"{', '.join(MODELS)}")
@@ -67,29 +66,6 @@ def simulate(kernel: ir.Kernel, args: Sequence[object] | Mapping[str, object],
     if geo.invocations:
         return _PROGRAMS.run(kernel, geo, arrays, scalars, arith, limits)
     return arrays
-
-
-class _Same:
-    """A kernel compared by identity. A kernel is a tree of frozen models and tuples, so one
-    that ``ensure_valid`` accepted stays valid; the check takes longer than a small launch."""
-
-    __slots__ = ("kernel",)
-
-    def __init__(self, kernel: ir.Kernel) -> None:
-        self.kernel = kernel
-
-    def __hash__(self) -> int:
-        return id(self.kernel)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Same) and other.kernel is self.kernel
-
-
-@lru_cache(maxsize=64)
-def _ensure_valid(kernel: _Same) -> None:
-    """``ir_check.ensure_valid``, once per kernel (an invalid one raises every time: nothing
-    is cached for it)."""
-    ir_check.ensure_valid(kernel.kernel)
 
 
 class _Programs:

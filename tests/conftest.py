@@ -7,6 +7,7 @@ from types import ModuleType
 
 import pytest
 
+from sarek import memo
 from sarek.loader import load_module
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -21,3 +22,10 @@ def example(name: str) -> ModuleType:
 @pytest.fixture(params=GEMM_EXAMPLES)
 def gemm_example(request: pytest.FixtureRequest) -> ModuleType:
     return example(request.param)
+
+
+@pytest.fixture(autouse=True)
+def fresh_memos() -> None:
+    """Each test computes its own checks and lowerings (``sarek.memo``): one that plants a
+    fault in a lowering must not be handed another test's result for the same kernel."""
+    memo.forget_all()

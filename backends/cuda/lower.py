@@ -32,6 +32,7 @@ from sarek import atoms, ir, ir_check
 from sarek.ir import BinOp, Builtin, ElemType, FragLayout, FragUse, MemSpace
 from sarek.ir_build import add, binary, const, mul, var
 from sarek.ir_walk import walk
+from sarek.memo import remembered
 from sarek.schedule import Schedule
 from sarek.staging import Staging
 
@@ -73,6 +74,7 @@ _LANE, _G, _T = "sk_lane", "sk_lane_g", "sk_lane_t"  # lane, lane / 4, lane % 4
 I32, U32 = ElemType.I32, ElemType.U32
 
 
+@remembered(128)  # the printer and the simulator both lower the same kernel object
 def lower(kernel: ir.Kernel) -> ir.Kernel:
     """``kernel`` with every fragment statement lowered (kernels without fragments come back
     unchanged) and its staged copies as ``cp.async`` (``backends.cuda.copies``), runs of

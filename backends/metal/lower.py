@@ -30,6 +30,7 @@ from sarek import coopmat, ir, ir_check, stage_copy
 from sarek.ir import ElemType, FragUse
 from sarek.ir_walk import subexpressions, walk
 from sarek.matrix_scheme import Lowering
+from sarek.memo import remembered
 from sarek.staging import Staging
 
 SUBGROUPS = (32,)
@@ -108,6 +109,7 @@ def support() -> coopmat.DeviceSupport:
                                  note=f"{full.note}; the forms the Metal printer prints")
 
 
+@remembered(128)  # the printer and the simulator both lower the same kernel object
 def lower(kernel: ir.Kernel) -> ir.Kernel:
     """``kernel`` as the Metal printer prints it and the simulator runs it for Metal: validated
     and checked (``check``), fragments kept whole, a kernel with fragments marked as written

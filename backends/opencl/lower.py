@@ -42,6 +42,7 @@ from sarek.errors import IRError
 from sarek.ir import BinOp, Builtin, ElemType, FragLayout, FragUse, MemSpace
 from sarek.ir_build import add, binary, const, mul, var
 from sarek.ir_walk import walk
+from sarek.memo import remembered
 from sarek.staging import DENSE
 
 SUBGROUPS = (32, 64)
@@ -64,6 +65,7 @@ def support() -> DeviceSupport:
                          note="an emulation in plain OpenCL C: every configuration")
 
 
+@remembered(128)  # the printer and the simulator both lower the same kernel object
 def lower(kernel: ir.Kernel) -> ir.Kernel:
     """``kernel`` with every fragment statement emulated lane by lane (kernels without
     fragments come back unchanged); ``EmitError`` with the reason for what the emulation

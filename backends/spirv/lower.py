@@ -21,6 +21,7 @@ from backends.cuda.lower import divisor
 from sarek import ir, packed_store, stage_copy
 from sarek.ir import ElemType, FragLayout, FragUse
 from sarek.ir_walk import walk
+from sarek.memo import remembered
 from sarek.staging import Staging
 
 SUBGROUPS = (32, 64)
@@ -49,6 +50,7 @@ _LANE_EXPLICIT = (ir.Ldmatrix, ir.Mma, ir.Wgmma, ir.WgmmaWait, ir.AsyncProxyFenc
                   ir.TensorView, ir.CpAsync)
 
 
+@remembered(128)  # the printer and the simulator both lower the same kernel object
 def lower(kernel: ir.Kernel) -> ir.Kernel:
     """``kernel`` checked for SPIR-V and returned with its fragment statements unchanged
     (subgroup fixed to 32 when a fragment kernel names none); ``EmitError`` with the reason
