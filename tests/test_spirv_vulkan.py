@@ -50,6 +50,25 @@ def test_the_gate_refuses_what_the_h200_does_not_report_with_the_reason(no_devic
     assert "16x16x16 u8 x u8 + s32" in reason and "16x16x32" in reason
 
 
+def test_a_schedules_fragments_the_device_does_not_report_are_refused_before_running() -> None:
+    from sarek.coopmat import recorded_h200_vulkan
+    from sarek.schedule import Schedule
+
+    launch = example("gemm_f16").make(150, 133, 70)
+    staging = registry.target("vulkan").staging
+
+    def gaps(schedule: str) -> list[str]:
+        kernel = rewrite_launch(launch, lowering=Lowering.F16_OPERANDS, staging=staging,
+                                schedule=Schedule.parse(schedule)).launch.kernel
+        return vulkan_device.unsupported_configs(kernel, recorded_h200_vulkan())
+
+    assert gaps("t64k16") == [] and gaps("t128k32s3") == []
+    # the warpgroup schedule's accumulators are 16x128: the gate passed F16 at fragment 16
+    [reason] = gaps("t128k64s2g")
+    assert "does not support 16x128x16 f16 x f16 + f32 -> f32" in reason
+    assert "only at 16x16x16, 16x8x16, 16x8x8" in reason
+
+
 def test_the_printer_target_refuses_nothing_it_prints() -> None:
     target = registry.target("spirv")
     assert all(target.refuses(low, sg, frag) is None for low in Lowering

@@ -20,7 +20,7 @@ from typing import Any
 
 from backends.spirv.tools import tools_reason
 from sarek import ir
-from sarek.coopmat import DeviceSupport, from_vulkan_properties
+from sarek.coopmat import Available, DeviceSupport, configs_of, from_vulkan_properties, verdict
 from sarek.errors import SarekError
 
 BF16_FEATURES = 1000141000  # VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_BFLOAT16_FEATURES_KHR
@@ -300,4 +300,18 @@ def missing(text: str, kernel: ir.Kernel) -> list[str]:
                         "kernel's subgroup size pinned)")
         elif not low <= sg <= high:
             gaps.append(f"subgroups of {sg} lanes (the device runs {low} to {high})")
+    return gaps + unsupported_configs(kernel, d.support)
+
+
+def unsupported_configs(kernel: ir.Kernel, support: DeviceSupport) -> list[str]:
+    """The cooperative-matrix configurations ``kernel`` multiplies with that ``support``'s
+    device does not report, each with the gate's reason. The gate decides a rewrite by its
+    lowering and fragment before it is built; a schedule can still give fragments of other
+    shapes (a warpgroup schedule's 16x128 accumulators), so the kernel's own are checked
+    before it runs."""
+    gaps = []
+    for config in sorted(configs_of(kernel), key=str):
+        answer = verdict(config, support)
+        if not isinstance(answer, Available):
+            gaps.append(answer.reason)
     return gaps
