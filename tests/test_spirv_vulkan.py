@@ -69,6 +69,30 @@ def test_a_schedules_fragments_the_device_does_not_report_are_refused_before_run
     assert "only at 16x16x16, 16x8x16, 16x8x8" in reason
 
 
+def test_a_kernel_past_the_devices_workgroup_memory_or_size_is_refused_before_running() -> None:
+    from sarek.coopmat import recorded_h200_vulkan
+    from sarek.schedule import Schedule
+
+    # the H200's limits as its Vulkan driver reports them (bench/vulkan_probe_h200.py)
+    h200 = vulkan_device.Device(None, None, None, None, None, 0, "NVIDIA H200", {}, (32, 32),
+                                1.0, recorded_h200_vulkan(), [], shared_bytes=49152,
+                                invocations=1024)
+    launch = example("gemm_f16").make(150, 133, 70)
+    staging = registry.target("vulkan").staging
+
+    def gaps(schedule: str, block: tuple[int, int, int] = (128, 1, 1)) -> list[str]:
+        kernel = rewrite_launch(launch, lowering=Lowering.F16_OPERANDS, staging=staging,
+                                schedule=Schedule.parse(schedule)).launch.kernel
+        return vulkan_device.over_limits(kernel, h200, block)
+
+    assert gaps("t64k16") == [] and gaps("t128k16") == []
+    # three stages of 128x32 A (rows of 40 f16: 30,720 bytes) and of 32x128 B (rows of 136:
+    # 26,112 bytes), and 1,024 f32 of edge staging (4,096 bytes)
+    assert gaps("t128k32s3") == ["60928 bytes of workgroup memory (it has 49152; a schedule "
+                                 "with fewer stages or smaller tiles needs less)"]
+    assert gaps("t64k16", (2048, 1, 1)) == ["blocks of 2048 invocations (it has 1024)"]
+
+
 def test_the_printer_target_refuses_nothing_it_prints() -> None:
     target = registry.target("spirv")
     assert all(target.refuses(low, sg, frag) is None for low in Lowering

@@ -12,6 +12,7 @@ can run here (None when one can) and never raises.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -21,7 +22,9 @@ from typing import Any
 from backends.spirv.tools import tools_reason
 from sarek import ir
 from sarek.coopmat import Available, DeviceSupport, configs_of, from_vulkan_properties, verdict
+from sarek.dtypes import numpy_dtype
 from sarek.errors import SarekError
+from sarek.ir_walk import walk
 
 BF16_FEATURES = 1000141000  # VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_BFLOAT16_FEATURES_KHR
 REQUIRE_FULL_SUBGROUPS = 0x2  # VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT
@@ -63,6 +66,8 @@ class Device:
     memory_types: list[tuple[int, int]]  # (property flags, heap) per memory type
     pool: Any = None
     holders: list[Any] = field(default_factory=list)  # keeps cffi chains alive
+    shared_bytes: int = 16384  # maxComputeSharedMemorySize (Vulkan's required minimum)
+    invocations: int = 128  # maxComputeWorkGroupInvocations (the required minimum)
 
 
 _CORE = ("shaderInt16", "shaderInt64", "shaderFloat64")
@@ -222,7 +227,9 @@ def _open(vk: Any, instance: Any, physical: Any, family: int) -> Device:
         sType=vk.VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO, queueFamilyIndex=family,
         flags=vk.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT), None)
     return Device(vk, instance, physical, dev, queue, family, name, features, sizes,
-                  float(props.limits.timestampPeriod), support, memory_types, pool, holders)
+                  float(props.limits.timestampPeriod), support, memory_types, pool, holders,
+                  int(props.limits.maxComputeSharedMemorySize),
+                  int(props.limits.maxComputeWorkGroupInvocations))
 
 
 def _only(struct_: Any, names: tuple[str, ...]) -> None:
@@ -301,6 +308,23 @@ def missing(text: str, kernel: ir.Kernel) -> list[str]:
         elif not low <= sg <= high:
             gaps.append(f"subgroups of {sg} lanes (the device runs {low} to {high})")
     return gaps + unsupported_configs(kernel, d.support)
+
+
+def over_limits(kernel: ir.Kernel, d: Device, block: tuple[int, int, int]) -> list[str]:
+    """The limits of ``d`` that a dispatch of ``kernel`` over blocks of ``block`` exceeds: its
+    workgroup storage (the sum of its shared arrays, at the least: a driver may pad them)
+    against ``maxComputeSharedMemorySize``, the block against
+    ``maxComputeWorkGroupInvocations``. NVIDIA's driver creates such a pipeline, and a
+    dispatch of it loses the device."""
+    shared = sum(s.size * numpy_dtype(s.elem).itemsize for s in walk(kernel.body)
+                 if isinstance(s, ir.ArrayDecl) and s.space is ir.MemSpace.SHARED)
+    gaps = []
+    if shared > d.shared_bytes:
+        gaps.append(f"{shared} bytes of workgroup memory (it has {d.shared_bytes}; a schedule "
+                    "with fewer stages or smaller tiles needs less)")
+    if math.prod(block) > d.invocations:
+        gaps.append(f"blocks of {math.prod(block)} invocations (it has {d.invocations})")
+    return gaps
 
 
 def unsupported_configs(kernel: ir.Kernel, support: DeviceSupport) -> list[str]:

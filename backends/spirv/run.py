@@ -21,7 +21,14 @@ from typing import Any
 import numpy as np
 
 from backends.spirv import device as vulkan_device
-from backends.spirv.device import REQUIRE_FULL_SUBGROUPS, Device, VulkanError, missing, runnable
+from backends.spirv.device import (
+    REQUIRE_FULL_SUBGROUPS,
+    Device,
+    VulkanError,
+    missing,
+    over_limits,
+    runnable,
+)
 from backends.spirv.emit import emit, push_constant_layout
 from backends.spirv.tools import assemble
 from sarek import ir
@@ -91,7 +98,7 @@ class _Pipeline:
         vk = d.vk
         self.d, self.kernel = d, kernel
         text = emit(kernel) if text is None else text
-        gaps = missing(text, kernel)
+        gaps = missing(text, kernel) + over_limits(kernel, d, block)
         if gaps:
             raise VulkanError(f"{d.name} cannot run kernel {kernel.name!r}: it lacks "
                               + ", ".join(gaps))
