@@ -64,9 +64,9 @@ def test_a_schedules_fragments_the_device_does_not_report_are_refused_before_run
 
     assert gaps("t64k16") == [] and gaps("t128k32s3") == []
     # the warpgroup schedule's accumulators are 16x128: the gate passed F16 at fragment 16
-    [reason] = gaps("t128k64s2g")
-    assert "does not support 16x128x16 f16 x f16 + f32 -> f32" in reason
-    assert "only at 16x16x16, 16x8x16, 16x8x8" in reason
+    assert gaps("t128k64s2g") == [
+        "the cooperative-matrix configuration 16x128x16 f16 x f16 + f32 -> f32 (subgroup) (it "
+        "has f16 x f16 + f32 -> f32 only at 16x16x16, 16x8x16, 16x8x8)"]
 
 
 def test_a_kernel_past_the_devices_workgroup_memory_or_size_is_refused_before_running() -> None:
@@ -88,7 +88,7 @@ def test_a_kernel_past_the_devices_workgroup_memory_or_size_is_refused_before_ru
     assert gaps("t64k16") == [] and gaps("t128k16") == []
     # three stages of 128x32 A (rows of 40 f16: 30,720 bytes) and of 32x128 B (rows of 136:
     # 26,112 bytes), and 1,024 f32 of edge staging (4,096 bytes)
-    assert gaps("t128k32s3") == ["60928 bytes of workgroup memory (it has 49152; a schedule "
+    assert gaps("t128k32s3") == ["workgroup memory for 60928 bytes (it has 49152; a schedule "
                                  "with fewer stages or smaller tiles needs less)"]
     assert gaps("t64k16", (2048, 1, 1)) == ["blocks of 2048 invocations (it has 1024)"]
 

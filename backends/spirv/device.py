@@ -320,7 +320,7 @@ def over_limits(kernel: ir.Kernel, d: Device, block: tuple[int, int, int]) -> li
                  if isinstance(s, ir.ArrayDecl) and s.space is ir.MemSpace.SHARED)
     gaps = []
     if shared > d.shared_bytes:
-        gaps.append(f"{shared} bytes of workgroup memory (it has {d.shared_bytes}; a schedule "
+        gaps.append(f"workgroup memory for {shared} bytes (it has {d.shared_bytes}; a schedule "
                     "with fewer stages or smaller tiles needs less)")
     if math.prod(block) > d.invocations:
         gaps.append(f"blocks of {math.prod(block)} invocations (it has {d.invocations})")
@@ -337,5 +337,8 @@ def unsupported_configs(kernel: ir.Kernel, support: DeviceSupport) -> list[str]:
     for config in sorted(configs_of(kernel), key=str):
         answer = verdict(config, support)
         if not isinstance(answer, Available):
-            gaps.append(answer.reason)
+            head = f"{support.device} does not support {config}"
+            detail = answer.reason.removeprefix(head).lstrip(":; ")
+            gaps.append(f"the cooperative-matrix configuration {config}"
+                        + (f" ({detail})" if detail else ""))
     return gaps
