@@ -178,14 +178,15 @@ def _examples(target: Target, examples: Path, only: tuple[str, ...]
 
 def refusal(target: Target, launch: Launch, rewrite: Rewrite, schedule: Schedule) -> str | None:
     """Why the rewrite of ``launch`` under ``rewrite``, staged as ``target`` stages it, does not
-    take ``schedule``, or None when it does."""
+    take ``schedule``, or why the target's device would not run what it gives
+    (``Target.run_refusal``), or None when neither."""
     lowering, subgroup, frag = rewrite
     try:
-        rewrite_launch(launch, lowering=lowering, subgroup=subgroup, frag=frag,
-                       staging=target.staging, schedule=schedule)
+        rw = rewrite_launch(launch, lowering=lowering, subgroup=subgroup, frag=frag,
+                            staging=target.staging, schedule=schedule).launch
     except SarekError as e:
         return e.reason
-    return None
+    return target.run_refusal(rw.kernel, rw.block)
 
 
 def matrix(target: Target, examples: Path, *, quick: bool = False, only: tuple[str, ...] = (),
@@ -512,6 +513,8 @@ def main(args: argparse.Namespace) -> int:
               f"{', '.join(_choices())}", file=sys.stderr)
         return EXIT_USAGE
     target = registry.target(name.removeprefix(SIM_PREFIX))
+    if not device:  # the simulator runs what a device would refuse
+        target = replace(target, run_refusal=lambda kernel, block: None)
     try:
         examples = args.examples or examples_dir()
         schedules = tuple(dict.fromkeys(Schedule.parse(s) for s in args.schedule))

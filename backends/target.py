@@ -38,6 +38,11 @@ class Target:
     staging: Staging
     run: Runner | None = None
     device_reason: Callable[[], str | None] = lambda: "no device runner for this target"
+    run_refusal: Callable[[ir.Kernel, tuple[int, int, int]], str | None] = (
+        lambda kernel, block: None)
+    """Why the device would refuse to run ``kernel`` over blocks of ``block`` (None: no reason
+    known): what the gate cannot see before a rewrite is built, such as a schedule's shared
+    memory past the device's limit."""
 
     def emit(self, kernel: ir.Kernel) -> str:
         """``kernel`` validated, lowered for this target and printed."""

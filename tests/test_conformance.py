@@ -306,3 +306,21 @@ def test_a_report_directory_that_does_not_exist_is_a_one_line_error(
     assert conform("--target", "sim-cuda", "--quick", "--report", str(missing)) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(missing.parent) in err
+
+
+def test_a_schedule_the_device_would_refuse_is_left_out_with_the_devices_reason() -> None:
+    cuda = registry.target("cuda")
+    wide = Schedule.parse("t128x256k32s3")  # eight waves: blocks of 256
+
+    def small(kernel: sarek.ir.Kernel, block: tuple[int, int, int]) -> str | None:
+        size = block[0] * block[1] * block[2]
+        return f"blocks of {size} invocations (it has 128)" if size > 128 else None
+
+    device = replace(cuda, run_refusal=small)
+    assert [c for c in conformance.matrix(cuda, EXAMPLES, quick=True, schedules=(wide,))
+            if c.schedule == wide]
+    assert not [c for c in conformance.matrix(device, EXAMPLES, quick=True, schedules=(wide,))
+                if c.schedule == wide]
+    assert str(conformance.unaccepted(device, EXAMPLES, wide)).endswith(
+        "blocks of 256 invocations (it has 128)")
+    assert conformance.unaccepted(device, EXAMPLES, Schedule.parse("t128k32s3")) is None

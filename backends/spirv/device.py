@@ -307,7 +307,13 @@ def missing(text: str, kernel: ir.Kernel) -> list[str]:
                         "kernel's subgroup size pinned)")
         elif not low <= sg <= high:
             gaps.append(f"subgroups of {sg} lanes (the device runs {low} to {high})")
-    return gaps + unsupported_configs(kernel, d.support)
+    return gaps
+
+
+def cannot_run(kernel: ir.Kernel, d: Device, block: tuple[int, int, int]) -> list[str]:
+    """What ``d`` lacks to run ``kernel`` over blocks of ``block`` beyond its features: the
+    cooperative-matrix configurations it does not report and the limits it exceeds."""
+    return unsupported_configs(kernel, d.support) + over_limits(kernel, d, block)
 
 
 def over_limits(kernel: ir.Kernel, d: Device, block: tuple[int, int, int]) -> list[str]:

@@ -25,8 +25,8 @@ from backends.spirv.device import (
     REQUIRE_FULL_SUBGROUPS,
     Device,
     VulkanError,
+    cannot_run,
     missing,
-    over_limits,
     runnable,
 )
 from backends.spirv.emit import emit, push_constant_layout
@@ -98,7 +98,7 @@ class _Pipeline:
         vk = d.vk
         self.d, self.kernel = d, kernel
         text = emit(kernel) if text is None else text
-        gaps = missing(text, kernel) + over_limits(kernel, d, block)
+        gaps = missing(text, kernel) + cannot_run(kernel, d, block)
         if gaps:
             raise VulkanError(f"{d.name} cannot run kernel {kernel.name!r}: it lacks "
                               + ", ".join(gaps))

@@ -94,6 +94,18 @@ def vulkan_subgroups() -> tuple[int, int]:
     return H200_SUBGROUPS
 
 
+def _run_refusal(kernel: ir.Kernel, block: tuple[int, int, int]) -> str | None:
+    """What the live Vulkan device lacks to run ``kernel`` (None without a device: the run
+    itself then says why nothing runs)."""
+    if not _live():
+        return None
+    from backends.spirv.device import cannot_run, device
+
+    d = device()
+    gaps = cannot_run(spirv_lower.lower(kernel), d, block)
+    return f"{d.name} lacks " + ", ".join(gaps) if gaps else None
+
+
 def _device_reason() -> str | None:
     from backends.spirv.device import unavailable_reason
 
@@ -137,5 +149,6 @@ def vulkan_target() -> GatedTarget:
         staging=spirv_lower.STAGING,
         run=run,
         device_reason=_device_reason,
+        run_refusal=_run_refusal,
         subgroup_range=vulkan_subgroups,
     )
