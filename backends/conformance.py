@@ -26,7 +26,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
@@ -240,19 +240,38 @@ def _distinct(cases: list[Case], staging: Staging) -> list[Case]:
     return kept
 
 
+def left_out(target: Target, examples: Path, schedule: Schedule, *,
+             only: tuple[str, ...] = ()) -> tuple[int, list[dict[str, Any]]]:
+    """How many rewrites of the examples in ``examples`` (those named in ``only``, when given)
+    ``target`` prints, and those of them that ``schedule`` is left out of, each with its
+    example, rewrite and reason (``refusal``)."""
+    considered, refused = 0, []
+    for path, launch, rewrites in _examples(target, examples, only):
+        for low, sg, frag in rewrites:
+            considered += 1
+            why = refusal(target, launch, (low, sg, frag), schedule)
+            if why is not None:
+                refused.append({"example": path.stem, "lowering": low.value, "subgroup": sg,
+                                "frag": frag, "schedule": schedule.name, "reason": why})
+    return considered, refused
+
+
 def unaccepted(target: Target, examples: Path, schedule: Schedule, *,
                only: tuple[str, ...] = ()) -> str | None:
     """None when the rewrite of some example in ``examples`` (of those named in ``only``, when
     given) takes ``schedule`` under some lowering, subgroup and fragment ``target`` prints;
     else the first refusal's reason, naming its example and rewrite."""
-    first = None
-    for path, launch, rewrites in _examples(target, examples, only):
-        for low, sg, frag in rewrites:
-            why = refusal(target, launch, (low, sg, frag), schedule)
-            if why is None:
-                return None
-            first = first or f"{path.stem} {low.value} subgroup {sg} frag {frag}: {why}"
-    return first or "no example has a rewrite the target prints"
+    return _unaccepted(*left_out(target, examples, schedule, only=only))
+
+
+def _unaccepted(considered: int, refused: list[dict[str, Any]]) -> str | None:
+    if not considered:
+        return "no example has a rewrite the target prints"
+    if len(refused) < considered:
+        return None
+    r = refused[0]
+    return (f"{r['example']} {r['lowering']} subgroup {r['subgroup']} frag {r['frag']}: "
+            f"{r['reason']}")
 
 
 def canary(dtype: np.dtype[Any], count: int) -> np.ndarray:
@@ -406,9 +425,11 @@ def device_name(target: Target, device: bool) -> str:
 
 
 def report(name: str, device: str, arith: str, quick: bool, outcomes: list[Outcome],
-           schedules: tuple[Schedule, ...] = ()) -> dict[str, Any]:
-    """The JSON report: the device, the schedules ``--schedule`` added, every case with its
-    verdicts and canary violations, and the totals."""
+           schedules: tuple[Schedule, ...] = (), skipped: Sequence[dict[str, Any]] = ()
+           ) -> dict[str, Any]:
+    """The JSON report: the device, the schedules ``--schedule`` added and the rewrites each
+    was left out of with the reason (``left_out``), every case with its verdicts and canary
+    violations, and the totals."""
     totals = {"cases": len(outcomes), "passed": sum(o.ok for o in outcomes),
               "mismatches": sum(o.mismatches for o in outcomes),
               "canary_violations": sum(o.canary_violations for o in outcomes),
@@ -426,7 +447,7 @@ def report(name: str, device: str, arith: str, quick: bool, outcomes: list[Outco
               "error": o.error, "ok": o.ok, "seconds": round(o.seconds, 4)}
              for o in outcomes]
     return {"target": name, "device": device, "arith": arith, "quick": quick,
-            "schedules": [s.name for s in schedules],
+            "schedules": [s.name for s in schedules], "left_out": list(skipped),
             "all_bit_exact": totals["passed"] == totals["cases"], "totals": totals,
             "cases": cases}
 
@@ -539,12 +560,14 @@ def main(args: argparse.Namespace) -> int:
         print(f"sarek conformance: error: no example matches {', '.join(args.example)} in "
               f"{examples}", file=sys.stderr)
         return EXIT_USAGE
-    refused = [f"{s.name} ({why})" for s in schedules
-               if (why := unaccepted(target, examples, s, only=only)) is not None]
+    outs = {s: left_out(target, examples, s, only=only) for s in schedules}
+    refused = [f"{s.name} ({why})" for s, out in outs.items()
+               if (why := _unaccepted(*out)) is not None]
     if refused:
         print(f"sarek conformance: error: no rewrite of the examples takes schedule "
               f"{'; '.join(refused)}", file=sys.stderr)
         return EXIT_USAGE
+    skipped = [r for _, out in outs.values() for r in out]
     console = Console()
     if not console.is_terminal:  # a log or a pipe: room for the whole table
         console.width = max(console.width, 120)
@@ -552,13 +575,16 @@ def main(args: argparse.Namespace) -> int:
     with np.errstate(all="ignore"):
         outcomes = list(_run_all(cases, target, device, Console(stderr=True)))
     result = report(name, device_name(target, device), target.arith, args.quick, outcomes,
-                    schedules)
+                    schedules, skipped)
     path.write_text(json.dumps(result, indent=2) + "\n")
     console.print(_summary(outcomes))
     for o in outcomes:
         if not o.ok:
             console.print(_failure(o), style="red", markup=False, highlight=False,
                           soft_wrap=True)
+    if skipped:
+        console.print(f"{len(skipped)} rewrites left out of the added schedules, each for its "
+                      "reason (the report's left_out)", markup=False, highlight=False)
     t = result["totals"]
     console.print(f"{result['device']}: {t['passed']} of {t['cases']} cases bit-identical; "
                   f"{t['mismatches']} mismatched arrays, {t['canary_violations']} canary "

@@ -188,6 +188,21 @@ def test_sarek_conformance_schedule_adds_its_cases_to_the_report_and_the_table(
     assert "t128k64s2g" in capsys.readouterr().out
 
 
+def test_the_rewrites_an_added_schedule_is_left_out_of_are_reported_with_the_reason(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "report.json"
+    assert conform("--target", "sim-cuda", "--quick", "--example", "gemm_f16", "--example",
+                   "gemm_f32", "--schedule", "t128k64s2g", "--report", str(path)) == 0
+    data = report_of(path)
+    assert [c["example"] for c in data["cases"] if c["schedule"] == "t128k64s2g"] == ["gemm_f16"]
+    left = {(r["example"], r["lowering"]) for r in data["left_out"]}
+    assert left == {("gemm_f32", low) for low in ("Bf16x3_operands", "Bf16_operands",
+                                                  "F16_operands")}
+    assert all("a warpgroup schedule multiplies one 16-bit term" in r["reason"]
+               for r in data["left_out"])
+    assert "3 rewrites left out of the added schedules" in capsys.readouterr().out
+
+
 def test_a_schedule_name_that_does_not_parse_is_a_one_line_error(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "report.json"
