@@ -411,8 +411,17 @@ def _opencl_device(platform: str | None) -> Callable[[], str]:
     return name
 
 
+def _vulkan_device() -> str:
+    from backends.spirv.device import device
+
+    d = device()
+    low, high = d.subgroup_sizes
+    return f"{d.name} (Vulkan, subgroups {low}" + (f" to {high})" if high != low else ")")
+
+
 DEVICE_NAMES: dict[str, Callable[[], str]] = {
     "cuda": _cuda_device, "opencl": _opencl_device(None), "opencl-nv": _opencl_device("NVIDIA"),
+    "vulkan": _vulkan_device,
 }
 
 
