@@ -102,7 +102,11 @@ def _run_refusal(kernel: ir.Kernel, block: tuple[int, int, int]) -> str | None:
     from backends.spirv.device import cannot_run, device
 
     d = device()
-    gaps = cannot_run(spirv_lower.lower(kernel), d, block)
+    try:
+        lowered = spirv_lower.lower(kernel)
+    except SarekError as e:  # what SPIR-V cannot express: the case would fail the same way
+        return e.reason
+    gaps = cannot_run(lowered, d, block)
     return f"{d.name} lacks " + ", ".join(gaps) if gaps else None
 
 
