@@ -1,7 +1,8 @@
 """Generic traversal and rebuilding of the IR, for every analysis that reads or rewrites
 kernels: the direct operands of an expression, every expression inside one (as a tree, or each
-shared node once), every statement of a body, a copy of an expression with some of its nodes
-replaced (``rebuild``, ``substitute``) and the size of an expression written out as a tree."""
+shared node once), every statement of a body, a kernel's shared arrays, a copy of an
+expression with some of its nodes replaced (``rebuild``, ``substitute``) and the size of an
+expression written out as a tree."""
 
 from __future__ import annotations
 
@@ -91,6 +92,12 @@ def walk(stmts: tuple[ir.Stmt, ...]) -> Iterator[ir.Stmt]:
             case ir.If(then=then, orelse=orelse):
                 yield from walk(then)
                 yield from walk(orelse)
+
+
+def shared_arrays(kernel: ir.Kernel) -> list[ir.ArrayDecl]:
+    """The kernel's shared-memory arrays, in declaration order."""
+    return [s for s in walk(kernel.body)
+            if isinstance(s, ir.ArrayDecl) and s.space is ir.MemSpace.SHARED]
 
 
 def rebuild(e: ir.Expr, leaf: Callable[[ir.Expr], ir.Expr | None],

@@ -73,7 +73,7 @@ def test_a_kernel_past_the_devices_workgroup_memory_or_size_is_refused_before_ru
     from sarek.coopmat import recorded_h200_vulkan
     from sarek.schedule import Schedule
 
-    # the H200's limits as its Vulkan driver reports them (bench/vulkan_probe_h200.py)
+    # the H200's limits as its Vulkan driver reports them (bench/results/vulkan_schedules_h200.json)
     h200 = vulkan_device.Device(None, None, None, None, None, 0, "NVIDIA H200", {}, (32, 32),
                                 1.0, recorded_h200_vulkan(), [], shared_bytes=49152,
                                 invocations=1024)

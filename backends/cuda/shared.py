@@ -11,17 +11,11 @@ from __future__ import annotations
 
 from backends.cstyle import EmitError
 from sarek import dtypes, ir
-from sarek.ir import MemSpace
-from sarek.ir_walk import walk
+from sarek.ir_walk import shared_arrays
 
 STATIC_BYTES = 48 * 1024
 MAX_BYTES = 227 * 1024
 DYNAMIC = "sk_dynamic"  # the name of the one dynamic allocation
-
-
-def _shared(kernel: ir.Kernel) -> list[ir.ArrayDecl]:
-    return [s for s in walk(kernel.body)
-            if isinstance(s, ir.ArrayDecl) and s.space is MemSpace.SHARED]
 
 
 def offsets(kernel: ir.Kernel) -> dict[str, int] | None:
@@ -29,7 +23,7 @@ def offsets(kernel: ir.Kernel) -> dict[str, int] | None:
     kernel's shared arrays fit in static declarations; ``EmitError`` past ``MAX_BYTES``."""
     out: dict[str, int] = {}
     end = 0
-    for decl in _shared(kernel):
+    for decl in shared_arrays(kernel):
         align = max(decl.align, 16)
         start = -(-end // align) * align
         out[decl.name] = start
@@ -45,5 +39,5 @@ def dynamic_bytes(kernel: ir.Kernel) -> int:
     layout = offsets(kernel)
     if layout is None:
         return 0
-    last = max(_shared(kernel), key=lambda d: layout[d.name])
+    last = max(shared_arrays(kernel), key=lambda d: layout[d.name])
     return layout[last.name] + last.size * dtypes.numpy_dtype(last.elem).itemsize

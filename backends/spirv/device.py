@@ -24,7 +24,7 @@ from sarek import ir
 from sarek.coopmat import Available, DeviceSupport, configs_of, from_vulkan_properties, verdict
 from sarek.dtypes import numpy_dtype
 from sarek.errors import SarekError
-from sarek.ir_walk import walk
+from sarek.ir_walk import shared_arrays
 
 BF16_FEATURES = 1000141000  # VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_BFLOAT16_FEATURES_KHR
 REQUIRE_FULL_SUBGROUPS = 0x2  # VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT
@@ -322,8 +322,7 @@ def over_limits(kernel: ir.Kernel, d: Device, block: tuple[int, int, int]) -> li
     against ``maxComputeSharedMemorySize``, the block against
     ``maxComputeWorkGroupInvocations``. NVIDIA's driver creates such a pipeline, and a
     dispatch of it loses the device."""
-    shared = sum(s.size * numpy_dtype(s.elem).itemsize for s in walk(kernel.body)
-                 if isinstance(s, ir.ArrayDecl) and s.space is ir.MemSpace.SHARED)
+    shared = sum(a.size * numpy_dtype(a.elem).itemsize for a in shared_arrays(kernel))
     gaps = []
     if shared > d.shared_bytes:
         gaps.append(f"workgroup memory for {shared} bytes (it has {d.shared_bytes}; a schedule "
