@@ -32,7 +32,13 @@ BUILTIN_VECTORS = {"thread_idx": "LocalInvocationId", "block_idx": "WorkgroupId"
                     "grid_dim": "NumWorkgroups"}
 
 
-def memory_type(t: ElemType) -> ElemType | str:
+_NAMED = re.compile(r"%[A-Za-z][A-Za-z0-9_]*")
+"""The printer's named ids begin with a letter; numbered ids (``fresh``) with a digit."""
+_STEM_OUTSIDE = re.compile(r"[^A-Za-z0-9_]")
+"""Characters an id may not hold (user names are Python identifiers, Unicode included)."""
+
+
+def memory_type(t: ElemType) -> ElemType:
     """The type an element of ``t`` has in memory: bool as a byte, bf16 as its pattern."""
     return T.U8 if t is T.BOOL else T.U16 if t is T.BF16 else t
 
@@ -147,7 +153,8 @@ class ModuleBuilder:
         self.fn_vars: list[str] = []
         self.entry: list[str] = []  # computed once in the entry block (builtins, parameters)
         self.code: list[str] = []
-        self.counter = 0
+        self.counter = 0  # numbered ids
+        self.named: set[str] = set()  # named ids
         self.label = "%entry"
         self.terminated = False
         self.scope: ChainMap[str, Symbol] = ChainMap()
@@ -156,28 +163,34 @@ class ModuleBuilder:
 
     # ------------------------------------------------------------------ ids and types
 
-    def fresh(self, stem: str = "x") -> str:
+    def fresh(self, stem: str = "") -> str:
+        """A numbered id: the next number, then ``stem`` (what it holds, for a reader)."""
         self.counter += 1
-        return f"%{stem}{self.counter}"
+        suffix = _STEM_OUTSIDE.sub("_", stem)
+        return f"%{self.counter}_{suffix}" if suffix else f"%{self.counter}"
 
     def declare(self, key: tuple[object, ...], name: str, line: str) -> str:
-        """The id of the global ``line`` (with ``{id}`` for its result), declared once."""
+        """The named id ``name`` of the global ``line`` (with ``{id}`` for its result),
+        declared once per ``key``. ``name`` is the printer's own, never user text."""
         if key not in self.ids:
-            ident = name if name not in self.ids.values() else f"{name}_{len(self.ids)}"
-            self.ids[key] = ident
-            self.globals.append(line.format(id=ident))
+            assert _NAMED.fullmatch(name) and name not in self.named, (key, name)
+            self.named.add(name)
+            self.ids[key] = name
+            self.globals.append(line.format(id=name))
         return self.ids[key]
 
-    def type_of(self, t: ElemType | str) -> str:
-        """The SPIR-V type of an IR element type (or of ``"bf16"``, the float type of bf16
-        cooperative-matrix components; ``"void"``)."""
-        if t == "void":
-            return self.declare(("void",), "%void", "{id} = OpTypeVoid")
-        if t == "bf16":
-            self.caps.add("BFloat16TypeKHR")
-            self.exts.add("SPV_KHR_bfloat16")
-            return self.declare(("bf16",), "%bf16", "{id} = OpTypeFloat 16 BFloat16KHR")
-        assert isinstance(t, ElemType)
+    def void_type(self) -> str:
+        return self.declare(("void",), "%void", "{id} = OpTypeVoid")
+
+    def bf16_component(self) -> str:
+        """``OpTypeFloat 16 BFloat16KHR``: the components of bf16 cooperative matrices (a bf16
+        value anywhere else is its 16-bit pattern, ``type_of(T.BF16)``)."""
+        self.caps.add("BFloat16TypeKHR")
+        self.exts.add("SPV_KHR_bfloat16")
+        return self.declare(("bf16",), "%bf16", "{id} = OpTypeFloat 16 BFloat16KHR")
+
+    def type_of(self, t: ElemType) -> str:
+        """The SPIR-V type of a value of ``t`` in registers (``value_type``: bf16 as u16)."""
         if t is T.BOOL:
             return self.declare(("bool",), "%bool", "{id} = OpTypeBool")
         if t is T.BF16:
@@ -220,7 +233,7 @@ class ModuleBuilder:
 
     # ------------------------------------------------------------------ instructions
 
-    def op(self, result_type: str, name: str, *operands: str, stem: str = "x") -> str:
+    def op(self, result_type: str, name: str, *operands: str, stem: str = "") -> str:
         ident = self.fresh(stem)
         self.code.append(f"{ident} = {name} {result_type} {' '.join(operands)}".rstrip())
         return ident

@@ -66,7 +66,7 @@ class _Module(ExpressionPrinter):
 
     def local(self, name: str, t: ElemType) -> str:
         """A Function variable for the scalar ``name`` (declared in the entry block)."""
-        var = self.fresh(f"v_{name}_")
+        var = self.fresh(name)
         self.fn_vars.append(f"{var} = OpVariable {self.pointer('Function', self.type_of(t))} "
                             "Function")
         self.names.append(f'OpName {var} "{name}"')
@@ -197,13 +197,13 @@ class _Module(ExpressionPrinter):
         arr_t = self.declare(("array", elem, s.size), f"%arr_{elem.lstrip('%')}_{s.size}",
                              f"{{id}} = OpTypeArray {elem} {self.u32(s.size)}")
         if s.space is MemSpace.SHARED:
-            var = self.declare(("shared", s.name), f"%shared_{s.name}",
-                               f"{{id}} = OpVariable {self.pointer('Workgroup', arr_t)} "
-                               "Workgroup")
+            var = self.fresh(s.name)
+            self.globals.append(f"{var} = OpVariable {self.pointer('Workgroup', arr_t)} "
+                                "Workgroup")
             self.interface.append(var)
             self.scope[s.name] = ArraySym(var, "Workgroup", s.elem, s.size, s.align)
         else:
-            var = self.fresh(f"local_{s.name}_")
+            var = self.fresh(s.name)
             self.fn_vars.append(f"{var} = OpVariable {self.pointer('Function', arr_t)} "
                                 "Function")
             self.scope[s.name] = ArraySym(var, "Function", s.elem, s.size, s.align)
@@ -213,14 +213,14 @@ class _Module(ExpressionPrinter):
 
     def component(self, x: str, elem: ElemType) -> str:
         """A fragment component from a value: bf16 patterns become bf16 floats."""
-        return self.op(self.type_of("bf16"), "OpBitcast", x) if elem is T.BF16 else x
+        return self.op(self.bf16_component(), "OpBitcast", x) if elem is T.BF16 else x
 
     def frag_type(self, d: ir.FragDecl) -> str:
         self.caps.add("CooperativeMatrixKHR")
         self.exts.add("SPV_KHR_cooperative_matrix")
         if d.elem is T.BF16:
             self.caps.add("BFloat16CooperativeMatrixKHR")
-        comp = self.type_of("bf16" if d.elem is T.BF16 else d.elem)
+        comp = self.bf16_component() if d.elem is T.BF16 else self.type_of(d.elem)
         use = {FragUse.A: "a", FragUse.B: "b", FragUse.ACCUMULATOR: "acc"}[d.use]
         return self.declare(("coopmat", comp, d.use, d.rows, d.cols),
                             f"%cm_{use}_{comp.lstrip('%')}_{d.rows}x{d.cols}",
@@ -230,7 +230,7 @@ class _Module(ExpressionPrinter):
 
     def frag_decl(self, d: ir.FragDecl) -> None:
         t = self.frag_type(d)
-        var = self.fresh(f"frag_{d.name}_")
+        var = self.fresh(d.name)
         self.fn_vars.append(f"{var} = OpVariable {self.pointer('Function', t)} Function")
         self.names.append(f'OpName {var} "{d.name}"')
         self.scope[d.name] = FragSym(var, t, d)
@@ -286,9 +286,9 @@ class _Module(ExpressionPrinter):
                     self.ids[("block_decorated", block)] = block
                     self.decorations += [f"OpDecorate {block} Block",
                                          f"OpMemberDecorate {block} 0 Offset 0"]
-                var = self.declare(("param", p.name), f"%buf_{p.name}",
-                                   f"{{id}} = OpVariable {self.pointer('StorageBuffer', block)} "
-                                   "StorageBuffer")
+                var = self.fresh(p.name)
+                self.globals.append(f"{var} = OpVariable "
+                                    f"{self.pointer('StorageBuffer', block)} StorageBuffer")
                 self.decorations += [f"OpDecorate {var} DescriptorSet 0",
                                      f"OpDecorate {var} Binding {binding}"]
                 if p.readonly:
@@ -314,7 +314,7 @@ class _Module(ExpressionPrinter):
         for i, (wire_t, p, offset) in enumerate(members):
             self.decorations.append(f"OpMemberDecorate {block} {i} Offset {offset}")
             self.names.append(f'OpMemberName {block} {i} "{p.name}"')
-            ptr, raw = self.fresh("pc"), self.fresh(f"param_{p.name}_")
+            ptr, raw = self.fresh(), self.fresh(p.name)
             self.entry += [f"{ptr} = OpAccessChain {self.pointer('PushConstant', wire_t)} "
                            f"{var} {self.const(i, T.I32)}", f"{raw} = OpLoad {wire_t} {ptr}"]
             self.scope[p.name] = self.from_wire(raw, p.elem)
@@ -341,7 +341,7 @@ class _Module(ExpressionPrinter):
         self.block(self.kernel.body)
         if not self.terminated:
             self.do("OpReturn")
-        void = self.type_of("void")
+        void = self.void_type()
         fn_t = self.declare(("fn",), "%fn_void", f"{{id}} = OpTypeFunction {void}")
         size = self.workgroup_size()
         widths = sorted(self.float_widths)

@@ -84,7 +84,7 @@ class ExpressionPrinter(ModuleBuilder):
         if group in BUILTIN_VECTORS:
             var = self.input_builtin(BUILTIN_VECTORS[group], vector=True)
             v3 = self.declare(("v3",), "%v3u32", f"{{id}} = OpTypeVector {u32} 3")
-            whole, part = self.fresh("v"), self.fresh("u")
+            whole, part = self.fresh(), self.fresh()
             self.entry += [f"{whole} = OpLoad {v3} {var}",
                            f"{part} = OpCompositeExtract {u32} {whole} {'xyz'.index(axis)}",
                            f"{out} = OpBitcast {i32} {part}"]
@@ -97,7 +97,7 @@ class ExpressionPrinter(ModuleBuilder):
             # Subgroups are the linear thread index divided by the kernel's subgroup size,
             # as in the simulator (the runner pins the device's subgroup size to it).
             index = self.input_builtin("LocalInvocationIndex", vector=False)
-            raw, linear = self.fresh("u"), self.fresh("lin")
+            raw, linear = self.fresh(), self.fresh()
             opname = "OpUDiv" if which is Builtin.SUBGROUP_ID else "OpUMod"
             self.entry += [f"{raw} = OpLoad {u32} {index}",
                            f"{linear} = {opname} {u32} {raw} {self.u32(self.subgroup())}",
