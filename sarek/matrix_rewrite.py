@@ -27,7 +27,7 @@ from typing import Literal
 from sarek import ir, ir_check
 from sarek.errors import SarekError
 from sarek.ir import BinOp, Builtin, ElemType, FragLayout, FragUse, MemSpace
-from sarek.ir_build import add, binary, const, mul, var
+from sarek.ir_build import add, binary, const, logical_not, mul, var
 from sarek.launch import Launch
 from sarek.matrix_mapping import Region
 from sarek.matrix_pattern import Access, Gemm, Mapping1D
@@ -747,6 +747,25 @@ class _Builder:
                     for a, i, j in frags]
         return out
 
+    def original_where_beyond(self, limit: float) -> list[ir.Stmt]:
+        """``sk_sum`` recomputed as the original kernel computes it (its initial value, then
+        its update in k order) where it is NaN, infinite or at least ``limit`` in magnitude."""
+        g, acc_t = self.gemm, self.scheme.acc
+        total = var("sk_sum", acc_t)
+        row, col, p = var("sk_row"), var("sk_col"), var("sk_p")
+        a = _cast(ir.Load(array=g.a.array, index=self.address(g.a, row, col, p), type=g.a.elem),
+                  acc_t)
+        b = _cast(ir.Load(array=g.b.array, index=self.address(g.b, row, col, p), type=g.b.elem),
+                  acc_t)
+        update: ir.Expr = (ir.Call(fn=ir.MathFn.FMA, args=(a, b, total), type=acc_t) if g.fused
+                           else binary(BinOp.ADD, total, binary(BinOp.MUL, a, b)))
+        magnitude = ir.Call(fn=ir.MathFn.ABS, args=(total,), type=acc_t)
+        within = binary(BinOp.LT, magnitude, ir.Const(value=limit, type=acc_t))
+        return [ir.If(cond=logical_not(within), then=(
+            ir.Assign(name="sk_sum", value=_cast(self.init(), acc_t)),
+            ir.For(var="sk_p", start=const(0), stop=var("d"), step=const(1),
+                   body=(ir.Assign(name="sk_sum", value=update),))))]
+
     def finish(self) -> list[ir.Stmt]:
         """Accumulators out through the exchange array, one fragment per wave at a time; each
         covered output gets the epilogue."""
@@ -755,9 +774,15 @@ class _Builder:
 
         def store(total: ir.Expr) -> ir.Stmt:
             address = self.address(g.c, var("sk_row"), var("sk_col"), const(0))
-            value = _cast(self.epilogue(total), g.c.elem)
-            return ir.If(cond=here, then=(ir.Store(array=g.c.array, index=address,
-                                                   value=value),))
+            if self.scheme.original_beyond is None:
+                return ir.If(cond=here, then=(ir.Store(
+                    array=g.c.array, index=address,
+                    value=_cast(self.epilogue(total), g.c.elem)),))
+            return ir.If(cond=here, then=(
+                ir.Let(name="sk_sum", type=acc_t, value=total),
+                *self.original_where_beyond(self.scheme.original_beyond),
+                ir.Store(array=g.c.array, index=address,
+                         value=_cast(self.epilogue(var("sk_sum", acc_t)), g.c.elem))))
 
         exchanged = ir.Load(array="sk_cs", index=self.exchanged(), type=acc_t)
         out: list[ir.Stmt] = []

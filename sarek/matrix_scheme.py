@@ -60,6 +60,10 @@ class Scheme:
     # with round to nearest (FragAdd): a tensor core truncates every multiply-accumulate at the
     # addend's magnitude, so chaining many products into one growing sum biases it with K.
     step_sums: bool = False
+    # Outputs whose sum is not finite or reaches 2^127 in magnitude are recomputed by the
+    # original's own loop: split terms of an infinite or NaN operand (inf - inf) and products
+    # near the overflow threshold would otherwise give NaN where the original gives inf.
+    original_beyond: float | None = None
 
 
 SCHEMES = {
@@ -69,7 +73,7 @@ SCHEMES = {
     Lowering.BF16X3_OPERANDS: Scheme(
         ElemType.BF16, ("hi", "mid", "lo"),
         ((1, 1, 0), (2, 0, 0), (0, 2, 0), (1, 0, 0), (0, 1, 0), (0, 0, 0)), 1, ElemType.F32,
-        step_sums=True),
+        step_sums=True, original_beyond=2.0**127),
     # Byte planes p, q with p + q <= 3; accumulator p + q carries the shift 8 * (p + q).
     Lowering.INT32_BYTE_PLANES: Scheme(
         ElemType.U8, ("p0", "p1", "p2", "p3"),
