@@ -3,7 +3,8 @@
 ``kernel(original, gemm, lowering, subgroup=32, frag=16)`` builds a new ``Kernel`` in
 target-neutral fragment statements (``specs/matrix-pattern-rewrite.md``, "The rewrite"):
 
-* the original parameters in order, then the five i32 region parameters ``EXTRA_NAMES``;
+* the original parameters in order, then the five i32 region parameters ``EXTRA_NAMES``
+  (``region_names``: each followed by ``_`` where the original has a parameter of that name);
 * a block of four waves of ``subgroup`` lanes owns a 64x64 output tile (block_idx.x its
   column tile, .y its row tile, .z the batch); wave ``w`` owns the 32x32 quarter at rows
   ``32*(w/2)``, columns ``32*(w%2)``, as 2x2 fragments of 16 or 4x4 of 8;
@@ -140,11 +141,9 @@ def kernel(original: ir.Kernel, gemm: Gemm, lowering: Lowering, subgroup: int = 
     if gemm.acc_type is not scheme.acc:
         raise RewriteError(f"{lowering} accumulates in {scheme.acc}; the kernel's accumulator "
                            f"is {gemm.acc_type}")
-    names = {p.name for p in original.params}
-    if clash := sorted(n for n in names if n in EXTRA_NAMES or n.startswith(_PREFIX)):
-        raise RewriteError(f"the kernel's parameter(s) {', '.join(clash)} clash with the names "
-                           f"the rewritten kernel adds ({', '.join(EXTRA_NAMES)} and every "
-                           f"name beginning {_PREFIX}; rename them)")
+    if renames := user_renames(original):
+        original = renamed(original, renames)
+        gemm = _renamed_gemm(original)
     for what, expr in (("initial value", gemm.init), ("epilogue", gemm.epilogue)):
         _expressible(what, expr)
     for name, acc in (("A", gemm.a), ("B", gemm.b)):
@@ -161,16 +160,71 @@ def kernel(original: ir.Kernel, gemm: Gemm, lowering: Lowering, subgroup: int = 
     if refused is not None:
         raise RewriteError(refused)
     body = _Builder(gemm, scheme, subgroup, frag, staging, schedule).build()
-    params = (*original.params, *(ir.ScalarParam(name=n, elem=I32) for n in EXTRA_NAMES))
+    params = (*original.params, *(ir.ScalarParam(name=n, elem=I32) for n in _INTERNAL))
     suffix = "" if schedule == SEED else f"_{schedule.name}"
-    rewritten = ir.Kernel(name=f"{original.name}_{lowering.value.lower()}{suffix}", params=params,
-                          body=body, subgroup=subgroup,
-                          block=(schedule.waves * subgroup, 1, 1))
+    rewritten = renamed(ir.Kernel(
+        name=f"{original.name}_{lowering.value.lower()}{suffix}", params=params, body=body,
+        subgroup=subgroup, block=(schedule.waves * subgroup, 1, 1)),
+        dict(zip(_INTERNAL, region_names(original), strict=True)))
     ir_check.ensure_valid(rewritten)
     return rewritten
 
 
 _PREFIX = "sk_"  # of every name the rewritten body declares (variables, arrays, fragments)
+_INTERNAL = tuple(_PREFIX + n for n in EXTRA_NAMES)  # the region values inside the builder
+
+
+def _unused(name: str, taken: set[str]) -> str:
+    while name in taken:
+        name += "_"
+    return name
+
+
+def region_names(original: ir.Kernel) -> tuple[str, ...]:
+    """The names of the five region parameters the rewrite of ``original`` appends:
+    ``EXTRA_NAMES``, each followed by as many ``_`` as it takes not to be one of the kernel's
+    own parameter names."""
+    taken = {p.name for p in original.params}
+    out: list[str] = []
+    for name in EXTRA_NAMES:
+        out.append(_unused(name, taken))
+        taken.add(out[-1])
+    return tuple(out)
+
+
+def user_renames(original: ir.Kernel) -> dict[str, str]:
+    """The kernel's parameters whose names begin with the rewrite's own prefix ``sk_``, each
+    with the name it takes in the rewritten kernel (``u_`` in front, then ``_`` at the end as
+    long as that is taken): the one change the rewrite makes to a user's names."""
+    taken = {p.name for p in original.params}
+    out: dict[str, str] = {}
+    for p in original.params:
+        if p.name.startswith(_PREFIX):
+            out[p.name] = _unused("u_" + p.name, taken)
+            taken.add(out[p.name])
+    return out
+
+
+def renamed(k: ir.Kernel, names: dict[str, str]) -> ir.Kernel:
+    """``k`` with every identifier in ``names`` (parameters, variables, arrays, fragments)
+    replaced. Runs with names that begin with ``sk_`` only, which no other string of the IR
+    (an element type, an operator, a builtin) can equal."""
+    def walk(x: object) -> object:
+        if isinstance(x, str):
+            return names.get(x, x)
+        if isinstance(x, dict):
+            return {key: walk(v) for key, v in x.items()}
+        if isinstance(x, list):
+            return [walk(v) for v in x]
+        return x
+
+    return ir.Kernel.model_validate(walk(k.model_dump(mode="json")))
+
+
+def _renamed_gemm(k: ir.Kernel) -> Gemm:
+    from sarek.matrix_pattern import recognize
+
+    return recognize(k)
 
 
 def _expressible(what: str, e: ir.Expr) -> None:
@@ -224,7 +278,7 @@ class _Builder:
 
     def covered(self, row: ir.Expr, col: ir.Expr) -> ir.Expr:
         """Whether output (row, col) of this block's batch is in the region."""
-        me, ne, t = var("me"), var("ne"), var("t")
+        me, ne, t = var("sk_me"), var("sk_ne"), var("sk_t")
         mapping = self.gemm.mapping
         col_major = isinstance(mapping, Mapping1D) and mapping.order == "col-major"
         within = add(mul(row, ne), col) if not col_major else add(mul(col, me), row)
@@ -440,14 +494,14 @@ class _Builder:
         if name == "a":
             row = add(var("sk_row0"), binary(BinOp.DIV, var("sk_e"), const(cols)))
             kk = binary(BinOp.REM, var("sk_e"), const(cols))
-            inside = _and(binary(BinOp.LT, var("sk_x1"), var("me")),
-                          binary(BinOp.LT, var("sk_k"), var("d")))
+            inside = _and(binary(BinOp.LT, var("sk_x1"), var("sk_me")),
+                          binary(BinOp.LT, var("sk_k"), var("sk_d")))
             addr = self.address(access, var("sk_x1"), const(0), var("sk_k"))
         else:
             kk = binary(BinOp.DIV, var("sk_e"), const(cols))
             row = add(var("sk_col0"), binary(BinOp.REM, var("sk_e"), const(cols)))
-            inside = _and(binary(BinOp.LT, var("sk_x1"), var("ne")),
-                          binary(BinOp.LT, var("sk_k"), var("d")))
+            inside = _and(binary(BinOp.LT, var("sk_x1"), var("sk_ne")),
+                          binary(BinOp.LT, var("sk_k"), var("sk_d")))
             addr = self.address(access, const(0), var("sk_x1"), var("sk_k"))
         load = ir.Load(array=access.array, index=addr, type=access.elem)
         pad = _pad(name, access.elem)
@@ -494,14 +548,14 @@ class _Builder:
     def fetch_group(self, name: str, access: Access, k0: ir.Expr) -> list[ir.Stmt]:
         """``sk_v0`` .. ``sk_v3``: the four elements of group (``sk_g``, ``sk_gk``) of the A or
         B tile of the step starting at ``k0``, read inside the region and zero outside."""
-        origin, extent = ("sk_row0", "me") if name == "a" else ("sk_col0", "ne")
+        origin, extent = ("sk_row0", "sk_me") if name == "a" else ("sk_col0", "sk_ne")
         out: list[ir.Stmt] = [
             ir.Let(name="sk_x1", type=I32, value=add(var(origin), var("sk_g"))),
             ir.Let(name="sk_k", type=I32, value=add(k0, var("sk_gk")))]
         for j in range(PACK):
             k = add(var("sk_k"), const(j))
             inside = _and(binary(BinOp.LT, var("sk_x1"), var(extent)),
-                          binary(BinOp.LT, k, var("d")))
+                          binary(BinOp.LT, k, var("sk_d")))
             row, col = (var("sk_x1"), const(0)) if name == "a" else (const(0), var("sk_x1"))
             load = ir.Load(array=access.array, index=self.address(access, row, col, k),
                            type=access.elem)
@@ -549,11 +603,11 @@ class _Builder:
         if name == "a":
             origin = self.address(access, var("sk_row0"), const(0), k0)
             strides = (access.row_stride, access.red_stride)
-            limits = (left("me", var("sk_row0")), left("d", k0))
+            limits = (left("sk_me", var("sk_row0")), left("sk_d", k0))
         else:
             origin = self.address(access, const(0), var("sk_col0"), k0)
             strides = (access.red_stride, access.col_stride)
-            limits = (left("d", k0), left("ne", var("sk_col0")))
+            limits = (left("sk_d", k0), left("sk_ne", var("sk_col0")))
         fill = _pad(name, access.elem)
         pitch = cols if self.raw(name) else self.a_stride if name == "a" else self.b_stride
         return ir.StageCopy(dst=f"sk_r{name}" if self.raw(name) else self.staged(name, ""),
@@ -610,7 +664,7 @@ class _Builder:
         else:
             body = (*body, *refills, *self.multiply(var("sk_slot")))
         return [*prologue,
-                ir.For(var="sk_k0", start=const(0), stop=var("d"), step=const(step), body=body),
+                ir.For(var="sk_k0", start=const(0), stop=var("sk_d"), step=const(step), body=body),
                 ir.StageWait(pending=0)]  # the copies issued past the end land too
 
     def prefetch(self, k0: ir.Expr) -> list[ir.Stmt]:
@@ -657,7 +711,7 @@ class _Builder:
             return self.pipelined()
         if not self.prefetching:
             body = (*self.stage(), ir.Barrier(), *self.multiply(), ir.Barrier())
-            return [ir.For(var="sk_k0", start=const(0), stop=var("d"), step=const(self.step),
+            return [ir.For(var="sk_k0", start=const(0), stop=var("sk_d"), step=const(self.step),
                            body=body)]
         registers = [ir.ArrayDecl(name=f"sk_p{name}", elem=access.elem,
                                   size=rows * cols // self.threads, space=MemSpace.LOCAL)
@@ -666,7 +720,7 @@ class _Builder:
         body = (*self.stage_prefetched(), ir.Barrier(), *self.prefetch(nxt), *self.multiply(),
                 ir.Barrier())
         return [*registers, *self.prefetch(const(0)),
-                ir.For(var="sk_k0", start=const(0), stop=var("d"), step=const(self.step),
+                ir.For(var="sk_k0", start=const(0), stop=var("sk_d"), step=const(self.step),
                        body=body)]
 
     def multiply(self, slot: ir.Expr | None = None, between: Sequence[ir.Stmt] = ()
@@ -763,7 +817,7 @@ class _Builder:
         within = binary(BinOp.LT, magnitude, ir.Const(value=limit, type=acc_t))
         return [ir.If(cond=logical_not(within), then=(
             ir.Assign(name="sk_sum", value=_cast(self.init(), acc_t)),
-            ir.For(var="sk_p", start=const(0), stop=var("d"), step=const(1),
+            ir.For(var="sk_p", start=const(0), stop=var("sk_d"), step=const(1),
                    body=(ir.Assign(name="sk_sum", value=update),))))]
 
     def finish(self) -> list[ir.Stmt]:
@@ -851,7 +905,9 @@ def rewrite_launch(original: Launch, *, lowering: Lowering | None = None,
             takes=lambda s: operands_refusal(gemm, chosen, s) is None)
     rewritten = kernel(original.kernel, gemm, chosen, subgroup, frag, staging, schedule)
     block, grid = launch_dims(subgroup, me=reg.me, ne=reg.ne, ze=reg.ze, schedule=schedule)
-    args = {**original.args, **dict(zip(EXTRA_NAMES, reg.args, strict=True))}
+    renames = user_renames(original.kernel)
+    args = {**{renames.get(name, name): v for name, v in original.args.items()},
+            **dict(zip(region_names(original.kernel), reg.args, strict=True))}
     notes = {**original.notes, "lowering": chosen.value, "subgroup": subgroup, "frag": frag,
              "schedule": schedule.name}
     return Rewritten(Launch(rewritten, args, grid, block, notes), gemm, reg, chosen, subgroup,

@@ -463,20 +463,32 @@ def test_a_launch_builtin_in_the_epilogue_or_init_is_refused_by_the_rewrite(part
                       "not the original's")
 
 
-@pytest.mark.parametrize("name", ["me", "t"])
-def test_a_parameter_named_like_a_region_value_is_refused(name: str) -> None:
-    k = ir_renamed(name)
-    assert refusal(k, recognize(k), Lowering.BF16X3_OPERANDS) == (
-        f"the kernel's parameter(s) {name} clash with the names the rewritten kernel adds "
-        "(me, ne, ze, d, t and every name beginning sk_; rename them)")
+def renamed_launch(name: str) -> Launch:
+    """``ir_renamed(name)`` launched on small integers at 70x45x37 (alpha = 2, beta = -1)."""
+    args = dict(with_operands(example("gemm_epilogue").make(*SIZE, seed=5),
+                              small_integers(6)).args)
+    args[name] = args.pop("alpha")
+    run = Launch(ir_renamed(name), args, (-(-SIZE[1] // 16), -(-SIZE[0] // 16), 1), (16, 16, 1))
+    return replace(run, args={**run.args, name: np.float32(2), "beta": np.float32(-1)})
+
+
+@pytest.mark.parametrize("name", ["me", "ne", "ze", "d", "t"])
+def test_a_parameter_named_like_a_region_value_keeps_its_name(name: str) -> None:
+    run = renamed_launch(name)
+    done = rewrite_launch(run)
+    params = [p.name for p in done.launch.kernel.params]
+    assert params[:8] == ["a", "b", "c", "m", "n", "k", name, "beta"]
+    assert params[8:] == [f"{x}_" if x == name else x for x in EXTRA_NAMES]
+    assert np.array_equal(bits(done.launch.simulate()["c"]), bits(original(run)))
 
 
 @pytest.mark.parametrize("name", ["sk_row", "sk_acc0_0_0", "sk_b_hi"])
-def test_a_parameter_named_like_a_rewrite_internal_is_refused(name: str) -> None:
+def test_a_parameter_named_like_a_rewrite_internal_is_renamed_with_u(name: str) -> None:
     # A variable, a fragment and a staged array of the rewritten body.
-    k = ir_renamed(name)
-    assert refusal(k, recognize(k), Lowering.BF16X3_OPERANDS).startswith(
-        f"the kernel's parameter(s) {name} clash with the names the rewritten kernel adds")
+    run = renamed_launch(name)
+    done = rewrite_launch(run)
+    assert [p.name for p in done.launch.kernel.params][6] == f"u_{name}"
+    assert np.array_equal(bits(done.launch.simulate()["c"]), bits(original(run)))
 
 
 def ir_renamed(name: str) -> ir.Kernel:
