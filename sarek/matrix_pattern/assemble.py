@@ -126,10 +126,12 @@ class Assembler:
         zero = Poly({})
         red_stride = coefs.get(REDUCTION_INDEX, zero)
         if STEP_START in coefs:
-            if coefs[STEP_START] != coefs[STEP_OFFSET]:
+            scale = self.nest.loop.scale
+            if coefs[STEP_START] != coefs[STEP_OFFSET] * Poly.const(scale):
+                tiles = f" (the step counts tiles of {scale})" if scale != 1 else ""
                 raise Refusal(f"{what} {format_expr(load.index)} weighs the step and the "
-                              "position inside the step differently")
-            red_stride = coefs[STEP_START]
+                              f"position inside the step differently{tiles}")
+            red_stride = coefs[STEP_OFFSET]
         array = self.kernel.param(load.array)
         return Access(load.array, array.elem, self.as_expr(rest),
                       self.as_expr(coefs.get(ROW, zero)), self.as_expr(coefs.get(COL, zero)),
@@ -253,8 +255,7 @@ class Assembler:
         self.stage = 2
         bounds = self.bounds(nest.guards)
         self.stage = 3
-        k_stop = self.normalizer.poly(loop.stop) if loop.stop.type.is_int else None
-        self.check_operand_conds(a_operand, b_operand, bounds, k_stop, loop)
+        k_start, k_stop = self.reduction_range(a_operand, b_operand, bounds, loop)
         self.stage = 4
         init = self.value(loop.init, "the initial value")
         epilogue = self.value(store.value, "the stored value")
@@ -275,61 +276,136 @@ class Assembler:
             return out
 
         staging: Staging | None = None
-        if loop.tile is not None:
-            assert loop.block is not None  # staged() sets the tile and the block together
+        if loop.tile is not None and loop.block is not None:  # a blocked loop stages nothing
             staging = Staging(loop.tile, loop.block)
         return Gemm(
             kernel=self.kernel.name, params=tuple(self.kernel.params),
             mapping=self.candidate.mapping, a=a, b=b, c=self.c_access, m=bound(ROW),
             n=bound(COL), batches=bound(BATCH), linear_bound=bound("linear"),
-            k_start=loop.start, k_stop=loop.stop, acc_type=loop.acc_type, fused=loop.fused,
+            k_start=k_start, k_stop=k_stop, acc_type=loop.acc_type, fused=loop.fused,
             init=init, epilogue=epilogue, staging=staging)
 
-    def check_operand_conds(self, a_operand: Operand, b_operand: Operand,
-                            bounds: dict[str, list[Poly]], k_stop: Poly | None,
-                            loop: KLoop) -> None:
-        """Conditions that zero an operand must hold wherever the output is covered and the
-        reduction index is below the loop's stop; past the stop (the staged form's last step)
-        the product must vanish."""
-        padded: list[bool] = []
+    def reduction_range(self, a_operand: Operand, b_operand: Operand,
+                        bounds: dict[str, list[Poly]], loop: KLoop) -> tuple[ir.Expr, ir.Expr]:
+        """Where the reduction starts and stops. Conditions that zero an operand must hold
+        wherever the output is covered, or bound the reduction index (``p < K``); a staged loop
+        whose steps run past its stop must zero its products there."""
+        if loop.tile is None:
+            stop = self.normalizer.poly(loop.stop) if loop.stop.type.is_int else None
+            self.operand_stops(a_operand, b_operand, bounds, loop, stop)
+            return loop.start, loop.stop
+        if loop.scale == 1:
+            # range(start, stop, T): the last step runs past the stop, which the zeroing
+            # conditions must name
+            stop = self.normalizer.poly(loop.stop)
+            padded = self.operand_stops(a_operand, b_operand, bounds, loop, stop)
+            self.check_padding(padded, loop, loop.stop)
+            return loop.start, loop.stop
+        # range(start, stop) counting tiles of T: the steps cover [start*T, stop*T), narrowed
+        # by the zeroing conditions to a stop K of their own
+        padded = self.operand_stops(a_operand, b_operand, bounds, loop, None)
+        tile = const(loop.tile)
+        k_start = loop.start if is_literal(loop.start, 0) else mul(loop.start, tile)
+        k_end = mul(loop.stop, tile)
+        stops = {poly for pads in padded for poly in pads}
+        if not stops:
+            return k_start, k_end
+        if len(stops) > 1:
+            shown = sorted(format_expr(self.as_expr(poly)) for poly in stops)
+            raise Refusal(f"the operands are zeroed past different depths ({' and '.join(shown)}"
+                          "), which cannot be shown equal; bound both by the same size "
+                          "parameter")
+        k_poly = stops.pop()
+        k_stop = self.as_expr(k_poly)
+        match _tile_count(loop.stop, loop.tile, self.normalizer, k_poly):
+            case "floor":
+                return k_start, k_end  # the steps stop at or before K: the zeroing is idle
+            case "ceil":
+                self.check_padding(padded, loop, k_stop)
+                return k_start, k_stop
+        self.check_padding(padded, loop, k_stop)
+        return k_start, ir.Call(fn=MathFn.MIN, args=(k_stop, k_end), type=ElemType.I32)
+
+    def operand_stops(self, a_operand: Operand, b_operand: Operand,
+                      bounds: dict[str, list[Poly]], loop: KLoop,
+                      k_stop: Poly | None) -> list[list[Poly]]:
+        """For A and B, the depths ``K`` past which each is zeroed (``p < K``); every other
+        zeroing condition must be implied by the bounds guard. ``k_stop``, when given, is the
+        only depth allowed."""
         reduction = (STEP_START, STEP_OFFSET) if loop.tile is not None else (REDUCTION_INDEX,)
+        out: list[list[Poly]] = []
         for operand in (a_operand, b_operand):
-            pads = False
+            pads: list[Poly] = []
             for cond in operand.conds:
                 for conj in _conjuncts(cond):
-                    if self.reduction_bound(conj, reduction, k_stop):
-                        pads = True
+                    depth = self.reduction_bound(conj, reduction, loop.scale)
+                    if depth is not None and (k_stop is None or depth == k_stop):
+                        pads.append(depth)
                         continue
+                    if depth is not None and loop.tile is not None:
+                        raise Refusal(f"the operand is zeroed by {format_expr(conj)}, but the "
+                                      f"k-loop stops at {format_expr(loop.stop)}: "
+                                      f"{format_expr(self.as_expr(depth))} cannot be shown "
+                                      f"equal to {format_expr(loop.stop)}; bound both by the "
+                                      "same size parameter")
                     kind, bound = self.bound(conj)
                     if kind and bound not in bounds[kind]:
                         raise Refusal(f"the operand is zeroed by {format_expr(conj)}, which the "
                                       "bounds guard does not imply")
-            padded.append(pads)
-        if loop.tile is None:
-            return
+            out.append(pads)
+        return out
+
+    def check_padding(self, padded: list[list[Poly]], loop: KLoop, k_stop: ir.Expr) -> None:
+        """Past ``k_stop`` the last step's products must vanish without changing the sum: both
+        operands zero for floats (and an initial value other than -0.0), one for integers."""
         floats = loop.acc_type.is_float
         if (floats and not all(padded)) or not any(padded):
-            raise Refusal("the staged k-loop runs past the loop's stop without zeroing "
-                          + ("both operands" if floats else "an operand"))
+            raise Refusal(f"the staged k-loop runs past {format_expr(k_stop)} without zeroing "
+                          + ("both operands" if floats else "an operand")
+                          + f" there (... if p < {format_expr(k_stop)} else 0)")
         init = loop.init
         if floats and not (isinstance(init, ir.Const)
                            and not (init.value == 0 and math.copysign(1.0, init.value) < 0)):
-            raise Refusal("the staged k-loop adds +0.0 products past the loop's stop, which "
-                          "would turn an initial -0.0 into +0.0; its initial value must be a "
-                          "constant other than -0.0")
+            raise Refusal(f"the staged k-loop adds +0.0 products past {format_expr(k_stop)}, "
+                          "which would turn an initial -0.0 into +0.0; its initial value must "
+                          "be a constant other than -0.0")
 
     def reduction_bound(self, conj: ir.Expr, reduction: tuple[str, ...],
-                        k_stop: Poly | None) -> bool:
-        """Whether ``conj`` is ``reduction index < the loop's stop``."""
-        if not (isinstance(conj, ir.Binary) and conj.op in (BinOp.LT, BinOp.GT)
+                        scale: int) -> Poly | None:
+        """``K`` when ``conj`` is ``p < K`` (``p <= K - 1``, ``K > p`` ...) for the reduction
+        index ``p`` (``scale * t + kk`` in a staged loop), else None."""
+        if not (isinstance(conj, ir.Binary) and conj.op in _UPPER_BOUNDS
                 and conj.a.type.is_int):
-            return False
+            return None
         lhs, rhs = self.in_coordinates(conj.a), self.in_coordinates(conj.b)
-        negative = lhs - rhs if conj.op is BinOp.LT else rhs - lhs
+        one = Poly.const(1)
+        negative = {BinOp.LT: lhs - rhs, BinOp.LE: lhs - rhs - one, BinOp.GT: rhs - lhs,
+                    BinOp.GE: rhs - lhs - one}[conj.op]  # the condition is negative < 0
         coefs, rest, bad = negative.split(reduction)
-        if bad is not None or any(coefs[coord] != Poly.const(1) for coord in reduction):
-            return False
-        return k_stop is not None and -rest == k_stop
+        weights = {STEP_START: Poly.const(scale)}
+        if bad is not None or any(coefs[coord] != weights.get(coord, one)
+                                  for coord in reduction):
+            return None
+        if any(atom in (ROW, COL, BATCH) or atom.startswith(("@", "%"))
+               or (atom.startswith("#") and self.atoms.info[atom][0] != "expr")
+               for atom in rest.atoms()):
+            return None  # not a depth: it moves with the invocation
+        return -rest
+
+
+def _tile_count(stop: ir.Expr, tile: int, normalizer: Normalizer, depth: Poly) -> str | None:
+    """``floor`` when ``stop`` is ``K // tile``, ``ceil`` when ``(K + tile - 1) // tile``, for
+    the depth ``K``; else None."""
+    if not (isinstance(stop, ir.Binary) and stop.op is BinOp.DIV
+            and is_literal(stop.b, tile) and stop.a.type.is_int):
+        return None
+    numerator = normalizer.poly(stop.a)
+    if numerator == depth:
+        return "floor"
+    return "ceil" if numerator == depth + Poly.const(tile - 1) else None
+
+
+_UPPER_BOUNDS = (BinOp.LT, BinOp.LE, BinOp.GT, BinOp.GE)
 
 
 def _conjuncts(cond: ir.Expr) -> Iterator[ir.Expr]:

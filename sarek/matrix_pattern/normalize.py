@@ -125,8 +125,3 @@ class Normalizer:
             return self._opaque(e)
         raise Refusal(f"the index {format_expr(e)} is not affine")
 
-
-def raw_poly(e: ir.Expr) -> Poly:
-    """``e`` as a polynomial over the launch builtins themselves, with an atom table of its
-    own."""
-    return Normalizer(AtomTable(), {}).poly(e)

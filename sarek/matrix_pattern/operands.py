@@ -1,5 +1,6 @@
 """The factors of the k-loop's product: each must be an array element, possibly widened exactly
-by casts and zeroed by conditions (``a[i] if i < k else 0``)."""
+by casts (or widened and rounded back to its own type) and zeroed by conditions
+(``a[i] if i < k else 0``)."""
 
 from __future__ import annotations
 
@@ -51,6 +52,9 @@ def operand_of(e: ir.Expr, arrays: dict[str, ir.ArrayParam] | set[str]) -> Opera
             case ir.Select(cond=cond, a=a, b=b) if _is_zero_value(a):
                 conds.append(logical_not(cond))
                 x = b
+            case ir.Cast(x=ir.Cast(x=source) as inner, type=t) if source.type == t \
+                    and (t, inner.type) in _EXACT_WIDENINGS:
+                x = source  # widened and rounded back (an f16 element staged in f16): exact
             case ir.Cast(x=inner, type=t):
                 if (inner.type, t) not in _EXACT_WIDENINGS and inner.type != t:
                     raise Refusal(f"the operand {format_expr(e)} converts {inner.type} to {t}, "

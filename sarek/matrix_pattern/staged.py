@@ -1,73 +1,220 @@
 """Facts about a staged k-loop, read off its index expressions: how the stores to shared memory
-spread over the thread coordinates, the block shape for which they fill their arrays exactly
-once, and which invocation staged the element a load from shared memory reads."""
+spread over the thread coordinates, the block shape for which they fill their arrays (or, for a
+tensor declared with a layout, the elements its layout reaches) exactly once, and which
+invocation staged the element a load from shared memory reads.
+
+A thread coordinate is ``thread_idx.a``, or one part of it when a kernel reads a 1-D block as a
+tile: ``thread_idx.a // W`` (the tile row) and ``thread_idx.a % W`` (the column)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
 from sarek import ir
-from sarek.ir import Builtin, ElemType
+from sarek.affine import Poly
+from sarek.ir import BinOp, Builtin, ElemType
+from sarek.ir_build import add, const, mul
 from sarek.ir_format import format_expr
-from sarek.matrix_pattern.normalize import raw_poly
-from sarek.matrix_pattern.vocabulary import STEP_OFFSET, Refusal
+from sarek.ir_walk import rebuild
+from sarek.layout import Axis, TileLayout
+from sarek.matrix_pattern.normalize import AtomTable, Normalizer, quotient
+from sarek.matrix_pattern.vocabulary import STEP_OFFSET, STEP_START, Refusal
 
-_THREAD_KEYS = {f"@thread_idx.{axis}": axis for axis in "xyz"}
-"""The atoms of the thread coordinates in a ``raw_poly``, and their axes."""
+_AXES = {"x": 0, "y": 1, "z": 2}
 
 
-def thread_strides(index: ir.Expr) -> dict[str, int]:
-    """The staging store's index as ``sum(stride * thread_idx.axis)``: the stride per axis."""
-    out: dict[str, int] = {}
-    for mono, coef in raw_poly(index).terms.items():
-        if len(mono) != 1 or mono[0] not in _THREAD_KEYS or coef <= 0:
+@dataclass(frozen=True)
+class Coord:
+    """``thread_idx.axis`` (``part`` empty), or ``thread_idx.axis // width`` (``div``) or
+    ``% width`` (``rem``)."""
+
+    axis: str
+    part: Literal["", "div", "rem"] = ""
+    width: int = 0
+
+    def expr(self) -> ir.Expr:
+        """The coordinate as the IR expression a kernel writes."""
+        thread = ir.BuiltinValue(which=Builtin(f"thread_idx.{self.axis}"))
+        if not self.part:
+            return thread
+        return ir.Binary(op=BinOp.DIV if self.part == "div" else BinOp.REM, a=thread,
+                         b=const(self.width), type=ElemType.I32)
+
+    def extent(self, block: tuple[int, int, int]) -> int:
+        """How many values the coordinate takes in a block of that shape."""
+        n = block[_AXES[self.axis]]
+        return n if not self.part else self.width if self.part == "rem" else n // self.width
+
+
+def coord_poly(index: ir.Expr) -> dict[str, tuple[Coord | str, int]]:
+    """``index`` as ``sum(coefficient * coordinate)``: for each monomial's text, its thread
+    coordinate (or the placeholder it is, such as the step offset) and its coefficient."""
+    atoms = AtomTable()
+    poly = Normalizer(atoms, {}).poly(index)
+    names: dict[str, Coord | str] = {}
+    for name, (kind, payload) in atoms.info.items():
+        if kind in ("div", "rem"):
+            num, den, _ = quotient(payload)
+            axis = _thread_axis(num)
+            if axis is not None and den.constant is not None and den.constant > 0:
+                part: Literal["div", "rem"] = "div" if kind == "div" else "rem"
+                names[name] = Coord(axis, part, den.constant)
+    out: dict[str, tuple[Coord | str, int]] = {}
+    for mono, coef in poly.terms.items():
+        text = "*".join(mono)
+        if len(mono) != 1:
+            out[text] = (text, coef)
+            continue
+        atom = mono[0]
+        axis = _thread_axis(Poly.atom(atom))
+        out[text] = (Coord(axis) if axis is not None else names.get(atom, atom), coef)
+    return out
+
+
+def _thread_axis(poly: Poly) -> str | None:
+    for axis in _AXES:
+        if poly == Poly.atom(f"@thread_idx.{axis}"):
+            return axis
+    return None
+
+
+def thread_strides(index: ir.Expr) -> dict[Coord, int]:
+    """The staging store's index as ``sum(stride * coordinate)``: the stride per coordinate."""
+    terms = coord_poly(index)
+    if any(what in (STEP_START, STEP_OFFSET) for what, _ in terms.values()):
+        raise Refusal(f"the staging store's index {format_expr(index)} moves with the step "
+                      "(double buffering, say), which recognition does not follow; stage each "
+                      "operand into one tile, with a barrier after the inner loop")
+    out: dict[Coord, int] = {}
+    for what, coef in terms.values():
+        if not isinstance(what, Coord) or coef <= 0:
             raise Refusal(f"the staging store's index {format_expr(index)} is not a sum of "
                           "thread_idx coordinates times constants")
-        out[_THREAD_KEYS[mono[0]]] = coef
+        out[what] = coef
     return out
 
 
 def staging_block(staged: dict[str, ir.Store],
                   shared: dict[str, ir.ArrayDecl]) -> tuple[int, int, int]:
-    """The block shape for which the staging stores fill their arrays exactly once."""
+    """The block shape for which the staging stores fill their arrays exactly once (a tensor's
+    elements: those its layout reaches)."""
     if not staged:
         raise Refusal("the staged k-loop stores nothing to shared memory")
     shapes = set()
     for name, store in staged.items():
-        strides = sorted(thread_strides(store.index).items(), key=lambda kv: kv[1])
-        extents = {"x": 1, "y": 1, "z": 1}
-        size = shared[name].size
-        for i, (axis, stride) in enumerate(strides):
-            next_stride = strides[i + 1][1] if i + 1 < len(strides) else size
-            if (i == 0 and stride != 1) or next_stride % stride:
-                raise Refusal(f"the staging store {name}[{format_expr(store.index)}] does not "
-                              f"fill the {size} elements of {name!r} once per block")
-            extents[axis] = next_stride // stride
-        shapes.add((extents["x"], extents["y"], extents["z"]))
+        decl = shared[name]
+        strides = thread_strides(store.index)
+        extents = (_dense_extents(decl, strides) if decl.layout is None
+                   else _tensor_extents(decl.layout, strides))
+        block = None if extents is None else _block_of(extents)
+        if block is None:
+            raise Refusal(f"the staging store {name}[{format_expr(store.index)}] does not "
+                          f"fill the {decl.size} elements of {name!r} once per block")
+        shapes.add(block)
     if len(shapes) > 1:
         raise Refusal("the staging stores assume different block shapes")
     return shapes.pop()
 
 
-def staging_thread(index: ir.Expr, strides: dict[str, int], block: tuple[int, int, int],
-                   tile: int) -> dict[str, ir.Expr]:
+def _block_of(extents: dict[Coord, int]) -> tuple[int, int, int] | None:
+    """The block in which each coordinate takes exactly its extent's values, if there is one:
+    a split axis needs both parts, its columns as many as the split's width."""
+    block = [1, 1, 1]
+    for axis, i in _AXES.items():
+        on_axis = [(coord, n) for coord, n in extents.items() if coord.axis == axis]
+        used = {coord.part: (coord, n) for coord, n in on_axis}
+        if not used:
+            continue
+        if len(used) != len(on_axis):
+            return None
+        if "" in used:
+            if len(used) > 1:
+                return None
+            block[i] = used[""][1]
+            continue
+        if set(used) != {"div", "rem"}:
+            return None
+        (high, rows), (low, cols) = used["div"], used["rem"]
+        if high.width != low.width or cols != low.width:
+            return None
+        block[i] = rows * cols
+    return block[0], block[1], block[2]
+
+
+def _dense_extents(decl: ir.ArrayDecl, strides: dict[Coord, int]) -> dict[Coord, int] | None:
+    """The extents for which ``sum(stride * coordinate)`` covers ``0 .. size - 1``."""
+    extents: dict[Coord, int] = {}
+    ordered = sorted(strides.items(), key=lambda kv: kv[1])
+    for i, (coord, stride) in enumerate(ordered):
+        next_stride = ordered[i + 1][1] if i + 1 < len(ordered) else decl.size
+        if (i == 0 and stride != 1) or next_stride % stride:
+            return None
+        extents[coord] = next_stride // stride
+    return extents
+
+
+MAX_TENSOR_TILE = 1 << 20
+"""The most elements a staging tensor's layout may have (its offsets are enumerated)."""
+
+
+def _tensor_extents(layout: TileLayout, strides: dict[Coord, int]) -> dict[Coord, int] | None:
+    """The extents for which each coordinate walks one mode of the layout (``sa[ty, tx]``):
+    every mode longer than 1 is walked, and no two coordinates of the layout share an
+    element."""
+    if layout.size > MAX_TENSOR_TILE or len(set(layout.offsets().ravel().tolist())) \
+            != layout.size:
+        return None
+    modes = [(n, stride) for n, stride in zip(layout.shape, layout.strides(Axis.MEM),
+                                              strict=True) if n > 1]
+    if sorted(strides.values()) != sorted(stride for _, stride in modes):
+        return None
+    return {coord: next(n for n, mode_stride in modes if mode_stride == stride)
+            for coord, stride in strides.items()}
+
+
+def staging_thread(index: ir.Expr, strides: dict[Coord, int], block: tuple[int, int, int],
+                   tile: int) -> dict[Coord, ir.Expr]:
     """For a load from a staged array at ``index``: which invocation staged the element, as an
-    expression for each of its thread coordinates (the store's ``strides`` per axis)."""
-    extent = dict(zip("xyz", block, strict=True))
-    axis_of_stride = {stride: axis for axis, stride in strides.items()}
-    out: dict[str, ir.Expr] = {}
+    expression for each thread coordinate of the store (its ``strides``)."""
+    coord_of_stride = {stride: coord for coord, stride in strides.items()}
+    out: dict[Coord, ir.Expr] = {}
     problem = Refusal(f"the load from shared memory at {format_expr(index)} does not read "
                       "one staged element per thread coordinate")
-    for mono, coef in raw_poly(index).terms.items():
-        if len(mono) != 1 or coef not in axis_of_stride:
+    for what, coef in coord_poly(index).values():
+        if coef not in coord_of_stride:
             raise problem
-        axis = axis_of_stride[coef]
-        if axis in out:
+        coord = coord_of_stride[coef]
+        if coord in out:
             raise problem
-        if mono[0] == STEP_OFFSET and tile == extent[axis]:
-            out[axis] = ir.Var(name=STEP_OFFSET, type=ElemType.I32)
-        elif mono[0] in _THREAD_KEYS and extent[_THREAD_KEYS[mono[0]]] == extent[axis]:
-            out[axis] = ir.BuiltinValue(which=Builtin(mono[0][1:]))
+        if what == STEP_OFFSET and tile == coord.extent(block):
+            out[coord] = ir.Var(name=STEP_OFFSET, type=ElemType.I32)
+        elif isinstance(what, Coord) and what.extent(block) == coord.extent(block):
+            out[coord] = what.expr()
         else:
             raise problem
     if set(out) != set(strides):
         raise problem
     return out
+
+
+def restaged(value: ir.Expr, writer: dict[Coord, ir.Expr]) -> ir.Expr:
+    """``value`` as the invocation ``writer`` (its coordinates) computed it."""
+    direct = {coord.expr(): expr for coord, expr in writer.items()}
+    whole: dict[str, ir.Expr] = {}
+    for coord, expr in writer.items():
+        if not coord.part:
+            whole[coord.axis] = expr
+        elif coord.part == "div" and Coord(coord.axis, "rem", coord.width) in writer:
+            low = writer[Coord(coord.axis, "rem", coord.width)]
+            whole[coord.axis] = add(mul(expr, const(coord.width)), low)
+
+    def leaf(x: ir.Expr) -> ir.Expr | None:
+        for coord_expr, expr in direct.items():
+            if x == coord_expr:
+                return expr
+        if isinstance(x, ir.BuiltinValue) and x.which.value.startswith("thread_idx."):
+            return whole.get(x.which.value[-1])
+        return None
+
+    return rebuild(value, leaf)

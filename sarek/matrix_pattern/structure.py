@@ -1,7 +1,8 @@
 """The symbolic walk of a kernel's statements down to its one store to a global array: ``Let``
 values are inlined, the bounds guard is collected from the ``if`` statements and early returns
 on the way, and the k-loop (plain, or staged through shared memory) is matched against
-``acc + A*B``, ``A*B + acc`` or ``fma(A, B, acc)``. The result is a ``Nest`` whose expressions
+``acc + A*B``, ``A*B + acc`` or ``fma(A, B, acc)``, the accumulator being a scalar or the output
+element itself (``c[i] += A*B`` inside the loop). The result is a ``Nest`` whose expressions
 are over parameters, builtins and placeholders only."""
 
 from __future__ import annotations
@@ -14,14 +15,28 @@ from sarek.ir import BinOp, ElemType, MathFn, MemSpace
 from sarek.ir_build import is_literal, logical_not, var
 from sarek.ir_format import format_expr
 from sarek.ir_walk import distinct_subexpressions, rebuild, walk
+from sarek.layout import Axis
 from sarek.matrix_pattern.operands import Operand, operand_of
-from sarek.matrix_pattern.staged import staging_block, staging_thread, thread_strides
-from sarek.matrix_pattern.vocabulary import REDUCTION_INDEX, STEP_OFFSET, STEP_START, Refusal
+from sarek.matrix_pattern.staged import (
+    restaged,
+    staging_block,
+    staging_thread,
+    thread_strides,
+)
+from sarek.matrix_pattern.vocabulary import (
+    REDUCTION_INDEX,
+    REDUCTION_NAMES,
+    STEP_OFFSET,
+    STEP_START,
+    Refusal,
+)
 
 
 @dataclass
 class KLoop:
-    """The reduction: its bounds, the update's two factors, and the staging facts."""
+    """The reduction: its bounds, the update's two factors, and the staging facts. A staged
+    loop's reduction index is ``scale * t + kk`` (``t`` its outer variable, ``kk`` the inner):
+    ``scale`` is 1 when the outer loop steps by the tile, the tile when it counts steps."""
 
     start: ir.Expr
     stop: ir.Expr
@@ -33,7 +48,7 @@ class KLoop:
     right: Operand
     tile: int | None = None
     block: tuple[int, int, int] | None = None
-
+    scale: int = 1
 
 
 @dataclass
@@ -46,6 +61,14 @@ class Nest:
     line: int | None
 
 
+_NEST_STATEMENTS = (ir.Let, ir.Assign, ir.Store, ir.For, ir.While, ir.If, ir.Barrier,
+                    ir.Return, ir.ArrayDecl)
+"""The statement kinds a GEMM nest is written with (the others are fragments and tiles)."""
+
+_STAGING = ("the staged k-loop must be: stores to shared arrays, barrier(), the inner loop, "
+            "barrier() (the last barrier may open the step instead)")
+
+
 def _contains(s: ir.Stmt, target: ir.Stmt) -> bool:
     return any(x is target for x in walk((s,)))
 
@@ -56,6 +79,24 @@ def _effect_free(stmts: tuple[ir.Stmt, ...]) -> bool:
 
 def _is_acc(e: ir.Expr) -> bool:
     return isinstance(e, ir.Var) and e.name == ACC
+
+
+def _foreign(s: ir.Stmt) -> str | None:
+    """Why ``s`` has no place in a GEMM nest, or None when it may have one."""
+    match s:
+        case ir.ArrayDecl(name=name, space=MemSpace.LOCAL):
+            return (f"the local array {name!r}: a GEMM nest keeps its state in one scalar "
+                    "accumulator (one output per invocation); a kernel that holds several "
+                    "outputs or operands per invocation in registers is not recognized")
+        case ir.ArrayDecl(name=name, layout=layout) if layout is not None \
+                and layout.axes != {Axis.MEM}:
+            return (f"the shared array {name!r} is laid out over lanes ({layout!r}): a GEMM "
+                    "nest keeps its state in one scalar accumulator and stages operands in "
+                    "plain shared arrays or tensors over memory")
+        case _ if not isinstance(s, _NEST_STATEMENTS):
+            return (f"the statement {s.kind!r}: the kernel already uses fragments or tile "
+                    "instructions")
+    return None
 
 
 class Structure:
@@ -72,6 +113,7 @@ class Structure:
         self.loop: KLoop | None = None
         self.line: int | None = None
         self.store: ir.Store | None = None
+        self.output_index: ir.Expr | None = None  # the element ``c[i] += A*B`` adds into
         stores = [s for s in walk(kernel.body) if isinstance(s, ir.Store)]
         global_stores = [s for s in stores if s.array in self.arrays]
         if not global_stores:
@@ -127,28 +169,38 @@ class Structure:
             case ir.If(cond=cond, then=then, orelse=orelse):
                 return self.conditional(s, cond, then, orelse)
             case ir.For():
-                if _contains(s, self.target):
+                if _contains(s, self.target) and not self.adds_into_output(s):
                     raise self.refuse(s, f"the store to {self.target.array} is inside the "
                                       "k-loop: a GEMM nest stores once, after the reduction")
                 if self.loop is not None:
                     raise self.refuse(s, "a second loop: a GEMM nest has one k-loop")
                 self.loop = self.reduction(s)
+                return self.store is not None  # the loop itself updated the output
             case ir.While():
                 raise self.refuse(s, "a while loop: the reduction must be a for loop over "
                                   "range()")
             case ir.Return():
                 raise self.refuse(s, f"a return before the store to {self.target.array}")
-            case ir.ArrayDecl(name=name, space=MemSpace.SHARED) if s.layout is None:
+            case ir.ArrayDecl(name=name, space=MemSpace.SHARED, layout=None):
                 self.shared[name] = s
-            case ir.ArrayDecl(name=name, space=space):
-                raise self.refuse(s, f"the {space} array {name!r}: a GEMM nest keeps its "
-                                  "state in one scalar accumulator")
-            case ir.Barrier():
-                raise self.refuse(s, "a barrier outside a staged k-loop")
+            case ir.ArrayDecl(name=name, space=MemSpace.SHARED) if _foreign(s) is None:
+                self.shared_tensor(s)
             case _:
-                raise self.refuse(s, f"the statement {s.kind!r}: the kernel already uses "
-                                  "fragments or tile instructions")
+                reason = _foreign(s)
+                if reason is None:
+                    reason = "a barrier outside a staged k-loop"  # the one kind left
+                raise self.refuse(s, reason)
         return False
+
+    def shared_tensor(self, s: ir.ArrayDecl) -> None:
+        """A shared array declared with a layout over memory (``sa[ty, tx]``): a staging tile,
+        unless the kernel also holds fragments, tiles or local arrays, whose refusal says
+        more."""
+        for other in walk(self.kernel.body):
+            reason = _foreign(other)
+            if reason is not None:
+                raise self.refuse(other, reason)
+        self.shared[s.name] = s
 
     def conditional(self, s: ir.If, cond_as_written: ir.Expr, then: tuple[ir.Stmt, ...],
                     orelse: tuple[ir.Stmt, ...]) -> bool:
@@ -174,20 +226,20 @@ class Structure:
 
     # ------------------------------------------------------------------ the k-loop
 
+    def adds_into_output(self, s: ir.For) -> bool:
+        """Whether the loop accumulates in the output element itself (``c[i] += A*B``): it
+        assigns no variable and its store to the output reads the output."""
+        return not any(isinstance(x, ir.Assign) for x in walk((s,))) and any(
+            isinstance(x, ir.Load) and x.array == self.target.array
+            for x in distinct_subexpressions(self.target.value))
+
     def reduction(self, s: ir.For) -> KLoop:
-        assigned = {x.name for x in walk((s,)) if isinstance(x, ir.Assign)}
-        if not assigned:
-            raise self.refuse(s, "the loop updates no accumulator")
-        if len(assigned) > 1:
-            raise self.refuse(s, f"the k-loop assigns {', '.join(sorted(assigned))}: a GEMM "
-                              "nest carries one accumulator")
-        acc = assigned.pop()
-        if acc not in self.env:
-            raise self.refuse(s, f"the k-loop assigns {acc!r}, which is not declared before it")
-        acc_type = self.types[acc]
-        if not acc_type.is_arith:
-            raise self.refuse(s, f"the accumulator {acc!r} is {acc_type}")
-        init = self.env[acc]
+        in_output = _contains(s, self.target)
+        if in_output:
+            acc, acc_type = self.output_accumulator()
+            init: ir.Expr = var(ACC, acc_type)  # the output's old value, once its index is known
+        else:
+            acc, acc_type, init = self.scalar_accumulator(s)
         self.env[acc] = var(ACC, acc_type)
         start, stop = self.symbolic(s.start), self.symbolic(s.stop)
         for what, bound in (("start", start), ("stop", stop)):
@@ -203,11 +255,56 @@ class Structure:
             fused, left, right = self.update_body(s.body, acc, acc_type, set(self.arrays))
             loop = KLoop(start, stop, acc, acc_type, init, fused, left, right)
         self.env[acc] = var(ACC, acc_type)
+        if in_output:
+            index = self.output_index
+            assert index is not None  # update_body found the update of the output
+            loop.init = ir.Load(array=self.target.array, index=index, type=acc_type)
+            self.store = ir.Store(array=self.target.array, index=index,
+                                  value=var(ACC, acc_type), line=self.target.line)
         return loop
+
+    def scalar_accumulator(self, s: ir.For) -> tuple[str, ElemType, ir.Expr]:
+        """The variable the k-loop accumulates into: its name, type and initial value."""
+        assigned = {x.name for x in walk((s,)) if isinstance(x, ir.Assign)}
+        if not assigned:
+            raise self.refuse(s, "the loop updates no accumulator")
+        if len(assigned) > 1:
+            raise self.refuse(s, f"the k-loop assigns {', '.join(sorted(assigned))}: a GEMM "
+                              "nest carries one accumulator")
+        acc = assigned.pop()
+        if acc not in self.env:
+            raise self.refuse(s, f"the k-loop assigns {acc!r}, which is not declared before it")
+        acc_type = self.types[acc]
+        if not acc_type.is_arith:
+            raise self.refuse(s, f"the accumulator {acc!r} is {acc_type}")
+        return acc, acc_type, self.env[acc]
+
+    def output_accumulator(self) -> tuple[str, ElemType]:
+        """``c[i] += A*B`` inside the k-loop: the output element is the accumulator (its value
+        before the loop, its old value, is the initial value); its name and type."""
+        store = self.target
+        if isinstance(store.value, ir.Cast):
+            elem = self.arrays[store.array].elem
+            raise self.refuse(store, f"the k-loop adds into {store.array}[...], which holds "
+                              f"{elem}: the running sum is rounded to {elem} at every step; "
+                              f"accumulate in a {store.value.x.type} variable and store it "
+                              "once after the loop")
+        if not store.value.type.is_arith:
+            raise self.refuse(store, f"the k-loop adds into {store.array}[...], which holds "
+                              f"{store.value.type}")
+        return f"{store.array}[]", store.value.type
 
     def uniform_bound(self, s: ir.Stmt, what: str, bound: ir.Expr) -> None:
         for x in distinct_subexpressions(bound):
             match x:
+                case ir.BuiltinValue(which=which) if which.name.startswith(("GRID_DIM",
+                                                                            "BLOCK_DIM")):
+                    raise self.refuse(s, f"the k-loop {what} {format_expr(bound)} is set by the "
+                                      f"launch ({which.value}), not by the matrices: the sum "
+                                      "covers K only for launches that happen to match it; "
+                                      "bound the loop by K, e.g. range(0, k, T), range(k // T) "
+                                      "or range((k + T - 1) // T) with the tiles zero-padded "
+                                      "past k")
                 case ir.BuiltinValue(which=which):
                     raise self.refuse(s, f"the k-loop {what} {format_expr(bound)} varies by "
                                       f"invocation (it uses {which.value})")
@@ -220,7 +317,7 @@ class Structure:
 
     def update_body(self, body: tuple[ir.Stmt, ...], acc: str, acc_type: ElemType,
                     readable: set[str]) -> tuple[bool, Operand, Operand]:
-        update: ir.Assign | None = None
+        update: ir.Assign | ir.Store | None = None
         for s in body:
             self.line = s.line
             match s:
@@ -232,6 +329,8 @@ class Structure:
                     self.env[name] = value
                     self.types[name] = t
                 case ir.Assign(name=name) if name == acc and update is None:
+                    update = s
+                case ir.Store() if s is self.target and update is None:
                     update = s
                 case ir.Assign():
                     raise self.refuse(s, "two updates of the accumulator in the k-loop")
@@ -246,7 +345,23 @@ class Structure:
         if update is None:
             raise Refusal("the k-loop does not update the accumulator")
         self.line = update.line
-        return self.match_update(update, self.symbolic(update.value), acc_type, readable)
+        value = self.symbolic(update.value)
+        if isinstance(update, ir.Store):
+            value = self.output_update(update, value, acc_type)
+        return self.match_update(update, value, acc_type, readable)
+
+    def output_update(self, s: ir.Store, value: ir.Expr, acc_type: ElemType) -> ir.Expr:
+        """The update ``c[i] = c[i] + A*B`` with its read of ``c[i]`` as the accumulator; ``i``
+        must not move with the loop."""
+        index = self.symbolic(s.index)
+        if any(isinstance(x, ir.Var) and x.name in REDUCTION_NAMES
+               for x in distinct_subexpressions(index)):
+            raise self.refuse(s, f"the k-loop adds into {s.array}[{format_expr(index)}], an "
+                              "element that moves with the reduction: a GEMM nest accumulates "
+                              "each output in one place")
+        self.output_index = index
+        old = ir.Load(array=s.array, index=index, type=acc_type)
+        return rebuild(value, lambda x: var(ACC, acc_type) if x == old else None)
 
     def match_update(self, s: ir.Stmt, value: ir.Expr, acc_type: ElemType,
                      readable: set[str]) -> tuple[bool, Operand, Operand]:
@@ -279,67 +394,157 @@ class Structure:
     def staged(self, s: ir.For, inner: ir.For, acc: str, acc_type: ElemType, init: ir.Expr,
                start: ir.Expr, stop: ir.Expr) -> KLoop:
         """A k-loop in steps of a tile: stores to shared arrays, a barrier, an inner loop over
-        the step, a barrier; its factors are read back as the global loads that staged them."""
-        if not (isinstance(s.step, ir.Const) and isinstance(s.step.value, int)
-                and s.step.value > 0):
-            raise self.refuse(s, f"the staged k-loop steps by {format_expr(s.step)}, not a "
-                              "positive constant")
-        tile = s.step.value
-        if not (is_literal(inner.start, 0) and isinstance(inner.stop, ir.Const)
-                and inner.stop.value == tile and is_literal(inner.step, 1)):
-            raise self.refuse(inner, f"the inner loop of the staged k-loop must be range({tile})")
+        the step, and a barrier after it (or before the stores); its factors are read back as
+        the global loads that staged them. The outer loop either steps by the tile
+        (``range(0, k, T)``) or counts steps (``range(k // T)``, reduction index ``s*T + kk``)."""
+        tile, scale = self.step_tile(s, inner)
         self.env[s.var] = var(STEP_START)
         staged: dict[str, ir.Store] = {}
+        events: list[str] = []  # "S" staging stores, "B" barrier, "L" the inner loop
         fused, left, right = False, None, None
-        phase = 0  # 0 staging, 1 after the first barrier, 2 after the inner loop, 3 done
         for stmt in s.body:
             self.line = stmt.line
             match stmt:
                 case ir.Let(name=name, type=t, value=value):
                     self.env[name] = self.symbolic(value)
                     self.types[name] = t
-                case ir.Store(array=name, index=index, value=value) if phase == 0:
-                    if name not in self.shared:
-                        raise self.refuse(stmt, f"a store to {name} inside the k-loop")
-                    if name in staged:
-                        raise self.refuse(stmt, f"two stores to the shared array {name!r} in one "
-                                          "step")
-                    staged[name] = ir.Store(array=name, index=self.symbolic(index),
-                                            value=self.symbolic(value))
-                case ir.Barrier() if phase in (0, 2):
-                    phase += 1
-                case ir.For() if stmt is inner and phase == 1:
+                case ir.Barrier():
+                    events.append("B")
+                case ir.Store() | ir.If() if "L" in events:
+                    raise self.refuse(stmt, "the staged k-loop stores to shared memory after "
+                                      f"its inner loop; {_STAGING}")
+                case ir.Store():
+                    if stmt.array in staged:
+                        raise self.refuse(stmt, f"two stores to the shared array "
+                                          f"{stmt.array!r} in one step: a staged array is "
+                                          "filled with one element per invocation")
+                    staged.update(self.staging_stores((stmt,), staged))
+                    events.append("S")
+                case ir.If():
+                    staged.update(self.staging_stores((stmt,), staged))
+                    events.append("S")
+                case ir.For() if stmt is inner:
                     self.env[inner.var] = var(STEP_OFFSET)
                     fused, left, right = self.update_body(inner.body, acc, acc_type,
                                                           set(self.arrays) | set(self.shared))
-                    phase = 2
+                    events.append("L")
                 case _:
-                    raise self.refuse(stmt, "the staged k-loop must be: stores to shared arrays, "
-                                      "barrier(), the inner loop, barrier()")
-        if phase != 3:
-            raise self.refuse(s, "the staged k-loop needs a barrier after the stores to shared "
-                              "memory and another after the inner loop")
+                    raise self.refuse(stmt, _STAGING)
         assert left is not None and right is not None
-        block = staging_block(staged, self.shared)
+        block = None
+        if staged:
+            self.check_barriers(s, events, sorted(staged))
+            block = staging_block(staged, self.shared)
         global_left = self.unstage(left, staged, block, tile)
         global_right = self.unstage(right, staged, block, tile)
         return KLoop(start, stop, acc, acc_type, init, fused, global_left, global_right, tile,
-                     block)
+                     block, scale)
 
-    def unstage(self, op: Operand, staged: dict[str, ir.Store], block: tuple[int, int, int],
-                tile: int) -> Operand:
-        """The operand with its shared-memory load replaced by the global load that staged it."""
+    def step_tile(self, s: ir.For, inner: ir.For) -> tuple[int, int]:
+        """The tile of a staged k-loop and the scale of its outer variable."""
+        stop = self.symbolic(inner.stop)
+        extent = stop.value if (
+            is_literal(inner.start, 0) and is_literal(inner.step, 1)
+            and isinstance(stop, ir.Const) and isinstance(stop.value, int)
+            and not isinstance(stop.value, bool) and stop.value > 0) else None
+        if is_literal(s.step, 1):
+            if extent is None:
+                raise self.refuse(inner, "the inner loop of the staged k-loop must be range(T) "
+                                  "for a constant T, the tile the outer loop counts")
+            return extent, extent
+        if not (isinstance(s.step, ir.Const) and isinstance(s.step.value, int)
+                and s.step.value > 0):
+            raise self.refuse(s, f"the staged k-loop steps by {format_expr(s.step)}, not a "
+                              "positive constant")
+        tile = s.step.value
+        if extent != tile:
+            raise self.refuse(inner, f"the inner loop of the staged k-loop must be range({tile})")
+        return tile, 1
+
+    def check_barriers(self, s: ir.For, events: list[str], names: list[str]) -> None:
+        """The barriers a step needs: between its stores and the inner loop that reads them,
+        and between that loop and the next step's stores (after the loop or before the
+        stores)."""
+        arrays = ", ".join(repr(name) for name in names)
+        loop = events.index("L")
+        last_store = max(i for i, e in enumerate(events) if e == "S")
+        first_store = events.index("S")
+        if "B" not in events[last_store:loop]:
+            raise self.refuse(s, f"the staged k-loop has no barrier between its stores to "
+                              f"{arrays} and the inner loop that reads them: invocations would "
+                              "read elements others have not stored yet (a race); add "
+                              "barrier() before the inner loop")
+        if "B" not in events[:first_store] and "B" not in events[loop:]:
+            raise self.refuse(s, f"the staged k-loop has one barrier per step: the next "
+                              f"step's stores to {arrays} would overwrite elements other "
+                              "invocations are still reading (a race); add barrier() after "
+                              "the inner loop")
+
+    def staging_stores(self, stmts: tuple[ir.Stmt, ...],
+                       current: dict[str, ir.Store]) -> dict[str, ir.Store]:
+        """The shared-array stores ``stmts`` leave, one per array, over ``current`` (what the
+        step stored before): ``if c: s[i] = x else: s[i] = 0`` is the store of
+        ``x if c else 0``."""
+        out = dict(current)
+        written: set[str] = set()
+        for stmt in stmts:
+            self.line = stmt.line
+            match stmt:
+                case ir.Let(name=name, type=t, value=value):
+                    self.env[name] = self.symbolic(value)
+                    self.types[name] = t
+                case ir.Store(array=name, index=index, value=value):
+                    if name not in self.shared:
+                        raise self.refuse(stmt, f"a store to {name} inside the k-loop")
+                    if name in written:
+                        raise self.refuse(stmt, f"two stores to the shared array {name!r} in "
+                                          "one step: a staged array is filled with one "
+                                          "element per invocation")
+                    written.add(name)
+                    out[name] = ir.Store(array=name, index=self.symbolic(index),
+                                         value=self.symbolic(value))
+                case ir.If(cond=cond, then=then, orelse=orelse):
+                    out.update(self.staging_branches(stmt, self.symbolic(cond), then, orelse,
+                                                     out))
+                case _:
+                    raise self.refuse(stmt, _STAGING)
+        return out
+
+    def staging_branches(self, s: ir.If, cond: ir.Expr, then: tuple[ir.Stmt, ...],
+                         orelse: tuple[ir.Stmt, ...],
+                         current: dict[str, ir.Store]) -> dict[str, ir.Store]:
+        taken = self.staging_stores(then, current)
+        other = self.staging_stores(orelse, current)
+        out: dict[str, ir.Store] = {}
+        for name in sorted(set(taken) | set(other)):
+            yes, no = taken.get(name), other.get(name)
+            if yes is no:
+                continue
+            if yes is None or no is None:
+                raise self.refuse(s, f"'if {format_expr(cond)}' stores to the shared array "
+                                  f"{name!r} in one branch only: the elements it skips would "
+                                  "keep the previous step's values; store 0 in the other "
+                                  "branch")
+            if yes.index != no.index:
+                raise self.refuse(s, f"the branches of 'if {format_expr(cond)}' store to "
+                                  f"different elements of {name!r}")
+            value = ir.Select(cond=cond, a=yes.value, b=no.value, type=yes.value.type)
+            out[name] = ir.Store(array=name, index=yes.index, value=value)
+        return out
+
+    def unstage(self, op: Operand, staged: dict[str, ir.Store],
+                block: tuple[int, int, int] | None, tile: int) -> Operand:
+        """The operand with its shared-memory load replaced by the global load that staged it
+        (an operand read from global memory directly is kept)."""
         name = op.load.array
         if name in self.arrays:
-            raise Refusal(f"the staged k-loop reads {name} directly; stage both operands")
-        if name not in staged:
+            return op
+        if name not in staged or block is None:
             raise Refusal(f"the k-loop reads the shared array {name!r}, which is not staged in "
                           "the same step")
         store = staged[name]
-        thread = staging_thread(op.load.index, thread_strides(store.index), block, tile)
-        values = {f"thread_idx.{axis}": coord for axis, coord in thread.items()}
-        value = rebuild(store.value, lambda x: values.get(x.which.value)
-                        if isinstance(x, ir.BuiltinValue) else None)
+        writer = staging_thread(op.load.index, thread_strides(store.index), block, tile)
+        value = restaged(store.value, writer)
         inner = operand_of(value, self.arrays)
         if inner.load.array not in self.arrays:
             raise Refusal(f"the shared array {name!r} is staged from {inner.load.array!r}, not "
