@@ -32,20 +32,39 @@ class NotAGemm(SarekError):
 
 
 @dataclass(frozen=True)
+class ThreadSplit:
+    """A 1-D block read as a tile ``width`` invocations wide: the part of ``thread_idx.axis`` an
+    index uses, ``thread_idx.axis // width`` (``div``, the tile row) or
+    ``thread_idx.axis % width`` (``rem``, the tile column)."""
+
+    axis: Literal["x", "y", "z"]
+    width: int
+    part: Literal["div", "rem"]
+
+    def expr(self) -> ir.Expr:
+        """The part as the IR expression the kernel computes."""
+        thread = ir.BuiltinValue(which=Builtin(f"thread_idx.{self.axis}"))
+        return binary(BinOp.DIV if self.part == "div" else BinOp.REM, thread, const(self.width))
+
+
+@dataclass(frozen=True)
 class GlobalIndex:
     """A global invocation index along one launch axis: ``block_idx.a * S + thread_idx.a`` where
     ``S`` is ``block_dim.a`` (or the constant ``tile`` of a kernel written for one block size),
-    or ``block_idx.a`` alone, or ``thread_idx.a`` alone."""
+    or ``block_idx.a`` alone, or ``thread_idx.a`` alone. With ``split``, the thread part is a
+    part of a 1-D block's index instead (``block_idx.a * tile + thread_idx.x // width``)."""
 
     axis: Literal["x", "y", "z"]
     uses_block: bool = True
     uses_thread: bool = True
     tile: int | None = None
+    split: ThreadSplit | None = None
 
     def expr(self) -> ir.Expr:
         """The index as the IR expression the kernel computes."""
         block = ir.BuiltinValue(which=Builtin(f"block_idx.{self.axis}"))
-        thread = ir.BuiltinValue(which=Builtin(f"thread_idx.{self.axis}"))
+        thread: ir.Expr = (self.split.expr() if self.split is not None
+                           else ir.BuiltinValue(which=Builtin(f"thread_idx.{self.axis}")))
         if not self.uses_block:
             return thread
         if not self.uses_thread:

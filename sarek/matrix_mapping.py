@@ -141,6 +141,8 @@ def _reached(ix: GlobalIndex, grid: Dim3, block: Dim3) -> int:
     which two invocations would compute the same output."""
     a = "xyz".index(ix.axis)
     g, b = grid[a], block[a]
+    if ix.split is not None and ix.tile is not None:
+        return g * ix.tile  # the block's shape is checked by _check_split
     if ix.uses_block and ix.uses_thread:
         if ix.tile is not None and ix.tile != b and g * b > 0:
             raise RegionError(f"the kernel computes its {ix.axis} index as block_idx.{ix.axis} "
@@ -158,6 +160,29 @@ def _reached(ix: GlobalIndex, grid: Dim3, block: Dim3) -> int:
                           f"{g} blocks along {ix.axis} would compute the same outputs; launch "
                           f"with grid {ix.axis} = 1")
     return b
+
+
+def _check_split(gemm: Gemm, block: Dim3) -> None:
+    """A kernel that reads its 1-D block as a tile (``thread_idx.x // W``, ``thread_idx.x % W``)
+    needs blocks of exactly that tile: ``W`` times the rows its row part steps by, and one
+    invocation along the other axes (except the batch's)."""
+    indices = _used_axes(gemm)
+    splits = [ix.split for ix in indices if ix.split is not None]
+    if not splits:
+        return
+    split = splits[0]
+    rows = next((ix.tile for ix in indices if ix.split is not None
+                 and ix.split.part == "div" and ix.tile is not None), 1)
+    want = [1, 1, 1]
+    want["xyz".index(split.axis)] = split.width * rows
+    z = gemm.mapping.batch
+    if z is not None and z.uses_thread:
+        want[2] = block[2]
+    if tuple(want) != block:
+        raise RegionError(f"the kernel reads its block as {rows} rows of {split.width} "
+                          f"invocations (thread_idx.{split.axis} // {split.width} and "
+                          f"thread_idx.{split.axis} % {split.width}), so its blocks must be "
+                          f"{tuple(want)}; this launch has {block}")
 
 
 def _used_axes(gemm: Gemm) -> list[GlobalIndex]:
@@ -194,6 +219,8 @@ def region(gemm: Gemm, grid: object, block: object,
             raise RegionError(f"the kernel does not use the {a} coordinate, so the launch's "
                               f"{g[i] * b[i]} invocations along {a} would compute the same "
                               f"outputs; launch with grid and block {a} = 1")
+    if invocations > 0:
+        _check_split(gemm, b)
     ev = IndexEvaluator(gemm, bound, {})
     d = max(0, int(ev.scalar(gemm.k_stop)) - int(ev.scalar(gemm.k_start)))
     if invocations == 0:

@@ -32,6 +32,7 @@ from sarek.gemm import (
     Mapping2D,
     NotAGemm,
     Staging,
+    ThreadSplit,
 )
 from sarek.ir_format import format_expr
 from sarek.ir_walk import substitute
@@ -50,6 +51,7 @@ __all__ = [
     "Mapping2D",
     "NotAGemm",
     "Staging",
+    "ThreadSplit",
     "format_expr",
     "recognize",
     "substitute",

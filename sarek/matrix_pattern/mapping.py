@@ -1,7 +1,9 @@
 """Mapping inference: how the kernel combines its block and thread coordinates into one global
 index per launch axis, and the candidate readings of those indices as the output's row, column
 and batch (a 2-D mapping, either way round, or a 1-D linear index divided by the row length,
-row- or column-major)."""
+row- or column-major). A kernel that reads a 1-D block as a tile (``thread_idx.x // W`` and
+``thread_idx.x % W``, each added to a block coordinate times a constant) has 2-D readings of
+its own (``split_candidates``)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from dataclasses import dataclass
 from typing import Literal, cast
 
 from sarek.affine import Poly
-from sarek.gemm import BATCH, COL, ROW, GlobalIndex, Mapping, Mapping1D, Mapping2D
+from sarek.gemm import BATCH, COL, ROW, GlobalIndex, Mapping, Mapping1D, Mapping2D, ThreadSplit
 from sarek.ir_format import format_expr
 from sarek.matrix_pattern.normalize import AtomTable, Quotient, quotient
 from sarek.matrix_pattern.vocabulary import GLOBAL_ID, Refusal
@@ -159,3 +161,77 @@ def _linear_candidates(axes: dict[str, AxisUse], atoms: AtomTable,
         out.append(Candidate(Mapping1D(linear, den_expr, order, batch), subst,
                              Poly.atom(major) * den + Poly.atom(minor)))
     return out
+
+
+def split_candidates(polys: list[Poly], atoms: AtomTable,
+                     axes: dict[str, AxisUse]) -> list[Candidate] | None:
+    """The 2-D readings of a kernel that reads its 1-D block as a tile: ``block_idx.a * S +
+    thread_idx.x // W`` and ``block_idx.b * W + thread_idx.x % W`` are the global row and
+    column, or column and row (``polys`` are the index polynomials over the builtins). None
+    when the kernel does not split a thread coordinate so."""
+    used = set().union(*(poly.atoms() for poly in polys)) if polys else set()
+    parts: dict[str, ThreadSplit] = {}
+    for name, (kind, payload) in atoms.info.items():
+        if kind not in ("div", "rem") or name not in used:
+            continue
+        num, den, _ = quotient(payload)
+        axis = next((a for a in "xyz" if num == Poly.atom(f"@thread_idx.{a}")), None)
+        if axis is None or den.constant is None or den.constant <= 0:
+            return None
+        parts[name] = ThreadSplit(axis=cast(Literal["x", "y", "z"], axis), width=den.constant,
+                                  part="div" if kind == "div" else "rem")
+    by_part = {split.part: (name, split) for name, split in parts.items()}
+    if len(parts) != 2 or len(by_part) != 2:
+        return None
+    (high, high_split), (low, low_split) = by_part["div"], by_part["rem"]
+    if (high_split.axis, high_split.width) != (low_split.axis, low_split.width):
+        return None
+    pairs = {name: _block_pairing(name, polys) for name in (high, low)}
+    if any(pair is None for pair in pairs.values()):
+        return None
+    (high_axis, high_tile), (low_axis, low_tile) = (p for p in pairs.values() if p is not None)
+    width = low_split.width
+    if low_tile != width:
+        raise Refusal(f"block_idx.{low_axis} * {low_tile} + thread_idx.{low_split.axis} % "
+                      f"{width} steps by {low_tile} blocks whose {width} columns "
+                      f"(thread_idx.{low_split.axis} % {width}) do not tile it")
+    if "z" in (high_axis, low_axis):
+        return None  # z is the batch's
+    if high_axis == low_axis:
+        raise Refusal(f"thread_idx.{low_split.axis} // {width} and thread_idx.{low_split.axis} "
+                      f"% {width} are both added to block_idx.{low_axis}")
+    batch = _global_index("z", axes["z"]) if "z" in axes else None
+    batch_subst = {GLOBAL_ID["z"]: Poly.atom(BATCH)} if batch is not None else {}
+    indices = {high: GlobalIndex(axis=cast(Literal["x", "y", "z"], high_axis), tile=high_tile,
+                                 split=high_split),
+               low: GlobalIndex(axis=cast(Literal["x", "y", "z"], low_axis), tile=low_tile,
+                                split=low_split)}
+    tiles = {high: (high_axis, high_tile), low: (low_axis, low_tile)}
+    out = []
+    for row, col in ((high, low), (low, high)):
+        subst = {**batch_subst}
+        for name, coord in ((row, ROW), (col, COL)):
+            axis, tile = tiles[name]
+            subst[name] = Poly.atom(coord) - Poly.const(tile) * Poly.atom(f"@block_idx.{axis}")
+        out.append(Candidate(Mapping2D(indices[row], indices[col], batch), subst, None))
+    return out
+
+
+def _block_pairing(part: str, polys: list[Poly]) -> tuple[str, int] | None:
+    """The block coordinate a thread part is added to and its multiplier, read off the
+    polynomials ``S * block_idx.a + part`` (the global index alone)."""
+    found: set[tuple[str, int]] = set()
+    for poly in polys:
+        blocks = [a for a in "xyz" if f"@block_idx.{a}" in poly.atoms()]
+        if len(blocks) != 1 or poly.atoms() != {part, f"@block_idx.{blocks[0]}"}:
+            continue
+        coefs, _, bad = poly.split((part, f"@block_idx.{blocks[0]}"))
+        block_coef, part_coef = coefs[f"@block_idx.{blocks[0]}"].constant, coefs[part].constant
+        if bad is not None or not block_coef or not part_coef or block_coef % part_coef:
+            continue
+        if block_coef // part_coef > 0:
+            found.add((blocks[0], block_coef // part_coef))
+    if len(found) > 1:
+        raise Refusal("two different global indices combine one part of the block's "
+                      "thread_idx with block coordinates")
+    return found.pop() if found else None

@@ -9,7 +9,12 @@ from sarek.affine import Poly
 from sarek.gemm import Gemm, NotAGemm
 from sarek.ir_walk import distinct_subexpressions
 from sarek.matrix_pattern.assemble import Assembler
-from sarek.matrix_pattern.mapping import candidates, global_id_substitution, launch_axes
+from sarek.matrix_pattern.mapping import (
+    candidates,
+    global_id_substitution,
+    launch_axes,
+    split_candidates,
+)
 from sarek.matrix_pattern.normalize import AtomTable, Normalizer
 from sarek.matrix_pattern.structure import Nest, Structure
 from sarek.matrix_pattern.vocabulary import TOO_DEEP, Refusal
@@ -72,13 +77,21 @@ def _assemble(kernel: ir.Kernel, nest: Nest) -> Gemm:
     for e in exprs:
         raw.poly(e)
     axes = launch_axes(seen, atoms)
-    normalizer = Normalizer(atoms, global_id_substitution(axes))
-    used: set[str] = set()
-    for e in exprs:
-        used |= normalizer.poly(e).atoms()
+    split = split_candidates(seen, atoms, axes)
+    if split is not None:
+        # the x and y builtins stay: the candidates replace the thread parts by coordinates
+        batch = {axis: use for axis, use in axes.items() if axis == "z"}
+        normalizer = Normalizer(atoms, global_id_substitution(batch))
+        readings = split
+    else:
+        normalizer = Normalizer(atoms, global_id_substitution(axes))
+        used: set[str] = set()
+        for e in exprs:
+            used |= normalizer.poly(e).atoms()
+        readings = candidates(axes, atoms, used)
     best: tuple[int, Refusal] | None = None
     found: list[Gemm] = []
-    for candidate in candidates(axes, atoms, used):
+    for candidate in readings:
         assembler = Assembler(nest, candidate, normalizer, atoms, kernel)
         try:
             found.append(assembler.run())
