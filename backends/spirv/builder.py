@@ -137,7 +137,9 @@ Symbol = str | Pointer | ArraySym | FragSym  # str: an SSA id (a scalar paramete
 class ModuleBuilder:
     """Accumulates the sections of one module while the kernel body is printed: ids, types,
     constants and single instructions. ``ExpressionPrinter`` and the printer in ``emit``
-    extend it."""
+    extend it. Its ids are of two kinds that cannot meet: named ids (``declare``) begin with a
+    letter and are the printer's own words, numbered ids (``fresh``) begin with their number
+    and are the only ones that carry a user's name."""
 
     def __init__(self, kernel: ir.Kernel) -> None:
         self.kernel = kernel
@@ -153,8 +155,9 @@ class ModuleBuilder:
         self.fn_vars: list[str] = []
         self.entry: list[str] = []  # computed once in the entry block (builtins, parameters)
         self.code: list[str] = []
-        self.counter = 0  # numbered ids
-        self.named: set[str] = set()  # named ids
+        self.counter = 0  # the last numbered id
+        # the named ids in use: these three are written directly, the others by ``declare``
+        self.named = {"%main", "%entry", "%glsl"}
         self.label = "%entry"
         self.terminated = False
         self.scope: ChainMap[str, Symbol] = ChainMap()
@@ -233,8 +236,8 @@ class ModuleBuilder:
 
     # ------------------------------------------------------------------ instructions
 
-    def op(self, result_type: str, name: str, *operands: str, stem: str = "") -> str:
-        ident = self.fresh(stem)
+    def op(self, result_type: str, name: str, *operands: str) -> str:
+        ident = self.fresh()
         self.code.append(f"{ident} = {name} {result_type} {' '.join(operands)}".rstrip())
         return ident
 
