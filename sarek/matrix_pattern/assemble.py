@@ -351,9 +351,19 @@ class Assembler:
                     kind, bound = self.bound(conj)
                     if kind and bound not in bounds[kind]:
                         raise Refusal(f"the operand is zeroed by {format_expr(conj)}, which the "
-                                      "bounds guard does not imply")
+                                      "bounds guard does not imply"
+                                      + self.other_bound(kind, bound, bounds[kind]))
             out.append(pads)
         return out
+
+    def other_bound(self, kind: str, bound: Poly, guard: list[Poly]) -> str:
+        """Why a zeroing bound is not the guard's, naming both."""
+        what = COORD_NAMES.get(kind, "linear index")
+        if not guard:
+            return f" (the guard does not bound the {what})"
+        shown = " and ".join(format_expr(self.as_expr(poly)) for poly in guard)
+        return (f" (it bounds the {what} by {format_expr(self.as_expr(bound))}, the guard by "
+                f"{shown}, which cannot be shown equal; bound both by the same size parameter)")
 
     def check_padding(self, padded: list[list[Poly]], loop: KLoop, k_stop: ir.Expr) -> None:
         """Past ``k_stop`` the last step's products must vanish without changing the sum: both

@@ -60,6 +60,8 @@ def coord_poly(index: ir.Expr) -> dict[str, tuple[Coord | str, int]]:
             if axis is not None and den.constant is not None and den.constant > 0:
                 part: Literal["div", "rem"] = "div" if kind == "div" else "rem"
                 names[name] = Coord(axis, part, den.constant)
+            elif num.atoms() & {STEP_START, STEP_OFFSET}:
+                names[name] = STEP_START  # (s % 2) * size: it moves with the step
     out: dict[str, tuple[Coord | str, int]] = {}
     for mono, coef in poly.terms.items():
         text = "*".join(mono)

@@ -433,8 +433,8 @@ class Structure:
         assert left is not None and right is not None
         block = None
         if staged:
-            self.check_barriers(s, events, sorted(staged))
             block = staging_block(staged, self.shared)
+            self.check_barriers(s, events, sorted(staged))
         global_left = self.unstage(left, staged, block, tile)
         global_right = self.unstage(right, staged, block, tile)
         return KLoop(start, stop, acc, acc_type, init, fused, global_left, global_right, tile,
