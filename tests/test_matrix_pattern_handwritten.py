@@ -780,3 +780,54 @@ def narrow_columns(a: Global[f32], b: Global[f32], c: Global[f32], m: i32, n: i3
 
 def test_a_one_d_tile_whose_columns_do_not_fill_the_block_step_is_refused() -> None:
     assert "do not tile it" in refusal(narrow_columns)
+
+
+@sarek.kernel
+def address_loop(a: Global[f32], b: Global[f32], c: Global[f32], wa: i32, wb: i32):
+    # cuda-samples' matrixMul walks A by address: from the block's first row to its last column
+    a_tile = sarek.shared(f32, TILE)
+    b_tile = sarek.shared(f32, TILE)
+    a_begin = wa * T * block_idx.y
+    total = f32(0.0)
+    for at in range(a_begin, a_begin + wa, T):
+        a_tile[thread_idx.y, thread_idx.x] = a[at + wa * thread_idx.y + thread_idx.x]
+        b_tile[thread_idx.y, thread_idx.x] = b[(at - a_begin + thread_idx.y) * wb
+                                               + T * block_idx.x + thread_idx.x]
+        barrier()
+        for e in range(T):
+            total += a_tile[thread_idx.y, e] * b_tile[e, thread_idx.x]
+        barrier()
+    c[(block_idx.y * T + thread_idx.y) * wb + block_idx.x * T + thread_idx.x] = total
+
+
+def test_a_k_loop_over_addresses_is_refused_with_the_loop_to_write_instead() -> None:
+    reason = refusal(address_loop)
+    assert "varies by invocation (it uses block_idx.y)" in reason
+    assert "loop over the reduction index instead" in reason
+
+
+@sarek.kernel
+def moving_offsets(a: Global[f32], b: Global[f32], c: Global[f32], m: i32, n: i32, k: i32):
+    a_tile = sarek.shared(f32, T * T)
+    b_tile = sarek.shared(f32, T * T)
+    inner_row = thread_idx.x // T
+    inner_col = thread_idx.x % T
+    a_at = block_idx.x * T * k
+    b_at = block_idx.y * T
+    total = f32(0.0)
+    for t in range(0, k, T):
+        a_tile[inner_row * T + inner_col] = a[a_at + inner_row * k + inner_col]
+        b_tile[inner_row * T + inner_col] = b[b_at + inner_row * n + inner_col]
+        barrier()
+        a_at += T
+        b_at += T * n
+        for e in range(T):
+            total += a_tile[inner_row * T + e] * b_tile[e * T + inner_col]
+        barrier()
+    c[(block_idx.x * T + inner_row) * n + block_idx.y * T + inner_col] = total
+
+
+def test_offsets_advanced_like_pointers_are_refused_with_the_index_to_write() -> None:
+    reason = refusal(moving_offsets)
+    assert "advances a_at, b_at by a constant each step" in reason
+

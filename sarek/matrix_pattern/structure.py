@@ -16,6 +16,7 @@ from sarek.ir_build import is_literal, logical_not, var
 from sarek.ir_format import format_expr
 from sarek.ir_walk import distinct_subexpressions, rebuild, walk
 from sarek.layout import Axis
+from sarek.matrix_pattern.normalize import is_uniform
 from sarek.matrix_pattern.operands import Operand, operand_of
 from sarek.matrix_pattern.staged import (
     restaged,
@@ -242,6 +243,7 @@ class Structure:
             acc, acc_type, init = self.scalar_accumulator(s)
         self.env[acc] = var(ACC, acc_type)
         start, stop = self.symbolic(s.start), self.symbolic(s.stop)
+        self.address_loop(s, start, stop)
         for what, bound in (("start", start), ("stop", stop)):
             self.uniform_bound(s, what, bound)
         inner = [x for x in s.body if isinstance(x, ir.For)]
@@ -269,6 +271,12 @@ class Structure:
         if not assigned:
             raise self.refuse(s, "the loop updates no accumulator")
         if len(assigned) > 1:
+            offsets = sorted(name for name in assigned if self.moving_offset(s, name))
+            if offsets and len(assigned) - len(offsets) == 1:
+                raise self.refuse(s, f"the k-loop advances {', '.join(offsets)} by a constant "
+                                  "each step (an offset stepped through A or B, like a "
+                                  "pointer): compute the offset from the loop variable "
+                                  "instead (a[row * k + t + tx])")
             raise self.refuse(s, f"the k-loop assigns {', '.join(sorted(assigned))}: a GEMM "
                               "nest carries one accumulator")
         acc = assigned.pop()
@@ -278,6 +286,33 @@ class Structure:
         if not acc_type.is_arith:
             raise self.refuse(s, f"the accumulator {acc!r} is {acc_type}")
         return acc, acc_type, self.env[acc]
+
+    def moving_offset(self, s: ir.For, name: str) -> bool:
+        """Whether the loop only ever adds a uniform integer to ``name`` (``a_off += T``)."""
+        if name not in self.types or not self.types[name].is_int:
+            return False
+        for x in walk((s,)):
+            if isinstance(x, ir.Assign) and x.name == name:
+                match x.value:
+                    case ir.Binary(op=BinOp.ADD, a=ir.Var(name=same), b=step) \
+                            if same == name and is_uniform(self.symbolic(step)):
+                        pass
+                    case _:
+                        return False
+        return True
+
+    def address_loop(self, s: ir.For, start: ir.Expr, stop: ir.Expr) -> None:
+        """Refuses a k-loop over addresses (``range(a_begin, a_end, T)`` with bounds that move
+        with the block), saying how to write it over the reduction index."""
+        moving = [[x.which.value for x in distinct_subexpressions(bound)
+                   if isinstance(x, ir.BuiltinValue) and "_idx." in x.which.value]
+                  for bound in (start, stop)]
+        if all(moving):
+            raise self.refuse(s, f"the k-loop start {format_expr(start)} varies by invocation "
+                              f"(it uses {moving[0][0]}), and so does its stop: it walks "
+                              "addresses; loop over the reduction index instead "
+                              "(range(0, k, T) or range(k // T)) and add the block's offset "
+                              "inside the index")
 
     def output_accumulator(self) -> tuple[str, ElemType]:
         """``c[i] += A*B`` inside the k-loop: the output element is the accumulator (its value
