@@ -40,14 +40,14 @@ from rich.table import Table
 from backends import registry
 from backends.target import Target
 from sarek import ir, simulate
-from sarek.demo import compare, lowerings_for
+from sarek.demo import compare
 from sarek.errors import SarekError
 from sarek.launch import Dim3, Launch
 from sarek.loader import examples_dir, load_module
 from sarek.matrix_mapping import covered, region
 from sarek.matrix_pattern import recognize
 from sarek.matrix_rewrite import rewrite_launch
-from sarek.matrix_scheme import SUPPORTED_FRAGMENT, SUPPORTED_SUBGROUP, Lowering
+from sarek.matrix_scheme import SUPPORTED_FRAGMENT, SUPPORTED_SUBGROUP, Lowering, lowerings_taking
 from sarek.schedule import Schedule
 from sarek.staging import Staging
 
@@ -172,7 +172,7 @@ def _examples(target: Target, examples: Path, only: tuple[str, ...]
             continue
         launch = load_module(path).make(1, 1, 1)
         operands = recognize(launch.kernel).operand_elt
-        yield path, launch, [(low, sg, frag) for low in lowerings_for(operands)
+        yield path, launch, [(low, sg, frag) for low in lowerings_taking(operands)
                              for sg, frag in configurations(target, low)]
 
 

@@ -27,9 +27,12 @@ sys.path.insert(0, str(ROOT))
 
 from backends import conformance, registry  # noqa: E402
 from backends.target import Target  # noqa: E402
-from sarek.demo import lowerings_for  # noqa: E402
 from sarek.ir import ElemType  # noqa: E402
-from sarek.matrix_scheme import SUPPORTED_FRAGMENT, SUPPORTED_SUBGROUP  # noqa: E402
+from sarek.matrix_scheme import (  # noqa: E402
+    SUPPORTED_FRAGMENT,
+    SUPPORTED_SUBGROUP,
+    lowerings_taking,
+)
 
 
 def device_defaults() -> list[str]:
@@ -45,7 +48,7 @@ def device_defaults() -> list[str]:
 def refusals(target: Target) -> list[dict[str, object]]:
     """Every (lowering, subgroup, fragment) of the examples' lowerings the target refuses."""
     lowerings = dict.fromkeys(low for t in (ElemType.I32, ElemType.F16, ElemType.F32)
-                              for low in lowerings_for(t))
+                              for low in lowerings_taking(t))
     out: list[dict[str, object]] = []
     for low in lowerings:
         for sg in SUPPORTED_SUBGROUP:

@@ -19,7 +19,7 @@ from sarek.ir import ElemType
 from sarek.loader import load_module
 from sarek.matrix_pattern import recognize
 from sarek.matrix_rewrite import rewrite_launch
-from sarek.matrix_scheme import Lowering
+from sarek.matrix_scheme import Lowering, lowerings_taking
 
 
 @dataclass(frozen=True)
@@ -90,13 +90,6 @@ class RewriteRow:
     ok: bool
 
 
-def lowerings_for(operand: ElemType) -> tuple[Lowering, ...]:
-    """The lowerings that take ``operand`` operands, the one ``select`` picks first."""
-    return {ElemType.I32: (Lowering.INT32_BYTE_PLANES,), ElemType.F16: (Lowering.F16_OPERANDS,),
-            ElemType.F32: (Lowering.BF16X3_OPERANDS, Lowering.BF16_OPERANDS,
-                           Lowering.F16_OPERANDS)}.get(operand, ())
-
-
 def rewrite_example(path: Path, size: tuple[int, int, int], seed: int = 0) -> list[RewriteRow]:
     module = load_module(path)
     original = module.make(*size, seed=seed)
@@ -104,7 +97,7 @@ def rewrite_example(path: Path, size: tuple[int, int, int], seed: int = 0) -> li
     want = original.simulate()[gemm.c.array]
     exact_lowering = gemm.operand_elt in (ElemType.I32, ElemType.F16)
     rows = []
-    for lowering in lowerings_for(gemm.operand_elt):
+    for lowering in lowerings_taking(gemm.operand_elt):
         results, ok = [], True
         for subgroup, frag in CONFIGS:
             rw = rewrite_launch(original, lowering=lowering, subgroup=subgroup, frag=frag)
@@ -240,7 +233,7 @@ def opencl_rewrite_rows(examples: Path, size: tuple[int, int, int] = (70, 45, 33
     same_count = ran = 0
     for path in sorted(examples.glob("gemm_*.py")):
         launch = load_module(path).make(*size)
-        for lowering in lowerings_for(recognize(launch.kernel).operand_elt):
+        for lowering in lowerings_taking(recognize(launch.kernel).operand_elt):
             cells = []
             for subgroup, frag in CONFIGS:
                 rw = rewrite_launch(launch, lowering=lowering, subgroup=subgroup, frag=frag,
@@ -322,7 +315,7 @@ def spirv_rows(examples: Path) -> tuple[list[tuple[str, ...]], int, int]:
     for path in sorted(examples.glob("gemm_*.py")):
         launch = load_module(path).make(70, 45, 33)
         modules = [emit(launch.kernel)]
-        for lowering in lowerings_for(recognize(launch.kernel).operand_elt):
+        for lowering in lowerings_taking(recognize(launch.kernel).operand_elt):
             for subgroup, frag in CONFIGS:
                 modules.append(emit(rewrite_launch(launch, lowering=lowering, subgroup=subgroup,
                                                    frag=frag, staging=spirv.staging

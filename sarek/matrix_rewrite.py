@@ -33,13 +33,13 @@ from sarek.launch import Launch
 from sarek.matrix_mapping import Region
 from sarek.matrix_pattern import Access, Gemm, Mapping1D
 from sarek.matrix_scheme import (
-    SCHEMES,
     SUPPORTED_FRAGMENT,
     SUPPORTED_SUBGROUP,
     Lowering,
     LoweringError,
     Scheme,
     config_of,
+    scheme_for,
 )
 from sarek.schedule import SEED, Schedule, ScheduleError
 from sarek.staging import DENSE, Staging
@@ -114,7 +114,7 @@ def _check_subgroup(subgroup: int) -> None:
 def operands_refusal(gemm: Gemm, lowering: Lowering, schedule: Schedule) -> str | None:
     """Why ``schedule`` cannot multiply ``gemm``'s operands under ``lowering``, or None: a
     warpgroup schedule multiplies one 16-bit term with B staged as it is in memory."""
-    scheme = SCHEMES[lowering]
+    scheme = scheme_for(lowering, gemm.operand_elt)
     if schedule.warpgroup and (scheme.terms != ("",) or scheme.operand.bits != 16
                                or gemm.b.elem is not scheme.operand):
         return (f"a warpgroup schedule multiplies one 16-bit term with B staged as it is in "
@@ -137,7 +137,7 @@ def kernel(original: ir.Kernel, gemm: Gemm, lowering: Lowering, subgroup: int = 
         config_of(lowering, gemm.operand_elt, frag)
     except LoweringError as e:
         raise RewriteError(e.reason) from None
-    scheme = SCHEMES[lowering]
+    scheme = scheme_for(lowering, gemm.operand_elt)
     if gemm.acc_type is not scheme.acc:
         raise RewriteError(f"{lowering} accumulates in {scheme.acc}; the kernel's accumulator "
                            f"is {gemm.acc_type}")
@@ -443,8 +443,9 @@ class _Builder:
     def start_accumulators(self) -> list[ir.Stmt]:
         init = self.gemm.init
         constant = isinstance(init, ir.Const)
-        if self.scheme.acc.is_int or constant:
-            value = init if constant and not self.scheme.acc.is_int else _zero(self.scheme.acc)
+        planes = self.scheme.accumulators > 1  # their initial value is added at the end
+        if planes or constant:
+            value = init if constant and not planes else _zero(self.scheme.acc)
             return [ir.FragFill(frag=f"sk_acc{a}_{i}_{j}", value=_cast(value, self.scheme.acc))
                     for i, j in self.frag_names() for a in range(self.scheme.accumulators)]
         # The initial value varies by output: each wave stages it through its part of the

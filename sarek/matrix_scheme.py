@@ -6,6 +6,7 @@
 | ``F16_operands`` | f16 (or f32 rounded to f16) | f32 | the matrix unit's arithmetic |
 | ``Bf16_operands`` | f32 rounded to bf16 | f32 | the matrix unit's arithmetic |
 | ``Bf16x3_operands`` | f32 as three bf16 terms, six products | f32 | close to f32 |
+| ``Int8_operands`` | i8 or u8, as written | s32, wrapping | bit-identical modulo 2^32 |
 
 ``select(gemm, precision)`` picks one for a recognized nest; ``config_of(lowering, operand_elt,
 frag)`` gives the cooperative-matrix configuration the device gate checks.
@@ -13,7 +14,7 @@ frag)`` gives the cooperative-matrix configuration the device gate checks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Literal
 
@@ -37,6 +38,7 @@ class Lowering(Enum):
     F16_OPERANDS = "F16_operands"
     BF16_OPERANDS = "Bf16_operands"
     BF16X3_OPERANDS = "Bf16x3_operands"
+    INT8_OPERANDS = "Int8_operands"
 
     def __str__(self) -> str:
         return self.value
@@ -78,7 +80,18 @@ SCHEMES = {
     Lowering.INT32_BYTE_PLANES: Scheme(
         ElemType.U8, ("p0", "p1", "p2", "p3"),
         tuple((p, s - p, s) for s in range(4) for p in range(s + 1)), 4, ElemType.I32),
+    # i8 or u8 as written (``scheme_for`` puts the operands' own type here)
+    Lowering.INT8_OPERANDS: Scheme(ElemType.I8, ("",), ((0, 0, 0),), 1, ElemType.I32),
 }
+
+
+def scheme_for(lowering: Lowering, operand_elt: ElemType) -> Scheme:
+    """How ``lowering`` stages and multiplies operands of ``operand_elt``: its scheme, with the
+    operands' own type as the fragment component where the lowering takes them as written."""
+    scheme = SCHEMES[lowering]
+    if lowering is Lowering.INT8_OPERANDS:
+        return replace(scheme, operand=operand_elt)
+    return scheme
 
 
 def lowering_name(lowering: Lowering) -> str:
@@ -91,6 +104,7 @@ _OPERANDS: dict[Lowering, tuple[ElemType, ...]] = {
     Lowering.F16_OPERANDS: (ElemType.F16, ElemType.F32),
     Lowering.BF16_OPERANDS: (ElemType.BF16, ElemType.F32),
     Lowering.BF16X3_OPERANDS: (ElemType.F32,),
+    Lowering.INT8_OPERANDS: (ElemType.I8, ElemType.U8),
 }
 
 _COMPONENTS: dict[Lowering, tuple[Component, Component]] = {
@@ -98,14 +112,16 @@ _COMPONENTS: dict[Lowering, tuple[Component, Component]] = {
     Lowering.F16_OPERANDS: (Component.F16, Component.F32),
     Lowering.BF16_OPERANDS: (Component.BF16, Component.F32),
     Lowering.BF16X3_OPERANDS: (Component.BF16, Component.F32),
+    Lowering.INT8_OPERANDS: (Component.S8, Component.S32),  # u8 operands: U8 (config_of)
 }
 
 
-def config_of(lowering: Lowering, operand_elt: ElemType, frag: int = 16) -> Config:
-    """The configuration ``lowering`` multiplies with: ``frag x frag x frag`` at subgroup
-    scope, operand and accumulator components as the lowering's table says. Raises
-    ``LoweringError`` when ``frag`` has no template or the lowering does not take
-    ``operand_elt`` operands."""
+def config_of(lowering: Lowering, operand_elt: ElemType, frag: int = 16, k: int | None = None
+              ) -> Config:
+    """The configuration ``lowering`` multiplies with: ``frag x frag x k`` (``k`` is ``frag``
+    unless given: a target's deeper 8-bit multiply-accumulate) at subgroup scope, operand and
+    accumulator components as the lowering's table says. Raises ``LoweringError`` when
+    ``frag`` has no template or the lowering does not take ``operand_elt`` operands."""
     if frag not in SUPPORTED_FRAGMENT:
         raise LoweringError(f"fragment {frag} has no template; supported: "
                             f"{', '.join(map(str, SUPPORTED_FRAGMENT))}")
@@ -113,24 +129,33 @@ def config_of(lowering: Lowering, operand_elt: ElemType, frag: int = 16) -> Conf
         takes = " or ".join(str(t) for t in _OPERANDS[lowering])
         raise LoweringError(f"{lowering} takes {takes} operands, not {operand_elt}")
     op, acc = _COMPONENTS[lowering]
-    return Config(Shape(frag, frag, frag), op, op, acc, acc, Scope.SUBGROUP, False)
+    if lowering is Lowering.INT8_OPERANDS and operand_elt is ElemType.U8:
+        op = Component.U8
+    return Config(Shape(frag, frag, k or frag), op, op, acc, acc, Scope.SUBGROUP, False)
 
 
 def select(gemm: Gemm, precision: Literal["accurate", "fast"] = "accurate") -> Lowering:
-    """The lowering for a recognized nest: int32 operands with an i32 accumulator take the
-    byte planes; f16 operands ``F16_operands``; bf16 ``Bf16_operands``; f32 ``Bf16x3_operands``
-    when ``precision`` is ``"accurate"`` and ``Bf16_operands`` when ``"fast"`` (f32
-    accumulators in every float case). Anything else raises ``LoweringError``."""
+    """The lowering for a recognized nest: i8 and u8 operands with an i32 accumulator take
+    ``Int8_operands``; int32 operands with an i32 accumulator take the byte planes; f16
+    operands ``F16_operands``; bf16 ``Bf16_operands``; f32 ``Bf16x3_operands`` when
+    ``precision`` is ``"accurate"`` and ``Bf16_operands`` when ``"fast"`` (f32 accumulators
+    in every float case). Anything else raises ``LoweringError``."""
     if precision not in ("accurate", "fast"):
         raise LoweringError(f"precision must be 'accurate' or 'fast', not {precision!r}")
     elt, acc = gemm.operand_elt, gemm.acc_type
+    if elt in (ElemType.I8, ElemType.U8):
+        if acc is not ElemType.I32:
+            raise LoweringError(f"{elt} operands with a {acc} accumulator: integer matrix "
+                                "units accumulate in wrapping i32 (write the sum as i32)")
+        return Lowering.INT8_OPERANDS
     if elt is ElemType.I32:
         if acc is not ElemType.I32:
             raise LoweringError(f"int32 operands with a {acc} accumulator: the byte-plane "
                                 "lowering accumulates in wrapping i32")
         return Lowering.INT32_BYTE_PLANES
     if elt not in (ElemType.F16, ElemType.BF16, ElemType.F32):
-        raise LoweringError(f"no lowering takes {elt} operands (int32, f16, bf16 and f32 do)")
+        raise LoweringError(f"no lowering takes {elt} operands (i8, u8, i32, f16, bf16 and "
+                            "f32 do)")
     if acc is not ElemType.F32:
         raise LoweringError(f"{elt} operands with a {acc} accumulator: matrix units accumulate "
                             "in f32")
@@ -139,3 +164,10 @@ def select(gemm: Gemm, precision: Literal["accurate", "fast"] = "accurate") -> L
     if elt is ElemType.BF16 or precision == "fast":
         return Lowering.BF16_OPERANDS
     return Lowering.BF16X3_OPERANDS
+
+
+def lowerings_taking(operand_elt: ElemType) -> tuple[Lowering, ...]:
+    """The lowerings that take ``operand_elt`` operands, the one ``select`` picks first."""
+    order = (Lowering.INT8_OPERANDS, Lowering.INT32_BYTE_PLANES, Lowering.BF16X3_OPERANDS,
+             Lowering.BF16_OPERANDS, Lowering.F16_OPERANDS)
+    return tuple(low for low in order if operand_elt in _OPERANDS[low])

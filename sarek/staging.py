@@ -32,6 +32,8 @@ class Staging:
     column-major; ``byte_k``: how deep a multiply-accumulate of 8-bit 16x16 fragments reduces
     (16, or 32 where the target multiplies 32 deep and the schedule's steps divide into it);
     ``large``: (lowering name, schedule) pairs for large regions, the preferred first;
+    ``small``: (lowering name, schedule) pairs for every other region (a target whose 8-bit
+    multiply-accumulates reduce only 32 deep needs 32-deep steps at every size);
     ``offered``: (lowering name, schedule) pairs the target prints beyond its policy, which
     ``rewrite_launch`` never picks but a user selects (``sarek emit --schedule``) and ``sarek
     conformance`` checks as it checks ``large``; ``packed_planes``: where invocations stage
@@ -43,6 +45,7 @@ class Staging:
     narrow_b_col_major: bool = False
     byte_k: int = 16
     large: tuple[tuple[str, Schedule], ...] = ()
+    small: tuple[tuple[str, Schedule], ...] = ()
     offered: tuple[tuple[str, Schedule], ...] = ()
     packed_planes: bool = False
 
@@ -51,11 +54,14 @@ class Staging:
         """The schedule for a region of ``me`` x ``ne`` outputs under the lowering named
         ``lowering``: when both extents reach ``LARGE_REGION``, the first of the target's large
         ones for it (in the order ``large`` lists them) that ``takes`` accepts (the rewrite
-        can build it for the region's operands); else the seed's."""
+        can build it for the region's operands); else the first of ``small`` for it that
+        ``takes`` accepts; else the seed's."""
+        candidates = self.small
         if me >= LARGE_REGION and ne >= LARGE_REGION:
-            for name, schedule in self.large:
-                if name == lowering and takes(schedule):
-                    return schedule
+            candidates = self.large + self.small
+        for name, schedule in candidates:
+            if name == lowering and takes(schedule):
+                return schedule
         return SEED
 
     def __post_init__(self) -> None:

@@ -343,6 +343,8 @@ PATTERNS = {1: (0x5A, 0xC3), 2: (0x5A5A, 0xC3C3), 4: (0x5A5AA5A5, 0xC3C3C3C3),
 written when it differs from the pattern."""
 
 APPLICABLE = {ElemType.I32: (Lowering.INT32_BYTE_PLANES,),
+              ElemType.I8: (Lowering.INT8_OPERANDS,), ElemType.U8: (Lowering.INT8_OPERANDS,),
+              ElemType.BF16: (Lowering.BF16_OPERANDS,),
               ElemType.F16: (Lowering.F16_OPERANDS,),
               ElemType.F32: (Lowering.BF16X3_OPERANDS, Lowering.BF16_OPERANDS,
                              Lowering.F16_OPERANDS)}

@@ -154,7 +154,8 @@ def source(spec: GemmSpec, name: str = "gemm") -> str:
 
 
 _NAMESPACE = {name: getattr(sarek, name) for name in (
-    "Global", "i32", "f32", "block_idx", "block_dim", "thread_idx")}
+    "Global", "i8", "u8", "i16", "i32", "f16", "bf16", "f32", "block_idx", "block_dim",
+    "thread_idx")}
 
 
 def build_source(text: str, name: str = "gemm") -> KernelFunction:

@@ -83,14 +83,15 @@ def test_sim_cuda_quick_passes_and_writes_a_report_of_every_case(tmp_path: Path)
     assert conform("--target", "sim-cuda", "--quick", "--report", str(path)) == 0
     data = report_of(path)
     assert data["target"] == "sim-cuda" and data["device"].startswith("simulator")
-    assert data["totals"] == {"cases": 28, "passed": 28, "mismatches": 0,
+    assert data["totals"] == {"cases": 30, "passed": 30, "mismatches": 0,
                               "canary_violations": 0, "errors": 0}
     case = data["cases"][0]
     assert set(case) >= {"example", "kernel", "lowering", "subgroup", "frag", "size", "arrays",
                          "canary_violations"}
     assert {c["example"] for c in data["cases"]} >= {"gemm_f32", "gemm_i32", "gemm_batched"}
     assert {c["lowering"] for c in data["cases"]} == {None, "Bf16x3_operands", "Bf16_operands",
-                                                      "F16_operands", "Int32_byte_planes"}
+                                                      "F16_operands", "Int32_byte_planes",
+                                                      "Int8_operands"}
     assert all(v == "bit-identical" for c in data["cases"] for v in c["arrays"].values())
 
 

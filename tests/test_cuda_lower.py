@@ -20,13 +20,12 @@ from backends.cuda.emit import emit, print_kernel
 from backends.registry import target
 from sarek import ir
 from sarek.coopmat import Available, verdict
-from sarek.demo import lowerings_for
 from sarek.ir_walk import walk
 from sarek.launch import Launch
 from sarek.loader import load_module
 from sarek.matrix_pattern import recognize
 from sarek.matrix_rewrite import rewrite_launch
-from sarek.matrix_scheme import Lowering, config_of
+from sarek.matrix_scheme import Lowering, config_of, lowerings_taking
 from sarek.schedule import LARGE, Schedule
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("gemm_*.py"))
@@ -36,7 +35,7 @@ CUDA = target("cuda")
 def rewrites(size: tuple[int, int, int] = (70, 45, 33)) -> Iterator[tuple[str, Launch]]:
     for path in EXAMPLES:
         launch = load_module(path).make(*size)
-        for lowering in lowerings_for(recognize(launch.kernel).operand_elt):
+        for lowering in lowerings_taking(recognize(launch.kernel).operand_elt):
             rw = rewrite_launch(launch, lowering=lowering, staging=CUDA.staging).launch
             yield f"{path.stem}-{lowering}", rw
 

@@ -38,6 +38,8 @@ I32_MIN, I32_MAX = -(2**31), 2**31 - 1
 CONFIGS = [(32, 16), (32, 8), (64, 16), (64, 8)]  # (subgroup, fragment)
 APPLICABLE = {
     ElemType.I32: (Lowering.INT32_BYTE_PLANES,),
+    ElemType.I8: (Lowering.INT8_OPERANDS,),
+    ElemType.U8: (Lowering.INT8_OPERANDS,),
     ElemType.F16: (Lowering.F16_OPERANDS,),
     ElemType.F32: (Lowering.BF16X3_OPERANDS, Lowering.BF16_OPERANDS, Lowering.F16_OPERANDS),
 }

@@ -32,7 +32,8 @@ def with_operands(elem: ElemType, acc: ElemType = ElemType.F32):  # type: ignore
 
 def test_names_are_the_design_names() -> None:
     assert [lowering_name(x) for x in Lowering] == [
-        "Int32_byte_planes", "F16_operands", "Bf16_operands", "Bf16x3_operands"]
+        "Int32_byte_planes", "F16_operands", "Bf16_operands", "Bf16x3_operands",
+        "Int8_operands"]
 
 
 def test_supported_subgroups_and_fragments() -> None:
@@ -69,9 +70,19 @@ def test_float_accumulator_other_than_f32_is_refused() -> None:
         select(with_operands(ElemType.F32, ElemType.F64))
 
 
-def test_int8_operands_are_refused() -> None:
-    with pytest.raises(LoweringError, match="no lowering takes i8 operands"):
-        select(with_operands(ElemType.I8, ElemType.I32))
+@pytest.mark.parametrize("elem", [ElemType.I8, ElemType.U8])
+def test_int8_operands_take_int8_operands(elem: ElemType) -> None:
+    assert select(with_operands(elem, ElemType.I32)) is Lowering.INT8_OPERANDS
+
+
+def test_int8_operands_with_a_narrower_accumulator_are_refused() -> None:
+    with pytest.raises(LoweringError, match="integer matrix units accumulate in wrapping i32"):
+        select(with_operands(ElemType.I8, ElemType.I16))
+
+
+def test_i16_operands_are_refused() -> None:
+    with pytest.raises(LoweringError, match="no lowering takes i16 operands"):
+        select(with_operands(ElemType.I16, ElemType.I32))
 
 
 def test_unknown_precision_is_refused() -> None:

@@ -371,8 +371,9 @@ def test_the_demo_row_checks_each_example_and_names_metals_refusal() -> None:
     verdict = "clang: no error" if MISSING is None else f"not checked: {MISSING}"
     for name, (_, lines, original, rewritten, checked) in rows.items():
         assert lines.endswith(" lines") and original == verdict, name
-        if name == "gemm_i32":
-            assert rewritten == "Int32_byte_planes: refused"
+        integer = {"gemm_i32": "Int32_byte_planes", "gemm_i8": "Int8_operands"}
+        if name in integer:
+            assert rewritten == f"{integer[name]}: refused"
             assert "no integer simdgroup matrices" in checked
         else:
             assert "simdgroup_multiply_accumulate" in rewritten and checked == verdict, name

@@ -19,14 +19,13 @@ from backends.metal import lower as metal_lower
 from backends.registry import names, target
 from sarek import ir
 from sarek.coopmat import Available, Unavailable, verdict
-from sarek.demo import lowerings_for
 from sarek.ir import ElemType, FragLayout, FragUse, MemSpace
 from sarek.ir_walk import walk
 from sarek.launch import Launch
 from sarek.loader import load_module
 from sarek.matrix_pattern import recognize
 from sarek.matrix_rewrite import rewrite_launch
-from sarek.matrix_scheme import Lowering, config_of
+from sarek.matrix_scheme import Lowering, config_of, lowerings_taking
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("gemm_*.py"))
 METAL = target("metal")
@@ -37,7 +36,7 @@ def rewrites(size: tuple[int, int, int] = (70, 45, 33)) -> Iterator[tuple[str, L
     """Every example rewritten under every lowering Metal prints for its operands."""
     for path in EXAMPLES:
         launch = load_module(path).make(*size)
-        for lowering in lowerings_for(recognize(launch.kernel).operand_elt):
+        for lowering in lowerings_taking(recognize(launch.kernel).operand_elt):
             if METAL.refuses(lowering, 32, 8) is None:
                 yield f"{path.stem}-{lowering}", rewrite_launch(
                     launch, lowering=lowering, subgroup=32, frag=8,

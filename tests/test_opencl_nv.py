@@ -21,13 +21,12 @@ from backends.cuda import lower as cuda_lower
 from backends.cuda.emit import print_kernel as print_cuda
 from backends.opencl.emit import emit_nv, print_nv
 from sarek import atoms, ir
-from sarek.demo import lowerings_for
 from sarek.ir_walk import walk
 from sarek.launch import Launch
 from sarek.loader import load_module
 from sarek.matrix_pattern import recognize
 from sarek.matrix_rewrite import rewrite_launch
-from sarek.matrix_scheme import Lowering
+from sarek.matrix_scheme import Lowering, lowerings_taking
 
 NV = registry.target("opencl-nv")
 
@@ -36,7 +35,7 @@ def rewrites() -> list[tuple[str, Launch]]:
     out = []
     for path in sorted(EXAMPLES.glob("gemm_*.py")):
         launch = load_module(path).make(70, 45, 33)
-        for lowering in lowerings_for(recognize(launch.kernel).operand_elt):
+        for lowering in lowerings_taking(recognize(launch.kernel).operand_elt):
             rw = rewrite_launch(launch, lowering=lowering, staging=NV.staging).launch
             out.append((f"{path.stem}-{lowering}", rw))
     return out

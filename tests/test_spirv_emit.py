@@ -24,12 +24,11 @@ from backends.spirv import assemble, check, emit, print_kernel, tools_reason
 from backends.spirv import emit as emit_module
 from backends.spirv.lower import STAGING, lower
 from sarek import ir
-from sarek.demo import lowerings_for
 from sarek.ir import ElemType, FragLayout, FragUse
 from sarek.ir_walk import walk
 from sarek.matrix_pattern import recognize
 from sarek.matrix_rewrite import rewrite_launch
-from sarek.matrix_scheme import Lowering
+from sarek.matrix_scheme import Lowering, lowerings_taking
 
 pytestmark = pytest.mark.skipif(tools_reason() is not None,
                                 reason=f"SPIRV-Tools unavailable: {tools_reason()}")
@@ -39,7 +38,7 @@ CONFIGS = ((32, 16), (32, 8), (64, 16), (64, 8))
 def rewrites() -> Iterator[tuple[str, ir.Kernel]]:
     for name in GEMM_EXAMPLES:
         launch = example(name).make(40, 24, 20)
-        for low in lowerings_for(recognize(launch.kernel).operand_elt):
+        for low in lowerings_taking(recognize(launch.kernel).operand_elt):
             for sg, frag in CONFIGS:
                 rw = rewrite_launch(launch, lowering=low, subgroup=sg, frag=frag,
                                     staging=STAGING)

@@ -55,6 +55,8 @@ WHY = {
     "fragment": "Metal's simdgroup matrices are 8x8 (there is no 16x16 form)",
     Lowering.INT32_BYTE_PLANES: "Metal has no integer simdgroup matrices (the byte planes "
                                 "multiply u8 fragments)",
+    Lowering.INT8_OPERANDS: "Metal has no integer simdgroup matrices (i8 and u8 fragments "
+                            "have no Metal form)",
 }
 """Why the target refuses each subgroup, fragment or lowering it does not print."""
 

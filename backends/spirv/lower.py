@@ -22,13 +22,17 @@ from sarek import ir, packed_store, stage_copy
 from sarek.ir import ElemType, FragLayout, FragUse
 from sarek.ir_walk import walk
 from sarek.memo import remembered
+from sarek.schedule import Schedule
 from sarek.staging import Staging
 
 SUBGROUPS = (32, 64)
 FRAGMENTS = (16, 8)
-STAGING = Staging(row_pad_bytes=16)
+STAGING = Staging(row_pad_bytes=16, byte_k=32, small=tuple(
+    (name, Schedule(step=32)) for name in ("Int8_operands", "Int32_byte_planes")))
 """Padded 16-bit rows spread the rows of one cooperative-matrix load over the shared-memory
-banks; 16 bytes keep every row 16-byte aligned (VUID ...-08986)."""
+banks; 16 bytes keep every row 16-byte aligned (VUID ...-08986). 8-bit fragments multiply 32
+deep in 32-deep steps at every size: the 8-bit configurations Vulkan devices report (the
+H200's s8 and u8 ones) are 16x16x32 and 16x8x32, with no 16x16x16."""
 
 COMPONENTS = {
     FragUse.A: (ElemType.F16, ElemType.BF16, ElemType.U8, ElemType.I8),

@@ -34,7 +34,8 @@ probe, ``bench/vulkan_coopmat_h200.py``, found it bit-exact: ``specs/simulator.m
 
 def _operand(lowering: Lowering) -> ir.ElemType:
     """An operand type ``lowering`` takes (the configuration depends on the lowering only)."""
-    for elt in (ir.ElemType.F16, ir.ElemType.BF16, ir.ElemType.F32, ir.ElemType.I32):
+    for elt in (ir.ElemType.F16, ir.ElemType.BF16, ir.ElemType.F32, ir.ElemType.I32,
+                ir.ElemType.I8):
         try:
             config_of(lowering, elt)
         except SarekError:
@@ -52,7 +53,9 @@ def gate_refusal(support: DeviceSupport, subgroups: tuple[int, int], lowering: L
         return (f"{support.device} runs subgroups of {low}" + (f" to {high}" if high != low
                                                                 else "")
                 + f" lanes, not {subgroup}")
-    answer = verdict(config_of(lowering, _operand(lowering), frag), support)
+    operand = _operand(lowering)
+    deep = spirv_lower.STAGING.byte_k if config_of(lowering, operand).a.bits == 8 else None
+    answer = verdict(config_of(lowering, operand, frag, deep if frag == 16 else None), support)
     return None if answer else getattr(answer, "reason", str(answer))
 
 
