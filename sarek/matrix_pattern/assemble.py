@@ -317,7 +317,9 @@ class Assembler:
                           "parameter")
         k_poly = stops.pop()
         k_stop = self.as_expr(k_poly)
-        match _tile_count(loop.stop, loop.tile, self.normalizer, k_poly):
+        count = _tile_count(loop.stop, loop.tile, self.normalizer, k_poly) \
+            if is_literal(loop.start, 0) else None
+        match count:
             case "floor":
                 return k_start, k_end  # the steps stop at or before K: the zeroing is idle
             case "ceil":
