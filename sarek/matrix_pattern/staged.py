@@ -47,9 +47,9 @@ class Coord:
         return n if not self.part else self.width if self.part == "rem" else n // self.width
 
 
-def coord_poly(index: ir.Expr) -> dict[str, tuple[Coord | str, int]]:
-    """``index`` as ``sum(coefficient * coordinate)``: for each monomial's text, its thread
-    coordinate (or the placeholder it is, such as the step offset) and its coefficient."""
+def coord_poly(index: ir.Expr) -> list[tuple[Coord | str, int]]:
+    """``index`` as ``sum(coefficient * term)``: each term as its thread coordinate (or the text
+    of what else it is, such as the step offset) with its coefficient."""
     atoms = AtomTable()
     poly = Normalizer(atoms, {}).poly(index)
     names: dict[str, Coord | str] = {}
@@ -62,15 +62,13 @@ def coord_poly(index: ir.Expr) -> dict[str, tuple[Coord | str, int]]:
                 names[name] = Coord(axis, part, den.constant)
             elif num.atoms() & {STEP_START, STEP_OFFSET}:
                 names[name] = STEP_START  # (s % 2) * size: it moves with the step
-    out: dict[str, tuple[Coord | str, int]] = {}
+    out: list[tuple[Coord | str, int]] = []
     for mono, coef in poly.terms.items():
-        text = "*".join(mono)
         if len(mono) != 1:
-            out[text] = (text, coef)
+            out.append(("*".join(mono), coef))
             continue
-        atom = mono[0]
-        axis = _thread_axis(Poly.atom(atom))
-        out[text] = (Coord(axis) if axis is not None else names.get(atom, atom), coef)
+        axis = _thread_axis(Poly.atom(mono[0]))
+        out.append((Coord(axis) if axis is not None else names.get(mono[0], mono[0]), coef))
     return out
 
 
@@ -84,12 +82,12 @@ def _thread_axis(poly: Poly) -> str | None:
 def thread_strides(index: ir.Expr) -> dict[Coord, int]:
     """The staging store's index as ``sum(stride * coordinate)``: the stride per coordinate."""
     terms = coord_poly(index)
-    if any(what in (STEP_START, STEP_OFFSET) for what, _ in terms.values()):
+    if any(what in (STEP_START, STEP_OFFSET) for what, _ in terms):
         raise Refusal(f"the staging store's index {format_expr(index)} moves with the step "
                       "(double buffering, say), which recognition does not follow; stage each "
                       "operand into one tile, with a barrier after the inner loop")
     out: dict[Coord, int] = {}
-    for what, coef in terms.values():
+    for what, coef in terms:
         if not isinstance(what, Coord) or coef <= 0:
             raise Refusal(f"the staging store's index {format_expr(index)} is not a sum of "
                           "thread_idx coordinates times constants")
@@ -183,7 +181,7 @@ def staging_thread(index: ir.Expr, strides: dict[Coord, int], block: tuple[int, 
     out: dict[Coord, ir.Expr] = {}
     problem = Refusal(f"the load from shared memory at {format_expr(index)} does not read "
                       "one staged element per thread coordinate")
-    for what, coef in coord_poly(index).values():
+    for what, coef in coord_poly(index):
         if coef not in coord_of_stride:
             raise problem
         coord = coord_of_stride[coef]

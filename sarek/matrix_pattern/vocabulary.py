@@ -11,7 +11,8 @@ from sarek.ir import ElemType
 REDUCTION_INDEX = "%p"
 """The k-loop's variable (of an untiled reduction)."""
 STEP_START = "%t"
-"""The outer variable of a staged k-loop: the reduction index where the step starts."""
+"""The outer variable of a staged k-loop: the reduction index where the step starts (a loop
+stepping by the tile) or the step's number (a loop counting tiles)."""
 STEP_OFFSET = "%kk"
 """The inner variable of a staged k-loop: the position inside the step."""
 REDUCTION_NAMES = (REDUCTION_INDEX, STEP_START, STEP_OFFSET)
