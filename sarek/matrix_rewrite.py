@@ -884,15 +884,19 @@ class Rewritten:
 
 
 def rewrite_launch(original: Launch, *, lowering: Lowering | None = None,
-                   precision: Literal["accurate", "fast"] = "accurate", subgroup: int = 32,
-                   frag: int = 16, staging: Staging = DENSE,
-                   schedule: Schedule | None = None) -> Rewritten:
+                   precision: Literal["accurate", "fast"] = "accurate",
+                   subgroup: int | None = None, frag: int | None = None,
+                   staging: Staging | None = None, schedule: Schedule | None = None,
+                   target: str | None = None) -> Rewritten:
     """Recognizes the GEMM nest of ``original.kernel``, computes the region its launch
     covers, selects a lowering (unless one is given), rewrites the kernel (staged as
     ``staging`` says: a target's ``Target.staging``) under ``schedule`` (by default the one
     ``staging.schedule_for`` picks for the region: the seed's unless the region is large and
-    the target names a larger one) and returns the launch of the rewritten kernel. Raises
-    ``NotAGemm``, ``RegionError``, ``LoweringError`` or ``RewriteError`` with the reason."""
+    the target names a larger one) and returns the launch of the rewritten kernel. With
+    ``target`` (a name of ``backends.registry``) the staging, subgroup and fragment not given
+    are that target's (``backends.pipeline.configuration``); without, the neutral ones (dense
+    staging, subgroup 32, fragment 16). Raises ``NotAGemm``, ``RegionError``,
+    ``LoweringError`` or ``RewriteError`` with the reason."""
     from sarek.matrix_mapping import region
     from sarek.matrix_pattern import recognize
     from sarek.matrix_scheme import select
@@ -900,6 +904,16 @@ def rewrite_launch(original: Launch, *, lowering: Lowering | None = None,
     gemm = recognize(original.kernel)
     reg = region(gemm, original.grid, original.block, dict(original.args))
     chosen = lowering if lowering is not None else select(gemm, precision)
+    if target is not None:
+        from backends import registry
+        from backends.pipeline import configuration
+
+        chosen_target = registry.target(target)
+        staging = staging or chosen_target.staging
+        subgroup, frag = configuration(chosen_target, chosen, subgroup, frag)
+    staging = staging or DENSE
+    subgroup = 32 if subgroup is None else subgroup
+    frag = 16 if frag is None else frag
     if schedule is None:
         schedule = staging.schedule_for(
             chosen.value, reg.me, reg.ne,

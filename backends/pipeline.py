@@ -1,0 +1,109 @@
+"""One pipeline, owned by the target: from an original launch to the text that runs.
+
+``compile_launch(target, launch)`` (also ``Target.compile``) recognizes the GEMM nest, computes
+the region, selects a lowering, rewrites under the target's staging, subgroup and fragment,
+lowers for the target and prints. It returns a ``Compiled`` holding every stage, or the reason
+the kernel is not rewritten, in which case the original runs as written. The CLI, the demo,
+conformance, the benchmarks and the launch path call this; nothing else assembles the steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from sarek import ir, ir_check
+from sarek.errors import SarekError
+from sarek.launch import Launch
+from sarek.matrix_pattern import Gemm, NotAGemm
+from sarek.matrix_rewrite import Rewritten, rewrite_launch
+from sarek.matrix_scheme import SUPPORTED_FRAGMENT, SUPPORTED_SUBGROUP, Lowering, select
+from sarek.schedule import Schedule
+
+if TYPE_CHECKING:
+    from backends.target import Target
+
+Precision = Literal["accurate", "fast"]
+
+
+class CompileError(SarekError):
+    """The launch cannot be compiled for the target as asked; ``reason`` says why."""
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """Everything downstream of one original launch on one target.
+
+    ``gemm`` is the recognized nest (None with ``not_rewritten`` saying why: not a GEMM, or
+    ``rewrite=False``); ``rewritten`` the neutral rewrite with its region, lowering, subgroup,
+    fragment and schedule (None when the original runs); ``launch`` what runs: the rewritten
+    kernel's launch (the original's arguments, then the region's values; its grid and block)
+    or the original launch; ``lowered`` the target's kernel the simulator runs lane by lane;
+    ``text`` what the target's printer prints of it."""
+
+    target: str
+    original: Launch
+    gemm: Gemm | None
+    rewritten: Rewritten | None
+    not_rewritten: str | None
+    launch: Launch
+    lowered: ir.Kernel
+    text: str
+
+    @property
+    def kernel(self) -> ir.Kernel:
+        """The neutral kernel that runs (rewritten, or the original)."""
+        return self.launch.kernel
+
+
+def configuration(target: Target, lowering: Lowering, subgroup: int | None = None,
+                  frag: int | None = None) -> tuple[int, int]:
+    """The (subgroup, fragment) ``target`` rewrites ``lowering`` at: the ones asked for, else
+    the first pair the target prints and its device gate accepts (32 and 16 preferred);
+    ``CompileError`` with the target's reason when none is."""
+    subgroups = [subgroup] if subgroup is not None else sorted(
+        SUPPORTED_SUBGROUP, key=lambda s: s != 32)
+    frags = [frag] if frag is not None else sorted(SUPPORTED_FRAGMENT, key=lambda f: f != 16)
+    first_reason = None
+    for sg in subgroups:
+        for fr in frags:
+            reason = target.refuses(lowering, sg, fr)
+            if reason is None:
+                return sg, fr
+            first_reason = first_reason or reason
+    raise CompileError(first_reason or f"{target.name} prints no {lowering} rewrite")
+
+
+def compile_launch(target: Target, launch: Launch, *, lowering: Lowering | None = None,
+                   precision: Precision = "accurate", schedule: Schedule | None = None,
+                   subgroup: int | None = None, frag: int | None = None,
+                   rewrite: bool = True) -> Compiled:
+    """``launch`` compiled for ``target``. A recognized GEMM is rewritten (``lowering``
+    chosen by ``select(gemm, precision)`` unless given; the subgroup and fragment by
+    ``configuration``; the schedule by the target's staging policy unless given); anything
+    that is not a GEMM, or any launch with ``rewrite=False``, runs as written and
+    ``not_rewritten`` says why. A GEMM the target cannot rewrite as asked (a lowering it does
+    not print, a schedule the rewrite refuses) raises ``CompileError`` or the rewrite's own
+    error with the reason; it is never silently run another way."""
+    from sarek.matrix_pattern import recognize
+
+    gemm: Gemm | None = None
+    rewritten: Rewritten | None = None
+    not_rewritten: str | None = "rewrite=False: the kernel runs as written"
+    if rewrite:
+        try:
+            gemm = recognize(launch.kernel)
+        except NotAGemm as e:
+            not_rewritten = f"not a GEMM nest: {e.reason}"
+    if gemm is not None:
+        chosen = lowering if lowering is not None else select(gemm, precision)
+        sg, fr = configuration(target, chosen, subgroup, frag)
+        rewritten = rewrite_launch(launch, lowering=chosen, subgroup=sg, frag=fr,
+                                   staging=target.staging, schedule=schedule)
+        not_rewritten = None
+    runs = rewritten.launch if rewritten is not None else launch
+    if rewritten is None:
+        ir_check.ensure_valid(runs.kernel)
+    lowered = target.lower(runs.kernel)
+    return Compiled(target.name, launch, gemm, rewritten, not_rewritten, runs, lowered,
+                    target.print_lowered(lowered))
