@@ -490,6 +490,62 @@ def test_a_tile_count_of_its_own_stops_at_the_smaller_of_it_and_the_padding(
     assert region(gemm, grid_2d(m, n), (T, T, 1), args).d == depth
 
 
+# --------------------------------------------------------------------------- double buffering
+
+
+@sarek.kernel
+def double_buffered(a: Global[i32], b: Global[i32], c: Global[i32], m: i32, n: i32, k: i32):
+    a_tile = sarek.shared(i32, 2 * T * T)
+    b_tile = sarek.shared(i32, 2 * T * T)
+    row = block_idx.y * T + thread_idx.y
+    col = block_idx.x * T + thread_idx.x
+    total = 0
+    for s in range(k // T):
+        half = (s % 2) * T * T  # the step alternates between two buffers: one barrier is enough
+        a_tile[half + thread_idx.y * T + thread_idx.x] = a[row * k + s * T + thread_idx.x]
+        b_tile[half + thread_idx.y * T + thread_idx.x] = b[(s * T + thread_idx.y) * n + col]
+        barrier()
+        for e in range(T):
+            total += a_tile[half + thread_idx.y * T + e] * b_tile[half + e * T + thread_idx.x]
+    c[row * n + col] = total
+
+
+def test_double_buffered_tiles_with_one_barrier_per_step() -> None:
+    m, n, k = 24, 32, 45
+    rewritten_like_the_original(double_buffered, operands(np.int32, m, n, k), grid_2d(m, n),
+                                (T, T, 1))
+
+
+BUFFERS = S[(2, 8, 8) : (64, 8, 1)]
+
+
+@sarek.kernel
+def double_buffered_tensors(a: Global[f32], b: Global[f32], c: Global[f32], m: i32, n: i32,
+                            k: i32):
+    a_tiles = sarek.shared(f32, BUFFERS)
+    b_tiles = sarek.shared(f32, BUFFERS)
+    row = block_idx.y * T + thread_idx.y
+    col = block_idx.x * T + thread_idx.x
+    total = f32(0.0)
+    for t in range(0, k, T):
+        which = t // T % 2
+        a_tiles[which, thread_idx.y, thread_idx.x] = (
+            a[row * k + t + thread_idx.x] if row < m and t + thread_idx.x < k else 0.0)
+        b_tiles[which, thread_idx.y, thread_idx.x] = (
+            b[(t + thread_idx.y) * n + col] if t + thread_idx.y < k and col < n else 0.0)
+        barrier()
+        for e in range(T):
+            total += a_tiles[which, thread_idx.y, e] * b_tiles[which, e, thread_idx.x]
+    if row < m and col < n:
+        c[row * n + col] = total
+
+
+def test_double_buffered_tensors_stepped_by_the_tile() -> None:
+    m, n, k = SIZE
+    rewritten_like_the_original(double_buffered_tensors, operands(np.float32, m, n, k),
+                                grid_2d(m, n), (T, T, 1))
+
+
 # --------------------------------------------------------------------------- refusals
 
 
@@ -702,24 +758,25 @@ def test_adding_into_an_f16_c_is_refused_for_rounding_at_every_step() -> None:
 
 
 @sarek.kernel
-def double_buffered(a: Global[i32], b: Global[i32], c: Global[i32], m: i32, n: i32, k: i32):
-    a_tile = sarek.shared(i32, 2 * T * T)
-    b_tile = sarek.shared(i32, 2 * T * T)
+def triple_buffered(a: Global[i32], b: Global[i32], c: Global[i32], m: i32, n: i32, k: i32):
+    a_tile = sarek.shared(i32, 3 * T * T)
+    b_tile = sarek.shared(i32, 3 * T * T)
     row = block_idx.y * T + thread_idx.y
     col = block_idx.x * T + thread_idx.x
     total = 0
     for s in range(k // T):
-        half = (s % 2) * T * T
-        a_tile[half + thread_idx.y * T + thread_idx.x] = a[row * k + s * T + thread_idx.x]
-        b_tile[half + thread_idx.y * T + thread_idx.x] = b[(s * T + thread_idx.y) * n + col]
+        third = (s % 3) * T * T
+        a_tile[third + thread_idx.y * T + thread_idx.x] = a[row * k + s * T + thread_idx.x]
+        b_tile[third + thread_idx.y * T + thread_idx.x] = b[(s * T + thread_idx.y) * n + col]
         barrier()
         for e in range(T):
-            total += a_tile[half + thread_idx.y * T + e] * b_tile[half + e * T + thread_idx.x]
+            total += a_tile[third + thread_idx.y * T + e] * b_tile[third + e * T + thread_idx.x]
     c[row * n + col] = total
 
 
-def test_double_buffered_tiles_are_refused() -> None:
-    assert "moves with the step (double buffering" in refusal(double_buffered)
+def test_tiles_that_move_with_the_step_other_than_by_its_parity_are_refused() -> None:
+    assert "other than by picking one of two buffers by the step's parity" in refusal(
+        triple_buffered)
 
 
 @sarek.kernel

@@ -4,7 +4,8 @@ tensor declared with a layout, the elements its layout reaches) exactly once, an
 invocation staged the element a load from shared memory reads.
 
 A thread coordinate is ``thread_idx.a``, or one part of it when a kernel reads a 1-D block as a
-tile: ``thread_idx.a // W`` (the tile row) and ``thread_idx.a % W`` (the column)."""
+tile: ``thread_idx.a // W`` (the tile row) and ``thread_idx.a % W`` (the column). A staging index
+may also pick one of two buffers by the step's parity (double buffering)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from sarek.ir_build import add, const, mul
 from sarek.ir_format import format_expr
 from sarek.ir_walk import rebuild
 from sarek.layout import Axis, TileLayout
-from sarek.matrix_pattern.normalize import AtomTable, Normalizer, quotient
+from sarek.matrix_pattern.normalize import AtomTable, Normalizer, Quotient, quotient
 from sarek.matrix_pattern.vocabulary import STEP_OFFSET, STEP_START, Refusal
 
 _AXES = {"x": 0, "y": 1, "z": 2}
@@ -47,9 +48,46 @@ class Coord:
         return n if not self.part else self.width if self.part == "rem" else n // self.width
 
 
-def coord_poly(index: ir.Expr) -> list[tuple[Coord | str, int]]:
+PARITY = "%parity"
+"""A term of a staging index: the parity of the step's number (``s % 2`` counting tiles,
+``t // T % 2`` stepping by them), which picks one of two buffers (double buffering)."""
+
+
+@dataclass(frozen=True)
+class Steps:
+    """How a staged k-loop's outer variable runs: the tile, whether it counts tiles
+    (``range(k // T)``) rather than stepping by them, and whether it starts at 0 (the steps'
+    parity is then that of their number)."""
+
+    tile: int
+    counted: bool
+    from_zero: bool
+
+    def is_parity(self, kind: str, payload: Quotient, atoms: AtomTable) -> bool:
+        """Whether a ``div``/``rem`` atom is the step number's parity."""
+        num, den, _ = payload
+        if not (self.from_zero and kind == "rem" and den == Poly.const(2)):
+            return False
+        if self.counted:
+            return num == Poly.atom(STEP_START)
+        step = next((name for name, (kind, inner) in atoms.info.items() if kind == "div"
+                     and quotient(inner)[:2] == (Poly.atom(STEP_START), Poly.const(self.tile))),
+                    None)  # t // T: the step's number
+        return step is not None and num == Poly.atom(step)
+
+
+@dataclass(frozen=True)
+class Spread:
+    """How a staging store's index spreads over the block: a stride per thread coordinate, and
+    the distance between the two buffers when the step's parity picks one."""
+
+    strides: dict[Coord, int]
+    buffer: int | None
+
+
+def coord_poly(index: ir.Expr, steps: Steps) -> list[tuple[Coord | str, int]]:
     """``index`` as ``sum(coefficient * term)``: each term as its thread coordinate (or the text
-    of what else it is, such as the step offset) with its coefficient."""
+    of what else it is: the step offset, ``PARITY``) with its coefficient."""
     atoms = AtomTable()
     poly = Normalizer(atoms, {}).poly(index)
     names: dict[str, Coord | str] = {}
@@ -60,8 +98,10 @@ def coord_poly(index: ir.Expr) -> list[tuple[Coord | str, int]]:
             if axis is not None and den.constant is not None and den.constant > 0:
                 part: Literal["div", "rem"] = "div" if kind == "div" else "rem"
                 names[name] = Coord(axis, part, den.constant)
-            elif num.atoms() & {STEP_START, STEP_OFFSET}:
-                names[name] = STEP_START  # (s % 2) * size: it moves with the step
+            elif steps.is_parity(kind, quotient(payload), atoms):
+                names[name] = PARITY
+            elif _moves(num, atoms):
+                names[name] = STEP_START  # it moves with the step
     out: list[tuple[Coord | str, int]] = []
     for mono, coef in poly.terms.items():
         if len(mono) != 1:
@@ -72,6 +112,18 @@ def coord_poly(index: ir.Expr) -> list[tuple[Coord | str, int]]:
     return out
 
 
+def _moves(poly: Poly, atoms: AtomTable) -> bool:
+    """Whether ``poly`` depends on the staged loop's variables."""
+    for atom in poly.atoms():
+        if atom in (STEP_START, STEP_OFFSET):
+            return True
+        if atom in atoms.info:
+            kind, payload = atoms.info[atom]
+            if kind in ("div", "rem") and _moves(quotient(payload)[0], atoms):
+                return True
+    return False
+
+
 def _thread_axis(poly: Poly) -> str | None:
     for axis in _AXES:
         if poly == Poly.atom(f"@thread_idx.{axis}"):
@@ -79,38 +131,45 @@ def _thread_axis(poly: Poly) -> str | None:
     return None
 
 
-def thread_strides(index: ir.Expr) -> dict[Coord, int]:
-    """The staging store's index as ``sum(stride * coordinate)``: the stride per coordinate."""
-    terms = coord_poly(index)
-    if any(what in (STEP_START, STEP_OFFSET) for what, _ in terms):
-        raise Refusal(f"the staging store's index {format_expr(index)} moves with the step "
-                      "(double buffering, say), which recognition does not follow; stage each "
-                      "operand into one tile, with a barrier after the inner loop")
-    out: dict[Coord, int] = {}
-    for what, coef in terms:
-        if not isinstance(what, Coord) or coef <= 0:
+def thread_strides(index: ir.Expr, steps: Steps) -> Spread:
+    """The staging store's index as ``sum(stride * coordinate)``, plus a buffer's distance
+    times the step's parity when it alternates between two buffers."""
+    strides: dict[Coord, int] = {}
+    buffer = None
+    for what, coef in coord_poly(index, steps):
+        if what == PARITY and coef > 0:
+            buffer = coef
+        elif what in (STEP_START, STEP_OFFSET, PARITY):
+            raise Refusal(f"the staging store's index {format_expr(index)} moves with the step "
+                          "other than by picking one of two buffers by the step's parity "
+                          "((s % 2) * size counting tiles from 0, (t // T % 2) * size stepping "
+                          "by them from 0)")
+        elif not isinstance(what, Coord) or coef <= 0:
             raise Refusal(f"the staging store's index {format_expr(index)} is not a sum of "
                           "thread_idx coordinates times constants")
-        out[what] = coef
-    return out
+        else:
+            strides[what] = coef
+    return Spread(strides, buffer)
 
 
-def staging_block(staged: dict[str, ir.Store],
-                  shared: dict[str, ir.ArrayDecl]) -> tuple[int, int, int]:
+def staging_block(staged: dict[str, ir.Store], shared: dict[str, ir.ArrayDecl],
+                  steps: Steps) -> tuple[int, int, int]:
     """The block shape for which the staging stores fill their arrays exactly once (a tensor's
-    elements: those its layout reaches)."""
+    elements: those its layout reaches; each of two buffers, when the step's parity picks
+    one)."""
     if not staged:
         raise Refusal("the staged k-loop stores nothing to shared memory")
     shapes = set()
     for name, store in staged.items():
         decl = shared[name]
-        strides = thread_strides(store.index)
-        extents = (_dense_extents(decl, strides) if decl.layout is None
-                   else _tensor_extents(decl.layout, strides))
+        spread = thread_strides(store.index, steps)
+        extents = (_dense_extents(decl, spread) if decl.layout is None
+                   else _tensor_extents(decl.layout, spread))
         block = None if extents is None else _block_of(extents)
         if block is None:
+            buffers = " in each of two buffers" if spread.buffer is not None else ""
             raise Refusal(f"the staging store {name}[{format_expr(store.index)}] does not "
-                          f"fill the {decl.size} elements of {name!r} once per block")
+                          f"fill the {decl.size} elements of {name!r} once per block{buffers}")
         shapes.add(block)
     if len(shapes) > 1:
         raise Refusal("the staging stores assume different block shapes")
@@ -142,12 +201,18 @@ def _block_of(extents: dict[Coord, int]) -> tuple[int, int, int] | None:
     return block[0], block[1], block[2]
 
 
-def _dense_extents(decl: ir.ArrayDecl, strides: dict[Coord, int]) -> dict[Coord, int] | None:
-    """The extents for which ``sum(stride * coordinate)`` covers ``0 .. size - 1``."""
+def _dense_extents(decl: ir.ArrayDecl, spread: Spread) -> dict[Coord, int] | None:
+    """The extents for which ``sum(stride * coordinate)`` covers ``0 .. size - 1`` (each half,
+    with two buffers)."""
+    size = decl.size
+    if spread.buffer is not None:
+        if decl.size != 2 * spread.buffer:
+            return None
+        size = spread.buffer
     extents: dict[Coord, int] = {}
-    ordered = sorted(strides.items(), key=lambda kv: kv[1])
+    ordered = sorted(spread.strides.items(), key=lambda kv: kv[1])
     for i, (coord, stride) in enumerate(ordered):
-        next_stride = ordered[i + 1][1] if i + 1 < len(ordered) else decl.size
+        next_stride = ordered[i + 1][1] if i + 1 < len(ordered) else size
         if (i == 0 and stride != 1) or next_stride % stride:
             return None
         extents[coord] = next_stride // stride
@@ -158,42 +223,54 @@ MAX_TENSOR_TILE = 1 << 20
 """The most elements a staging tensor's layout may have (its offsets are enumerated)."""
 
 
-def _tensor_extents(layout: TileLayout, strides: dict[Coord, int]) -> dict[Coord, int] | None:
+def _tensor_extents(layout: TileLayout, spread: Spread) -> dict[Coord, int] | None:
     """The extents for which each coordinate walks one mode of the layout (``sa[ty, tx]``):
-    every mode longer than 1 is walked, and no two coordinates of the layout share an
-    element."""
+    every mode longer than 1 is walked (with two buffers, one mode of 2 by the step's parity),
+    and no two coordinates of the layout share an element."""
     if layout.size > MAX_TENSOR_TILE or len(set(layout.offsets().ravel().tolist())) \
             != layout.size:
         return None
     modes = [(n, stride) for n, stride in zip(layout.shape, layout.strides(Axis.MEM),
                                               strict=True) if n > 1]
+    if spread.buffer is not None:
+        if (2, spread.buffer) not in modes:
+            return None
+        modes.remove((2, spread.buffer))
+    strides = spread.strides
     if sorted(strides.values()) != sorted(stride for _, stride in modes):
         return None
     return {coord: next(n for n, mode_stride in modes if mode_stride == stride)
             for coord, stride in strides.items()}
 
 
-def staging_thread(index: ir.Expr, strides: dict[Coord, int], block: tuple[int, int, int],
-                   tile: int) -> dict[Coord, ir.Expr]:
+def staging_thread(index: ir.Expr, spread: Spread, block: tuple[int, int, int],
+                   steps: Steps) -> dict[Coord, ir.Expr]:
     """For a load from a staged array at ``index``: which invocation staged the element, as an
-    expression for each thread coordinate of the store (its ``strides``)."""
-    coord_of_stride = {stride: coord for coord, stride in strides.items()}
+    expression for each thread coordinate of the store (``spread``)."""
+    coord_of_stride = {stride: coord for coord, stride in spread.strides.items()}
     out: dict[Coord, ir.Expr] = {}
     problem = Refusal(f"the load from shared memory at {format_expr(index)} does not read "
                       "one staged element per thread coordinate")
-    for what, coef in coord_poly(index):
+    buffer = None
+    for what, coef in coord_poly(index, steps):
+        if what == PARITY:
+            buffer = coef
+            continue
         if coef not in coord_of_stride:
             raise problem
         coord = coord_of_stride[coef]
         if coord in out:
             raise problem
-        if what == STEP_OFFSET and tile == coord.extent(block):
+        if what == STEP_OFFSET and steps.tile == coord.extent(block):
             out[coord] = ir.Var(name=STEP_OFFSET, type=ElemType.I32)
         elif isinstance(what, Coord) and what.extent(block) == coord.extent(block):
             out[coord] = what.expr()
         else:
             raise problem
-    if set(out) != set(strides):
+    if buffer != spread.buffer:
+        raise Refusal(f"the load from shared memory at {format_expr(index)} reads another "
+                      "buffer than the step stores")
+    if set(out) != set(spread.strides):
         raise problem
     return out
 

@@ -19,6 +19,7 @@ from sarek.layout import Axis
 from sarek.matrix_pattern.normalize import is_uniform
 from sarek.matrix_pattern.operands import Operand, operand_of
 from sarek.matrix_pattern.staged import (
+    Steps,
     restaged,
     staging_block,
     staging_thread,
@@ -433,6 +434,7 @@ class Structure:
         the global loads that staged them. The outer loop either steps by the tile
         (``range(0, k, T)``) or counts steps (``range(k // T)``, reduction index ``s*T + kk``)."""
         tile, scale = self.step_tile(s, inner)
+        steps = Steps(tile, counted=is_literal(s.step, 1), from_zero=is_literal(start, 0))
         self.env[s.var] = var(STEP_START)
         staged: dict[str, ir.Store] = {}
         events: list[str] = []  # "S" staging stores, "B" barrier, "L" the inner loop
@@ -468,10 +470,12 @@ class Structure:
         assert left is not None and right is not None
         block = None
         if staged:
-            block = staging_block(staged, self.shared)
-            self.check_barriers(s, events, sorted(staged))
-        global_left = self.unstage(left, staged, block, tile)
-        global_right = self.unstage(right, staged, block, tile)
+            block = staging_block(staged, self.shared, steps)
+            single = [name for name, store in sorted(staged.items())
+                      if thread_strides(store.index, steps).buffer is None]
+            self.check_barriers(s, events, sorted(staged), single)
+        global_left = self.unstage(left, staged, block, steps)
+        global_right = self.unstage(right, staged, block, steps)
         return KLoop(start, stop, acc, acc_type, init, fused, global_left, global_right, tile,
                      block, scale)
 
@@ -496,10 +500,12 @@ class Structure:
             raise self.refuse(inner, f"the inner loop of the staged k-loop must be range({tile})")
         return tile, 1
 
-    def check_barriers(self, s: ir.For, events: list[str], names: list[str]) -> None:
+    def check_barriers(self, s: ir.For, events: list[str], names: list[str],
+                       single: list[str]) -> None:
         """The barriers a step needs: between its stores and the inner loop that reads them,
-        and between that loop and the next step's stores (after the loop or before the
-        stores)."""
+        and, unless every array has two buffers the steps alternate between (``single`` are
+        those that do not), between that loop and the next step's stores (after the loop or
+        before the stores)."""
         arrays = ", ".join(repr(name) for name in names)
         loop = events.index("L")
         last_store = max(i for i, e in enumerate(events) if e == "S")
@@ -509,11 +515,13 @@ class Structure:
                               f"{arrays} and the inner loop that reads them: invocations would "
                               "read elements others have not stored yet (a race); add "
                               "barrier() before the inner loop")
-        if "B" not in events[:first_store] and "B" not in events[loop:]:
+        if single and "B" not in events[:first_store] and "B" not in events[loop:]:
+            shown = ", ".join(repr(name) for name in single)
             raise self.refuse(s, f"the staged k-loop has one barrier per step: the next "
-                              f"step's stores to {arrays} would overwrite elements other "
+                              f"step's stores to {shown} would overwrite elements other "
                               "invocations are still reading (a race); add barrier() after "
-                              "the inner loop")
+                              "the inner loop, or alternate between two buffers by the step's "
+                              "parity")
 
     def staging_stores(self, stmts: tuple[ir.Stmt, ...],
                        current: dict[str, ir.Store]) -> dict[str, ir.Store]:
@@ -568,7 +576,7 @@ class Structure:
         return out
 
     def unstage(self, op: Operand, staged: dict[str, ir.Store],
-                block: tuple[int, int, int] | None, tile: int) -> Operand:
+                block: tuple[int, int, int] | None, steps: Steps) -> Operand:
         """The operand with its shared-memory load replaced by the global load that staged it
         (an operand read from global memory directly is kept)."""
         name = op.load.array
@@ -578,7 +586,8 @@ class Structure:
             raise Refusal(f"the k-loop reads the shared array {name!r}, which is not staged in "
                           "the same step")
         store = staged[name]
-        writer = staging_thread(op.load.index, thread_strides(store.index), block, tile)
+        writer = staging_thread(op.load.index, thread_strides(store.index, steps), block,
+                                steps)
         value = restaged(store.value, writer)
         inner = operand_of(value, self.arrays)
         if inner.load.array not in self.arrays:
