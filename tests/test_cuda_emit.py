@@ -125,3 +125,11 @@ def test_fragment_8_is_refused_on_cuda() -> None:
 def test_subgroup_64_is_refused_on_cuda() -> None:
     with pytest.raises(EmitError, match=r"subgroups of 32 lanes; kernel .* is written for 64"):
         emit(rewritten("gemm_f16", Lowering.F16_OPERANDS, subgroup=64))
+
+
+def test_compiling_leaves_the_processs_one_byte_objects_alone() -> None:
+    # NVRTC writes its log into the buffer it is given: a one-byte log written into CPython's
+    # shared b" " turned every space the process encoded afterwards into a NUL.
+    launch = example("gemm_f32").make(8, 8, 8)
+    compile_cubin(emit(launch.kernel), "sm_80")
+    assert " ".encode()[0] == 32 and bytes(bytearray(b"x y"))[1:2][0] == 32

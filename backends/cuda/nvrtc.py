@@ -56,13 +56,15 @@ def compile_logged(source: str, arch: str = "sm_80", name: str = "kernel.cu",
         opts = [f"--gpu-architecture={arch}".encode(), *(o.encode() for o in options)]
         (status,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         (size,) = ok(nvrtc.nvrtcGetProgramLogSize(prog), "log size")
-        raw = b" " * int(size)  # type: ignore[call-overload]
+        # Fresh buffers NVRTC writes into: ``b" " * 1`` is CPython's shared one-byte object,
+        # and writing into it turned every encoded space of the process into a NUL.
+        raw = bytearray(int(size))  # type: ignore[call-overload]
         ok(nvrtc.nvrtcGetProgramLog(prog, raw), "log")
         log = raw.decode(errors="replace").rstrip("\x00 ")
         if int(status) != 0:
             raise NvrtcError(f"{name} does not compile for {arch}", log)
         (size,) = ok(nvrtc.nvrtcGetCUBINSize(prog), "cubin size")
-        cubin = b" " * int(size)  # type: ignore[call-overload]
+        cubin = bytearray(int(size))  # type: ignore[call-overload]
         ok(nvrtc.nvrtcGetCUBIN(prog, cubin), "cubin")
         return bytes(cubin), log
     finally:
