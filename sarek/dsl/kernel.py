@@ -4,27 +4,47 @@ expressions nested deeper than the IR allows, translates it and validates the re
 from __future__ import annotations
 
 import ast
+import copy
 import inspect
 import textwrap
 from collections.abc import Callable
 from typing import Any
 
-from sarek import ir, ir_check
+from sarek import dispatch, ir, ir_check
 from sarek.dsl.statements import Translator
 from sarek.errors import DslError
 from sarek.ir_check import MAX_EXPR_DEPTH
 
 
 class KernelFunction:
-    """What ``@sarek.kernel`` returns: the parsed ``ir`` and where it came from."""
+    """What ``@sarek.kernel`` returns: the parsed ``ir`` and where it came from. Launch it as
+    numba launches a kernel, ``kernel[grid, block](*args)`` or ``kernel[grid, block,
+    stream](*args)`` (``sarek.dispatch``), with the options of ``with_options``."""
 
     def __init__(self, fn: Callable[..., Any]) -> None:
         self.fn = fn
         self.name = fn.__name__
         self.ir: ir.Kernel = _parse(fn)
+        self.options = dispatch.Options()
+        self.memo = dispatch.Memo()
 
     def __repr__(self) -> str:
         return f"<sarek kernel {self.name} ({len(self.ir.params)} parameters)>"
+
+    def __getitem__(self, config: Any) -> dispatch.Configured:
+        """``kernel[grid, block]`` or ``kernel[grid, block, stream]``: the original kernel's
+        grid and block; call the result with the arguments to launch."""
+        return dispatch.configure(self, config)
+
+    def with_options(self, **options: Any) -> KernelFunction:
+        """This kernel launched with other options: ``target`` (``cuda``, ``vulkan``,
+        ``opencl``, ``opencl-nv``, ``sim``, ``sim-T``), ``lowering``, ``precision``
+        (``"accurate"`` or ``"fast"``), ``schedule`` and ``rewrite`` (False runs the kernel
+        as written)."""
+        other = copy.copy(self)
+        other.options = dispatch.with_options(self.options, **options)
+        other.memo = dispatch.Memo()
+        return other
 
 
 def kernel(fn: Callable[..., Any]) -> KernelFunction:

@@ -1,0 +1,239 @@
+"""``kernel[grid, block](*args)`` (``sarek.dispatch``): the user's call, with the user's arrays.
+
+On the ``sim`` target the call runs the kernel CUDA would run, in the simulator, and writes the
+results into the caller's NumPy arrays, so this file exercises the launch path a GPU user takes
+without a GPU. Expected values come from NumPy (float64 products of small integers are exact)
+or from the original kernel simulated as written. The tests marked ``device`` run on a CUDA GPU
+(CuPy or PyTorch arrays, zero copies checked by pointer) and are skipped with the reason
+elsewhere.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import sarek
+from sarek import Global, block_dim, block_idx, f32, i32, thread_idx
+from sarek.errors import LaunchError
+
+
+@sarek.kernel
+def matmul(a: Global[f32], b: Global[f32], c: Global[f32], m: i32, n: i32, k: i32):
+    row = block_idx.y * block_dim.y + thread_idx.y
+    col = block_idx.x * block_dim.x + thread_idx.x
+    if row < m and col < n:
+        acc = f32(0.0)
+        for p in range(k):
+            acc += a[row * k + p] * b[p * n + col]
+        c[row * n + col] = acc
+
+
+@sarek.kernel
+def scale(x: Global[f32], y: Global[f32], s: f32, n: i32):
+    i = block_idx.x * block_dim.x + thread_idx.x
+    if i < n:
+        y[i] = s * x[i]
+
+
+M, N, K = 70, 45, 33
+GRID, BLOCK = (-(-N // 16), -(-M // 16), 1), (16, 16, 1)
+SIM = matmul.with_options(target="sim")
+
+
+def operands(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    a = rng.integers(-8, 9, (M, K)).astype(np.float32)
+    b = rng.integers(-8, 9, (K, N)).astype(np.float32)
+    return a, b, np.zeros((M, N), np.float32)
+
+
+def test_a_gemm_launch_writes_the_product_into_the_callers_array() -> None:
+    a, b, c = operands()
+    SIM[GRID, BLOCK](a, b, c, M, N, K)
+    assert np.array_equal(c, (a.astype(np.float64) @ b).astype(np.float32))
+
+
+def test_a_gemm_launch_runs_the_rewrite_onto_the_matrix_unit() -> None:
+    a, b, c = operands()
+    SIM[GRID, BLOCK](a, b, c, M, N, K)
+    (done,) = SIM.memo.entries.values()
+    assert done.rewritten is not None and done.rewritten.lowering.value == "Bf16x3_operands"
+    assert done.launch.grid == (1, 2, 1) and done.launch.block == (128, 1, 1)
+    assert "mma.sync" in done.text  # what CUDA prints is what ran in the simulator
+
+
+def test_rewrite_false_runs_the_kernel_as_written() -> None:
+    a, b, c = operands()
+    plain = matmul.with_options(target="sim", rewrite=False)
+    plain[GRID, BLOCK](a, b, c, M, N, K)
+    (done,) = plain.memo.entries.values()
+    assert done.rewritten is None and done.launch.grid == GRID
+    assert np.array_equal(c, (a.astype(np.float64) @ b).astype(np.float32))
+
+
+def test_a_kernel_that_is_not_a_gemm_runs_as_written_and_says_why() -> None:
+    x = np.arange(100, dtype=np.float32)
+    y = np.zeros(100, np.float32)
+    run = scale.with_options(target="sim")
+    run[(4, 1, 1), (32, 1, 1)](x, y, 2.5, 100)
+    assert np.array_equal(y, x * np.float32(2.5))
+    (done,) = run.memo.entries.values()
+    assert done.not_rewritten is not None and done.not_rewritten.startswith("not a GEMM nest")
+
+
+def test_launches_of_one_shape_compile_once_and_other_shapes_again() -> None:
+    run = matmul.with_options(target="sim")
+    for seed in range(3):
+        a, b, c = operands(seed)
+        run[GRID, BLOCK](a, b, c, M, N, K)
+    assert len(run.memo.entries) == 1
+    a, b, c = operands()
+    run[GRID, BLOCK](a, b, c, M, N, 17)  # another reduction depth: another region
+    assert len(run.memo.entries) == 2
+
+
+def test_sarek_target_sim_in_the_environment_picks_the_simulator(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SAREK_TARGET", "sim")
+    a, b, c = operands()
+    matmul[GRID, BLOCK](a, b, c, M, N, K)
+    assert np.array_equal(c, (a.astype(np.float64) @ b).astype(np.float32))
+
+
+def test_sim_of_another_target_runs_that_targets_kernel() -> None:
+    a, b, c = operands()
+    run = matmul.with_options(target="sim-opencl")
+    run[GRID, BLOCK](a, b, c, M, N, K)
+    (done,) = run.memo.entries.values()
+    assert done.target == "opencl" and "__kernel" in done.text
+    assert np.array_equal(c, (a.astype(np.float64) @ b).astype(np.float32))
+
+
+def test_an_empty_launch_writes_nothing() -> None:
+    a, b, c = operands()
+    c[:] = 7
+    SIM[GRID, BLOCK](a, b, c, 0, N, K)
+    assert (c == 7).all()
+
+
+def test_threads_launching_at_once_each_get_their_own_result() -> None:
+    run = matmul.with_options(target="sim")
+    results: dict[int, bool] = {}
+
+    def one(seed: int) -> None:
+        a, b, c = operands(seed)
+        run[GRID, BLOCK](a, b, c, M, N, K)
+        results[seed] = np.array_equal(c, (a.astype(np.float64) @ b).astype(np.float32))
+
+    threads = [threading.Thread(target=one, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == {0: True, 1: True, 2: True, 3: True}
+
+
+# --------------------------------------------------------------------------- bad launches
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda a, b, c: (a, b, c, M, N), "takes 6 arguments (a, b, c, m, n, k), got 5"),
+    (lambda a, b, c: (a.astype(np.float64), b, c, M, N, K),
+     "argument 'a' is an array of float64; the kernel's parameter holds float32"),
+    (lambda a, b, c: (a.T, b, c, M, N, K), "argument 'a' is not contiguous"),
+    (lambda a, b, c: (list(a), b, c, M, N, K), "argument 'a': expected an array of f32"),
+    (lambda a, b, c: (a, b, c, M, N, 2**40), "argument 'k' = 1099511627776 does not fit i32"),
+    (lambda a, b, c: (a, b, c, M, 4.5, K), "argument 'n' is float 4.5; the parameter is a i32"),
+    (lambda a, b, c: (a, b, c, M, a, K), "argument 'n' is an array"),
+], ids=["count", "dtype", "layout", "list", "range", "float-for-int", "array-for-scalar"])
+def test_a_bad_argument_is_a_launch_error_naming_the_parameter(change, message) -> None:  # type: ignore[no-untyped-def]
+    a, b, c = operands()
+    with pytest.raises(LaunchError) as info:
+        SIM[GRID, BLOCK](*change(a, b, c))
+    assert message in info.value.reason
+
+
+def test_the_launch_configuration_is_grid_and_block() -> None:
+    with pytest.raises(LaunchError, match=r"kernel\[grid, block\]\(\*args\)"):
+        SIM[GRID[0]]
+
+
+def test_an_unknown_target_names_the_targets() -> None:
+    a, b, c = operands()
+    with pytest.raises(LaunchError, match="unknown target 'cuba'"):
+        matmul.with_options(target="cuba")[GRID, BLOCK](a, b, c, M, N, K)
+
+
+def test_an_unknown_option_names_the_options() -> None:
+    with pytest.raises(LaunchError, match="unknown launch option"):
+        matmul.with_options(targte="sim")
+
+
+def test_a_stream_on_the_simulator_is_refused() -> None:
+    a, b, c = operands()
+    with pytest.raises(LaunchError, match="a stream is a CUDA launch's"):
+        SIM[GRID, BLOCK, 0](a, b, c, M, N, K)
+
+
+def _cuda_reason() -> str | None:
+    from backends.cuda.run import unavailable_reason
+
+    return unavailable_reason()
+
+
+@pytest.mark.skipif(_cuda_reason() is None, reason="a CUDA device is present")
+def test_cuda_without_a_device_says_what_is_missing_and_how_to_simulate() -> None:
+    a, b, c = operands()
+    with pytest.raises(sarek.SarekError, match="SAREK_TARGET=sim"):
+        matmul.with_options(target="cuda")[GRID, BLOCK](a, b, c, M, N, K)
+
+
+# --------------------------------------------------------------------------- on a GPU
+
+needs_cuda = pytest.mark.skipif(_cuda_reason() is not None,
+                                reason=f"no CUDA device: {_cuda_reason()}")
+
+
+@pytest.mark.device
+@needs_cuda
+def test_numpy_arrays_are_copied_in_and_back_on_cuda() -> None:
+    a, b, c = operands()
+    matmul.with_options(target="cuda")[GRID, BLOCK](a, b, c, M, N, K)
+    want = np.zeros_like(c)
+    SIM[GRID, BLOCK](a, b, want, M, N, K)
+    assert np.array_equal(c, want)  # bit for bit: the simulator runs what CUDA runs
+
+
+@pytest.mark.device
+@needs_cuda
+def test_cupy_arrays_are_used_in_place_bit_identical_to_the_simulator() -> None:
+    cupy = pytest.importorskip("cupy")
+    a, b, c = operands()
+    da, db, dc = (cupy.asarray(x) for x in (a, b, c))
+    pointer = dc.data.ptr
+    matmul.with_options(target="cuda")[GRID, BLOCK](da, db, dc, M, N, K)
+    cupy.cuda.get_current_stream().synchronize()
+    assert dc.data.ptr == pointer  # no copy: the kernel wrote the caller's memory
+    want = np.zeros_like(c)
+    SIM[GRID, BLOCK](a, b, want, M, N, K)
+    assert np.array_equal(cupy.asnumpy(dc), want)
+
+
+@pytest.mark.device
+@needs_cuda
+def test_torch_tensors_are_used_in_place_on_the_current_stream() -> None:
+    torch = pytest.importorskip("torch")
+    a, b, c = operands()
+    ta, tb, tc = (torch.from_numpy(x).cuda() for x in (a, b, c))
+    pointer = tc.data_ptr()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        matmul.with_options(target="cuda")[GRID, BLOCK](ta, tb, tc, M, N, K)
+    stream.synchronize()
+    assert tc.data_ptr() == pointer
+    want = np.zeros_like(c)
+    SIM[GRID, BLOCK](a, b, want, M, N, K)
+    assert np.array_equal(tc.cpu().numpy(), want)
