@@ -83,7 +83,7 @@ def test_sim_cuda_quick_passes_and_writes_a_report_of_every_case(tmp_path: Path)
     assert conform("--target", "sim-cuda", "--quick", "--report", str(path)) == 0
     data = report_of(path)
     assert data["target"] == "sim-cuda" and data["device"].startswith("simulator")
-    assert data["totals"] == {"cases": 30, "passed": 30, "mismatches": 0,
+    assert data["totals"] == {"cases": 34, "passed": 34, "mismatches": 0,
                               "canary_violations": 0, "errors": 0}
     case = data["cases"][0]
     assert set(case) >= {"example", "kernel", "lowering", "subgroup", "frag", "size", "arrays",
