@@ -3,17 +3,34 @@
 The launch comes from ``--grid``, ``--block`` and ``--args NAME=VALUE ...`` (scalars only: the
 region needs no array), or, when those are absent and the module defines ``make(m, n, k)``, from
 ``make(*--size)``. Without a launch the region is skipped.
+
+The gate is the one of ``--target`` (a name of ``backends.registry``, as ``emit`` and
+``conformance`` take it), asked about the configuration that target multiplies with; a device
+option puts another device of the same target before it: ``--device h200`` (vulkan, spirv),
+``--compute-capability X.Y`` (cuda, opencl-nv), ``--apple-family N`` (metal).
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sarek import coopmat, matrix_mapping, matrix_pattern, matrix_scheme
+from sarek import coopmat, ir, matrix_mapping, matrix_pattern, matrix_scheme
 from sarek.errors import SarekError
 from sarek.launch import dim3
 from sarek.loader import load_kernel
+
+if TYPE_CHECKING:
+    from backends.target import Target
+
+DEFAULT_TARGET = "vulkan"
+
+DEVICE_OPTIONS: dict[str, tuple[str, ...]] = {
+    "device": ("vulkan", "spirv"),
+    "compute_capability": ("cuda", "opencl-nv"),
+    "apple_family": ("metal",),
+}
+"""Each device option and the targets whose device it describes."""
 
 
 def _triple(text: str) -> tuple[int, int, int]:
@@ -36,8 +53,31 @@ def _scalar(text: str) -> tuple[str, int | float]:
             raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
 
 
+def _compute_capability(text: str) -> tuple[int, int]:
+    """``8.0``, ``sm_80`` or ``80`` as (major, minor)."""
+    digits = text.strip().lower().removeprefix("sm_")
+    major, dot, minor = digits.partition(".")
+    if not dot:
+        major, minor = digits[:-1], digits[-1:]
+    if not (major.isdigit() and minor.isdigit()):
+        raise argparse.ArgumentTypeError(f"expected a compute capability such as 8.0 or sm_80, "
+                                         f"got {text!r}")
+    return int(major), int(minor)
+
+
+def _apple_family(text: str) -> int:
+    """``7`` or ``apple7``."""
+    family = text.strip().lower().removeprefix("apple")
+    if not family.isdigit():
+        raise argparse.ArgumentTypeError(f"expected an Apple GPU family such as 7 or apple7, "
+                                         f"got {text!r}")
+    return int(family)
+
+
 def add_parser(subparsers: Any) -> None:
     """Adds the ``analyze`` command to the CLI's subparsers."""
+    from backends import registry
+
     a = subparsers.add_parser("analyze", help="recognize FILE.py:KERNEL's GEMM nest and show its "
                               "region, lowering and device gate verdict")
     a.add_argument("kernel", help="FILE.py:KERNEL")
@@ -48,16 +88,28 @@ def add_parser(subparsers: Any) -> None:
     a.add_argument("--size", type=_triple, default=(64, 64, 64),
                    help="M,N,K for the module's make() when no launch is given (default 64)")
     a.add_argument("--precision", choices=("accurate", "fast"), default="accurate")
-    a.add_argument("--frag", type=int, default=16, help="fragment edge (16 or 8)")
-    a.add_argument("--target", default="vulkan-h200",
-                   help="opencl, vulkan-h200 (recorded), vulkan (probe), cuda:8.0, "
-                   "metal:apple7, unprobed:NAME (default vulkan-h200)")
+    a.add_argument("--frag", type=int,
+                   help="fragment edge, 16 or 8 (default 16, or the target's own if it has not "
+                   "16)")
+    a.add_argument("--target", default=DEFAULT_TARGET,
+                   help=f"whose gate: {', '.join(registry.names())} (default {DEFAULT_TARGET}: "
+                   "the Vulkan device here, else the list recorded on the H200)")
+    a.add_argument("--device", choices=("h200",),
+                   help="vulkan, spirv: the cooperative-matrix list recorded on the H200, even "
+                   "where a Vulkan device is here")
+    a.add_argument("--compute-capability", type=_compute_capability, metavar="X.Y",
+                   help="cuda, opencl-nv: an NVIDIA GPU of this compute capability (8.0, "
+                   "sm_90; default 9.0)")
+    a.add_argument("--apple-family", type=_apple_family, metavar="N",
+                   help="metal: an Apple GPU of family N (7 or apple7; default 7)")
     a.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Prints the analysis; returns 0 when a lowering is available on the target, 1 when the
     kernel is refused, has no lowering or the gate does not permit it."""
+    target = _target(args.target)
+    support = _support(args, target)
     module, kern = load_kernel(args.kernel)
     try:
         gemm = matrix_pattern.recognize(kern.ir)
@@ -76,15 +128,16 @@ def run(args: argparse.Namespace) -> int:
                   f"ze={reg.ze} d={reg.d} t={reg.t}")
         except SarekError as e:
             print(f"region        refused: {e.reason}")
+    frag = args.frag if args.frag is not None else (
+        16 if 16 in target.fragments else target.fragments[0])
     try:
         low = matrix_scheme.select(gemm, args.precision)
-        config = matrix_scheme.config_of(low, gemm.operand_elt, args.frag)
+        config = _config(target, low, gemm.operand_elt, frag)
     except SarekError as e:
         print(f"lowering      none: {e.reason}")
         return 1
     print(f"lowering      {matrix_scheme.lowering_name(low)} ({args.precision}); "
           f"configuration {config}")
-    support = coopmat.named_support(args.target)
     verdict = coopmat.verdict(config, support)
     match verdict:
         case coopmat.Available():
@@ -93,6 +146,48 @@ def run(args: argparse.Namespace) -> int:
         case coopmat.Unavailable(reason=why) | coopmat.Unknown(reason=why):
             print(f"gate          {type(verdict).__name__.lower()}: {why}")
     return 1
+
+
+def _target(name: str) -> Target:
+    """The registry's target ``name``; a spelling ``analyze --target`` took before it took the
+    registry's names is refused with the one that replaces it."""
+    from backends import registry
+
+    match name.partition(":"):
+        case ("vulkan-h200", "", ""):
+            spelled = "--target vulkan --device h200"
+        case ("cuda", ":", capability):
+            spelled = f"--target cuda --compute-capability {capability}"
+        case ("metal", ":", family):
+            spelled = f"--target metal --apple-family {family}"
+        case _:
+            return registry.target(name)
+    raise SarekError(f"--target {name} is now spelled {spelled} (analyze takes the targets of "
+                     f"emit and conformance: {', '.join(registry.names())})")
+
+
+def _support(args: argparse.Namespace, target: Target) -> coopmat.DeviceSupport:
+    """The device the gate consults: the one a device option names, else the target's."""
+    for option, targets in DEVICE_OPTIONS.items():
+        if getattr(args, option) is not None and target.name not in targets:
+            raise SarekError(f"--{option.replace('_', '-')} describes a device of "
+                             f"{' or '.join(targets)}, not of {target.name}")
+    if args.device == "h200":
+        return coopmat.recorded_h200_vulkan()
+    if args.compute_capability is not None:
+        return coopmat.cuda_support(*args.compute_capability)
+    if args.apple_family is not None:
+        return coopmat.metal_support(args.apple_family)
+    return target.support()
+
+
+def _config(target: Target, lowering: matrix_scheme.Lowering, operand: ir.ElemType,
+            frag: int) -> coopmat.Config:
+    """The configuration ``target`` multiplies ``lowering`` with at ``frag``: 8-bit operands
+    of 16x16 fragments reduce as deep as its staging says."""
+    neutral = matrix_scheme.config_of(lowering, operand, frag)
+    deep = target.staging.byte_k if neutral.a.bits == 8 and frag == 16 else None
+    return matrix_scheme.config_of(lowering, operand, frag, deep)
 
 
 def _launch(args: argparse.Namespace, module: Any, kern: Any

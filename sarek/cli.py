@@ -307,9 +307,7 @@ def _preferred(chosen: int | None, offered: tuple[int, ...], usual: int) -> int:
 
 def _cmd_emit(args: argparse.Namespace) -> int:
     from backends import registry
-    from sarek.matrix_pattern import recognize
-    from sarek.matrix_rewrite import rewrite_launch
-    from sarek.matrix_scheme import Lowering, select
+    from sarek.matrix_scheme import Lowering
 
     target = registry.target(args.target)
     if args.original:
@@ -317,20 +315,18 @@ def _cmd_emit(args: argparse.Namespace) -> int:
                                        args.schedule)):
             raise SarekError("--original prints the kernel as written; --lowering, --subgroup, "
                              "--frag and --schedule choose a rewrite")
-        kernel = load_kernel(args.kernel)[1].ir
+        text = target.emit(load_kernel(args.kernel)[1].ir)
     else:
         _, _, launch = _launch_of(args)
-        lowering = (Lowering(args.lowering) if args.lowering
-                    else select(recognize(launch.kernel)))
-        subgroup = _preferred(args.subgroup, target.subgroups, 32)
-        frag = _preferred(args.frag, target.fragments, 16)
-        refusal = target.refuses(lowering, subgroup, frag)
-        if refusal:
-            raise SarekError(refusal)
-        kernel = rewrite_launch(launch, lowering=lowering, subgroup=subgroup, frag=frag,
-                                staging=target.staging,
-                                schedule=_schedule(args.schedule)).launch.kernel
-    text = registry.emit(kernel, target.name)
+        # the pair asked for is checked as given; otherwise the target's usual pair, so that a
+        # refusal names what the target lacks at the configuration it would run
+        compiled = target.compile(
+            launch, lowering=Lowering(args.lowering) if args.lowering else None,
+            subgroup=_preferred(args.subgroup, target.subgroups, 32),
+            frag=_preferred(args.frag, target.fragments, 16), schedule=_schedule(args.schedule))
+        if compiled.rewritten is None:
+            raise SarekError(f"{compiled.not_rewritten}; --original prints the kernel as written")
+        text = compiled.text
     if not args.out:
         print(text, end="" if text.endswith("\n") else "\n")
         return 0

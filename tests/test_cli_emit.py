@@ -9,8 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from backends import registry
 from sarek.cli import main
+from sarek.loader import load_module
 
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "gemm_f16.py"
 KERNEL = str(Path(__file__).resolve().parent.parent / "examples" / "gemm_f16.py") + ":matmul_f16"
 
 
@@ -23,6 +26,34 @@ def error_line(capsys: pytest.CaptureFixture[str]) -> str:
 def test_emit_prints_the_rewrite_on_tensor_cores(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["emit", KERNEL, "--target", "cuda", "--size", "20,12,9"]) == 0
     assert "mma.sync" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("target", ["cuda", "metal", "vulkan"])
+def test_emit_prints_what_the_target_compiles(target: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["emit", KERNEL, "--target", target, "--size", "20,12,9"]) == 0
+    launch = load_module(EXAMPLE).make(20, 12, 9)
+    assert capsys.readouterr().out == registry.target(target).compile(launch).text
+
+
+def test_a_kernel_that_is_not_a_gemm_is_one_error_line_pointing_at_original(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = tmp_path / "axpy.py"
+    src.write_text("import sarek\nfrom sarek import Global, f32, i32, thread_idx\n\n"
+                   "@sarek.kernel\n"
+                   "def axpy(x: Global[f32], y: Global[f32], n: i32):\n"
+                   "    i = thread_idx.x\n"
+                   "    if i < n:\n"
+                   "        y[i] = 2.0 * x[i] + y[i]\n\n"
+                   "def make(m, n, k):\n"
+                   "    import numpy as np\n"
+                   "    from sarek.launch import Launch\n"
+                   "    x = np.ones(4, np.float32)\n"
+                   "    return Launch(axpy.ir, {'x': x, 'y': x, 'n': 4}, (1, 1, 1), (4, 1, 1))\n")
+    assert main(["emit", f"{src}:axpy", "--target", "cuda"]) == 2
+    line = error_line(capsys)
+    assert "not a GEMM nest" in line and line.endswith("--original prints the kernel as written")
+    assert main(["emit", f"{src}:axpy", "--target", "cuda", "--original"]) == 0
 
 
 def test_emit_takes_the_schedule_the_user_names(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,4 +1,5 @@
-"""``sarek analyze``: what it prints for a GEMM, a refused kernel and a gate refusal."""
+"""``sarek analyze``: what it prints for a GEMM, a refused kernel and a gate refusal; it takes
+the registry's target names, with a device of the target as an option."""
 
 from __future__ import annotations
 
@@ -20,10 +21,24 @@ def test_analyze_prints_nest_region_lowering_and_an_available_gate(capsys) -> No
 
 
 def test_analyze_reports_the_h200_refusal_of_byte_planes(capsys) -> None:
-    code = main(["analyze", str(EXAMPLES / "gemm_i32.py"), "--target", "vulkan-h200"])
+    code = main(["analyze", str(EXAMPLES / "gemm_i32.py"), "--target", "vulkan", "--device",
+                 "h200"])
     out = capsys.readouterr().out
     assert code == 1
-    assert "Int32_byte_planes" in out and "does not support 16x16x16 u8" in out
+    # the configuration the vulkan target multiplies with: its staging reduces u8 32 deep
+    assert "Int32_byte_planes" in out and "does not support 16x16x32 u8" in out
+
+
+def test_analyze_asks_the_gate_of_the_configuration_the_target_multiplies(capsys) -> None:
+    assert main(["analyze", str(EXAMPLES / "gemm_i32.py"), "--target", "cuda"]) == 0
+    out = capsys.readouterr().out
+    assert "configuration 16x16x32 u8 x u8 + s32" in out and "CUDA sm_90: available" in out
+
+
+def test_analyze_takes_the_fragment_the_target_has_without_frag(capsys) -> None:
+    # Metal multiplies 8x8 simdgroup matrices only
+    assert main(["analyze", str(EXAMPLES / "gemm_f16.py"), "--target", "metal"]) == 0
+    assert "configuration 8x8x8 f16 x f16 + f32" in capsys.readouterr().out
 
 
 def test_analyze_takes_an_explicit_launch(capsys) -> None:
@@ -50,6 +65,37 @@ def test_analyze_rejects_args_without_a_launch(capsys) -> None:
     assert "--args needs --grid and --block" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("target", ["cuda:7.5", "unprobed:GPU"])
-def test_analyze_refuses_when_the_gate_does_not_permit(target: str, capsys) -> None:
-    assert main(["analyze", str(EXAMPLES / "gemm_f32.py"), "--target", target]) == 1
+@pytest.mark.parametrize(("device", "why"), [
+    (("--target", "cuda", "--compute-capability", "7.5"), "needs sm_80; this GPU is sm_75"),
+    (("--target", "opencl-nv", "--compute-capability", "sm_70"), "this GPU is sm_70"),
+    (("--target", "metal", "--apple-family", "6"), "need an Apple7 GPU")])
+def test_analyze_refuses_when_the_gate_of_the_device_does_not_permit(
+        device: tuple[str, ...], why: str, capsys) -> None:
+    assert main(["analyze", str(EXAMPLES / "gemm_f32.py"), *device]) == 1
+    assert why in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    ("vulkan-h200", "--target vulkan --device h200"),
+    ("cuda:8.0", "--target cuda --compute-capability 8.0"),
+    ("metal:apple7", "--target metal --apple-family apple7")])
+def test_an_old_target_spelling_is_one_error_line_naming_the_new_one(old: str, new: str,
+                                                                       capsys) -> None:
+    assert main(["analyze", str(EXAMPLES / "gemm_f32.py"), "--target", old]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert f"is now spelled {new} " in line
+
+
+@pytest.mark.parametrize("argv", [("--target", "cuda", "--device", "h200"),
+                                  ("--target", "vulkan", "--apple-family", "7"),
+                                  ("--target", "metal", "--compute-capability", "8.0")])
+def test_a_device_option_of_another_target_is_one_error_line(argv: tuple[str, ...],
+                                                             capsys) -> None:
+    assert main(["analyze", str(EXAMPLES / "gemm_f32.py"), *argv]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "describes a device of" in line and f"not of {argv[1]}" in line
+
+
+def test_an_unknown_target_is_one_error_line_listing_the_targets(capsys) -> None:
+    assert main(["analyze", str(EXAMPLES / "gemm_f32.py"), "--target", "unprobed:GPU"]) == 2
+    assert "the targets are cuda, metal" in capsys.readouterr().err
