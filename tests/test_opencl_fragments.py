@@ -50,7 +50,7 @@ def test_every_rewritten_configuration_runs_bit_identically_with_canaries(
     path = tmp_path / "report.json"
     assert conform("--target", "opencl", "--quick", "--report", str(path)) == 0
     data = json.loads(path.read_text())
-    assert data["totals"] == {"cases": 88, "passed": 88, "mismatches": 0,
+    assert data["totals"] == {"cases": 106, "passed": 106, "mismatches": 0,
                               "canary_violations": 0, "errors": 0}
     assert {c["compared"] for c in data["cases"]} == {"device vs simulator"}
     configs = {(c["lowering"], c["subgroup"], c["frag"]) for c in data["cases"] if c["lowering"]}

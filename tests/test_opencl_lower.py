@@ -57,8 +57,8 @@ def test_sim_opencl_quick_every_example_lowering_subgroup_and_fragment(tmp_path:
     path = tmp_path / "report.json"
     assert conform("--target", "sim-opencl", "--quick", "--report", str(path)) == 0
     data = json.loads(path.read_text())
-    # 8 originals; 6 f32 examples x 3 lowerings, f16 and i32 x 1, each at 4 configurations
-    assert data["totals"] == {"cases": 88, "passed": 88, "mismatches": 0,
+    # 10 originals; 7 f32 examples x 3 lowerings, f16, i32 and i8 x 1, each at 4 configurations
+    assert data["totals"] == {"cases": 106, "passed": 106, "mismatches": 0,
                               "canary_violations": 0, "errors": 0}
     rewritten = {(c["subgroup"], c["frag"]) for c in data["cases"] if c["lowering"]}
     assert rewritten == set(CONFIGS)
