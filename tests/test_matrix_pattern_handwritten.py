@@ -490,6 +490,25 @@ def test_a_tile_count_of_its_own_stops_at_the_smaller_of_it_and_the_padding(
     assert region(gemm, grid_2d(m, n), (T, T, 1), args).d == depth
 
 
+@sarek.kernel
+def split_loop(a: Global[i32], b: Global[i32], c: Global[i32], m: i32, n: i32, k: i32):
+    row = block_idx.y * block_dim.y + thread_idx.y
+    col = block_idx.x * block_dim.x + thread_idx.x
+    if row < m and col < n:
+        total = 0
+        for s in range(k // 4):
+            for e in range(4):
+                total += a[row * k + s * 4 + e] * b[(s * 4 + e) * n + col]
+        c[row * n + col] = total
+
+
+def test_a_k_loop_split_in_two_without_shared_memory() -> None:
+    m, n, k = SIZE
+    gemm = rewritten_like_the_original(split_loop, operands(np.int32, m, n, k), grid_2d(m, n),
+                                       (T, T, 1))
+    assert gemm.staging is None and sarek.matrix_pattern.format_expr(gemm.k_stop) == "k // 4 * 4"
+
+
 # --------------------------------------------------------------------------- double buffering
 
 
@@ -889,21 +908,3 @@ def test_offsets_advanced_like_pointers_are_refused_with_the_index_to_write() ->
     assert "advances a_at, b_at by a constant each step" in reason
 
 
-
-@sarek.kernel
-def split_loop(a: Global[i32], b: Global[i32], c: Global[i32], m: i32, n: i32, k: i32):
-    row = block_idx.y * block_dim.y + thread_idx.y
-    col = block_idx.x * block_dim.x + thread_idx.x
-    if row < m and col < n:
-        total = 0
-        for s in range(k // 4):
-            for e in range(4):
-                total += a[row * k + s * 4 + e] * b[(s * 4 + e) * n + col]
-        c[row * n + col] = total
-
-
-def test_a_k_loop_split_in_two_without_shared_memory() -> None:
-    m, n, k = SIZE
-    gemm = rewritten_like_the_original(split_loop, operands(np.int32, m, n, k), grid_2d(m, n),
-                                       (T, T, 1))
-    assert gemm.staging is None and sarek.matrix_pattern.format_expr(gemm.k_stop) == "k // 4 * 4"
