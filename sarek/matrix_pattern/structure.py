@@ -335,12 +335,12 @@ class Structure:
             match x:
                 case ir.BuiltinValue(which=which) if which.name.startswith(("GRID_DIM",
                                                                             "BLOCK_DIM")):
-                    raise self.refuse(s, f"the k-loop {what} {format_expr(bound)} is set by the "
-                                      f"launch ({which.value}), not by the matrices: the sum "
-                                      "covers K only for launches that happen to match it; "
-                                      "bound the loop by K, e.g. range(0, k, T), range(k // T) "
-                                      "or range((k + T - 1) // T) with the tiles zero-padded "
-                                      "past k")
+                    raise self.refuse(s, f"the k-loop {what} {format_expr(bound)} depends on "
+                                      f"the launch ({which.value}), not only on the matrices: "
+                                      "the sum covers K only for launches that happen to match "
+                                      "it; bound the loop by K and a constant tile T, e.g. "
+                                      "range(0, k, T), range(k // T) or range((k + T - 1) // T) "
+                                      "with the tiles zero-padded past k")
                 case ir.BuiltinValue(which=which):
                     raise self.refuse(s, f"the k-loop {what} {format_expr(bound)} varies by "
                                       f"invocation (it uses {which.value})")
