@@ -107,7 +107,7 @@ class Case:
     lowering: Lowering | None = None
     subgroup: int | None = None
     frag: int | None = None
-    schedule: Schedule | None = None  # None: the one rewrite_launch picks for the region
+    schedule: Schedule | None = None  # None: the one the target's policy picks for the region
 
     @property
     def variant(self) -> str:
@@ -180,13 +180,22 @@ def refusal(target: Target, launch: Launch, rewrite: Rewrite, schedule: Schedule
     """Why the rewrite of ``launch`` under ``rewrite``, staged as ``target`` stages it, does not
     take ``schedule``, or why the target's device would not run what it gives
     (``Target.run_refusal``), or None when neither."""
-    lowering, subgroup, frag = rewrite
     try:
-        rw = rewrite_launch(launch, lowering=lowering, subgroup=subgroup, frag=frag,
-                            staging=target.staging, schedule=schedule).launch
+        rw = rewritten(target, launch, rewrite, schedule)
     except SarekError as e:
         return e.reason
     return target.run_refusal(rw.kernel, rw.block)
+
+
+def rewritten(target: Target, launch: Launch, rewrite: Rewrite,
+              schedule: Schedule | None) -> Launch:
+    """The launch ``target.compile`` runs for ``launch`` under ``rewrite`` and ``schedule``
+    (None: the one the target's policy picks), before it is lowered and printed: the
+    simulator and the device's runner each lower it themselves (printing it here as well
+    would cost as much as a case's run)."""
+    lowering, subgroup, frag = rewrite
+    return rewrite_launch(launch, lowering=lowering, subgroup=subgroup, frag=frag,
+                          staging=target.staging, schedule=schedule).launch
 
 
 def matrix(target: Target, examples: Path, *, quick: bool = False, only: tuple[str, ...] = (),
@@ -227,7 +236,7 @@ def _distinct(cases: list[Case], staging: Staging) -> list[Case]:
         if case.lowering is None or case.schedule is not None:
             return case
         # a size's launch covers at most m x n outputs, and every size of the matrix stays
-        # below LARGE_REGION, so this is the schedule rewrite_launch picks
+        # below LARGE_REGION, so this is the schedule the target's policy picks
         return replace(case, schedule=staging.schedule_for(case.lowering.value, case.size.m,
                                                            case.size.n))
     seen: set[Case] = set()
@@ -306,9 +315,8 @@ def _prepare(case: Case, target: Target) -> Prepared:
 
     launch = original
     if case.lowering is not None:
-        launch = rewrite_launch(original, lowering=case.lowering, subgroup=case.subgroup or 32,
-                                frag=case.frag or 16, staging=target.staging,
-                                schedule=case.schedule).launch
+        launch = rewritten(target, original, (case.lowering, case.subgroup or 32,
+                                              case.frag or 16), case.schedule)
     launch = replace(launch, args={**launch.args, gemm.c.array: guarded})
     masks = {p.name: (writable if p.name == gemm.c.array
                       else np.zeros(np.asarray(launch.args[p.name]).size, bool))

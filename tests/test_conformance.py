@@ -95,6 +95,21 @@ def test_sim_cuda_quick_passes_and_writes_a_report_of_every_case(tmp_path: Path)
     assert all(v == "bit-identical" for c in data["cases"] for v in c["arrays"].values())
 
 
+@pytest.mark.parametrize(("example", "lowering", "schedule"), [
+    ("gemm_f32", Lowering.BF16X3_OPERANDS, None),
+    ("gemm_i32", Lowering.INT32_BYTE_PLANES, None),
+    ("gemm_f16", Lowering.F16_OPERANDS, Schedule.parse("t128k64s2g"))])
+def test_a_rewrite_case_runs_the_launch_the_target_compiles(
+        example: str, lowering: Lowering, schedule: Schedule | None) -> None:
+    cuda = registry.target("cuda")
+    original = load_module(EXAMPLES / f"{example}.py").make(70, 45, 33)
+    case = conformance.rewritten(cuda, original, (lowering, 32, 16), schedule)
+    compiled = cuda.compile(original, lowering=lowering, schedule=schedule).launch
+    assert (case.kernel, case.grid, case.block) == (compiled.kernel, compiled.grid,
+                                                    compiled.block)
+    assert list(case.args) == list(compiled.args)
+
+
 def test_the_full_matrix_has_the_edge_sizes_and_partial_launches() -> None:
     cases = conformance.matrix(registry.target("cuda"), EXAMPLES)
     sizes = {(c.size.m, c.size.n, c.size.k) for c in cases}
@@ -138,7 +153,7 @@ def test_an_offered_schedule_runs_under_its_lowering_at_the_large_schedules_size
     cases = conformance.matrix(offering(cuda, ("F16_operands", "t128k16p")), EXAMPLES)
     f16 = {(c.example.stem, c.subgroup, c.frag) for c in cases
            if c.lowering is Lowering.F16_OPERANDS}
-    assert len(f16) == 7  # every example but the byte planes' gemm_i32
+    assert len(f16) == 8  # every float example: not the integer gemm_i32 and gemm_i8
     assert scheduled(cases, "t128k16p") == sorted(
         (example, "F16_operands", sg, frag, size.label) for example, sg, frag in f16
         for size in conformance.SCHEDULE_SIZES)
