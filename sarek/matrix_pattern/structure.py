@@ -183,10 +183,8 @@ class Structure:
                                   "range()")
             case ir.Return():
                 raise self.refuse(s, f"a return before the store to {self.target.array}")
-            case ir.ArrayDecl(name=name, space=MemSpace.SHARED, layout=None):
-                self.shared[name] = s
-            case ir.ArrayDecl(name=name, space=MemSpace.SHARED) if _foreign(s) is None:
-                self.shared_tensor(s)
+            case ir.ArrayDecl() if _foreign(s) is None:
+                self.declare_shared(s)
             case _:
                 reason = _foreign(s)
                 if reason is None:
@@ -194,14 +192,15 @@ class Structure:
                 raise self.refuse(s, reason)
         return False
 
-    def shared_tensor(self, s: ir.ArrayDecl) -> None:
-        """A shared array declared with a layout over memory (``sa[ty, tx]``): a staging tile,
-        unless the kernel also holds fragments, tiles or local arrays, whose refusal says
-        more."""
-        for other in walk(self.kernel.body):
-            reason = _foreign(other)
-            if reason is not None:
-                raise self.refuse(other, reason)
+    def declare_shared(self, s: ir.ArrayDecl) -> None:
+        """A shared array: a staging tile. One declared with a layout over memory
+        (``sa[ty, tx]``) is one too, unless the kernel also holds fragments, tiles or local
+        arrays, whose refusal says more."""
+        if s.layout is not None:
+            for other in walk(self.kernel.body):
+                reason = _foreign(other)
+                if reason is not None:
+                    raise self.refuse(other, reason)
         self.shared[s.name] = s
 
     def conditional(self, s: ir.If, cond_as_written: ir.Expr, then: tuple[ir.Stmt, ...],
