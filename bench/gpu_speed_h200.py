@@ -32,24 +32,22 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from backends.cuda.emit import emit  # noqa: E402
 from backends.cuda.nvrtc import compile_cubin  # noqa: E402
 from backends.cuda.run import device_arch, device_name, launch_cubin, time_cubin  # noqa: E402
 from backends.cuda.shared import dynamic_bytes  # noqa: E402
+from backends.pipeline import Compiled  # noqa: E402
 from backends.registry import target  # noqa: E402
 from sarek.dsl import numpy_dtype  # noqa: E402
-from sarek.launch import Launch  # noqa: E402
 from sarek.loader import load_module  # noqa: E402
-from sarek.matrix_pattern import recognize  # noqa: E402
-from sarek.matrix_rewrite import rewrite_launch  # noqa: E402
 from sarek.matrix_scheme import Lowering  # noqa: E402
 from sarek.schedule import SEED  # noqa: E402
 
 REPEATS = 10
 
 
-def _compiled(launch: Launch, arch: str) -> tuple[bytes, list[Any]]:
-    cubin = compile_cubin(emit(launch.kernel), arch, f"{launch.kernel.name}.cu")
+def _compiled(compiled: Compiled, arch: str) -> tuple[bytes, list[Any]]:
+    launch = compiled.launch
+    cubin = compile_cubin(compiled.text, arch, f"{launch.kernel.name}.cu")
     params: list[Any] = []
     for p in launch.kernel.params:
         dt = numpy_dtype(p.elem)
@@ -58,15 +56,17 @@ def _compiled(launch: Launch, arch: str) -> tuple[bytes, list[Any]]:
     return cubin, params
 
 
-def kernel_seconds(launch: Launch, arch: str) -> float:
-    cubin, params = _compiled(launch, arch)
+def kernel_seconds(compiled: Compiled, arch: str) -> float:
+    cubin, params = _compiled(compiled, arch)
+    launch = compiled.launch
     return statistics.median(time_cubin(cubin, launch.kernel.name, params, launch.grid,
                                         launch.block, REPEATS, dynamic_bytes(launch.kernel)))
 
 
-def kernel_output(launch: Launch, arch: str, array: str) -> np.ndarray:
+def kernel_output(compiled: Compiled, arch: str, array: str) -> np.ndarray:
     """``array`` after one launch on the device (its bit pattern)."""
-    cubin, params = _compiled(launch, arch)
+    cubin, params = _compiled(compiled, arch)
+    launch = compiled.launch
     out = launch_cubin(cubin, launch.kernel.name, params, launch.grid, launch.block,
                        dynamic_bytes(launch.kernel))
     index = [p.name for p in launch.kernel.params].index(array)
@@ -188,7 +188,7 @@ def main() -> int:
         update_readme(args.readme, markdown(json.loads(args.render.read_text())))
         return 0
     arch = device_arch()
-    staging = target("cuda").staging
+    cuda = target("cuda")
     rows: list[dict[str, Any]] = []
     table = Table(title=f"GEMM on {device_name()} (CUDA-event medians of {REPEATS})")
     for col in ("n", "kernel", "schedule", "ms", "TFLOP/s or Tops"):
@@ -201,21 +201,24 @@ def main() -> int:
                 for name in ("gemm_f32", "gemm_f16", "gemm_i32")}
         for label, name in (("naive f32 (original gemm_f32)", "gemm_f32"),
                             ("naive int32 (original gemm_i32)", "gemm_i32")):
-            times[label], schedules[label] = kernel_seconds(made[name], arch), "original"
+            times[label] = kernel_seconds(cuda.compile(made[name], rewrite=False), arch)
+            schedules[label] = "original"
         same: dict[str, bool] = {}
         for label, name, lowering in LOWERINGS:
             launch = made[name]
-            best = rewrite_launch(launch, lowering=lowering, staging=staging)
-            seed = rewrite_launch(launch, lowering=lowering, staging=staging, schedule=SEED)
-            times[label], schedules[label] = kernel_seconds(best.launch, arch), best.schedule.name
+            best = cuda.compile(launch, lowering=lowering)
+            seed = cuda.compile(launch, lowering=lowering, schedule=SEED)
+            assert best.rewritten is not None and best.gemm is not None
+            times[label] = kernel_seconds(best, arch)
+            schedules[label] = best.rewritten.schedule.name
             seed_label = f"{label}, seed schedule"
-            times[seed_label] = kernel_seconds(seed.launch, arch)
+            times[seed_label] = kernel_seconds(seed, arch)
             schedules[seed_label] = SEED.name
             # Every schedule takes each output's products in the same order: the device must
             # give the seed's bits under the best one too.
-            c = recognize(launch.kernel).c.array
-            same[label] = bool(np.array_equal(kernel_output(best.launch, arch, c),
-                                              kernel_output(seed.launch, arch, c)))
+            c = best.gemm.c.array
+            same[label] = bool(np.array_equal(kernel_output(best, arch, c),
+                                              kernel_output(seed, arch, c)))
         for label, t in times.items():
             rows.append({"n": n, "kernel": label, "schedule": schedules[label],
                          "median_s": t, "tflops": flops / t / 1e12})

@@ -31,15 +31,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from backends.opencl.emit import emit  # noqa: E402
-from backends.opencl.lower import lower  # noqa: E402
 from backends.opencl.run import OPTIMIZE_VARIABLE, build_options, find_device  # noqa: E402
+from backends.pipeline import Compiled  # noqa: E402
+from backends.registry import target  # noqa: E402
 from sarek import ir  # noqa: E402
 from sarek.demo import compare  # noqa: E402
 from sarek.dsl import numpy_dtype  # noqa: E402
-from sarek.launch import Launch  # noqa: E402
 from sarek.loader import load_module  # noqa: E402
-from sarek.matrix_rewrite import rewrite_launch  # noqa: E402
 from sarek.matrix_scheme import Lowering  # noqa: E402
 from sim import simulate  # noqa: E402
 
@@ -52,14 +50,13 @@ OPTIMIZED = (("gemm_f16", Lowering.F16_OPERANDS, 32, 16), ("gemm_f16", Lowering.
 WARM = 5
 
 
-def measure(launch: Launch, optimized: bool) -> dict[str, Any]:
-    """Cold build, first launch and the median warm launch of ``launch`` on the first OpenCL
-    device, and whether its arrays equal the simulator's."""
+def measure(compiled: Compiled, optimized: bool) -> dict[str, Any]:
+    """Cold build, first launch and the median warm launch of ``compiled`` on the first OpenCL
+    device, and whether its arrays equal the simulator's running its lowered kernel."""
     import pyopencl as cl
 
     device = find_device("")
-    kernel = launch.kernel
-    source = emit(kernel)
+    launch, kernel, source = compiled.launch, compiled.launch.kernel, compiled.text
     if optimized:
         os.environ[OPTIMIZE_VARIABLE] = "1"
     try:
@@ -100,7 +97,7 @@ def measure(launch: Launch, optimized: bool) -> dict[str, Any]:
         run(queue, size, launch.block, *args)
         queue.finish()
         warm.append(time.perf_counter() - t)
-    want = simulate(lower(kernel), dict(launch.args), launch.grid, launch.block)
+    want = simulate(compiled.lowered, dict(launch.args), launch.grid, launch.block)
     same = all(compare(got[k], want[k])[0] for k in want)
     return {"lines": len(source.splitlines()), "build_s": built - start, "first_launch_s": first,
             "cold_total_s": built - start + first, "warm_launch_s": statistics.median(warm),
@@ -124,11 +121,12 @@ def main() -> int:
     print(f"{device.platform.name.strip()} / {device.name.strip()}, {n}^3, cold builds")
     print(f"{'kernel':34} {'sg':>3} {'frag':>4} {'opt':>4} {'lines':>6} {'build':>8} "
           f"{'1st run':>8} {'total':>8} {'warm':>8}  result")
+    opencl = target("opencl")
     for ex, low, sg, frag, optimized in jobs:
         original = load_module(ROOT / "examples" / f"{ex}.py").make(n, n, n)
-        launch = rewrite_launch(original, lowering=low, subgroup=sg, frag=frag).launch
+        compiled = opencl.compile(original, lowering=low, subgroup=sg, frag=frag)
         with np.errstate(all="ignore"):
-            m = measure(launch, optimized)
+            m = measure(compiled, optimized)
         row = {"example": ex, "lowering": low.value, "subgroup": sg, "frag": frag,
                "optimized": optimized, "size": n, **m}
         rows.append(row)

@@ -33,7 +33,6 @@ sys.path.insert(0, str(ROOT / "bench"))
 from gpu_speed_h200 import REPEATS  # noqa: E402
 from schedule_sweep_h200 import EXAMPLE  # noqa: E402
 
-from backends.cuda.emit import emit  # noqa: E402
 from backends.cuda.nvrtc import compile_logged  # noqa: E402
 from backends.cuda.run import device_arch, device_name, launch_cubin, time_cubin  # noqa: E402
 from backends.cuda.shared import dynamic_bytes  # noqa: E402
@@ -41,7 +40,6 @@ from backends.registry import target  # noqa: E402
 from sarek.dsl import numpy_dtype  # noqa: E402
 from sarek.launch import Launch  # noqa: E402
 from sarek.loader import load_module  # noqa: E402
-from sarek.matrix_rewrite import rewrite_launch  # noqa: E402
 from sarek.matrix_scheme import Lowering  # noqa: E402
 
 
@@ -84,8 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     for lowering in Lowering:
         launch = load_module(ROOT / "examples" / f"{EXAMPLE[lowering]}.py").make(
             args.n, args.n, args.n)
-        rw = rewrite_launch(launch, lowering=lowering, staging=target("cuda").staging).launch
-        source, params = emit(rw.kernel), params_of(rw)
+        cuda = target("cuda").compile(launch, lowering=lowering)
+        rw, source = cuda.launch, cuda.text
+        params = params_of(rw)
         shared = dynamic_bytes(rw.kernel)
         out_index = [p.name for p in rw.kernel.params].index("c")
         reference = None

@@ -32,8 +32,6 @@ from backends.cuda.run import device_arch, device_name  # noqa: E402
 from backends.registry import target  # noqa: E402
 from sarek.errors import SarekError  # noqa: E402
 from sarek.loader import load_module  # noqa: E402
-from sarek.matrix_pattern import recognize  # noqa: E402
-from sarek.matrix_rewrite import rewrite_launch  # noqa: E402
 from sarek.matrix_scheme import Lowering  # noqa: E402
 from sarek.schedule import SEED, Schedule  # noqa: E402
 
@@ -66,7 +64,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results"
                         / "schedule_sweep_h200.json")
     args = parser.parse_args()
-    n, arch, staging = args.n, device_arch(), target("cuda").staging
+    n, arch, cuda = args.n, device_arch(), target("cuda")
     lowerings = [Lowering(x) for x in args.lowering] if args.lowering else list(Lowering)
     table = Table(title=f"schedules at {n}^3 on {device_name()}")
     for col in ("lowering", "schedule", "ms", "TFLOP/s", "x seed", "bits = seed"):
@@ -75,16 +73,16 @@ def main() -> int:
     for lowering in lowerings:
         example = args.example or EXAMPLE[lowering]
         launch = load_module(ROOT / "examples" / f"{example}.py").make(n, n, n)
-        c = recognize(launch.kernel).c.array
-        seed = rewrite_launch(launch, lowering=lowering, staging=staging, schedule=SEED).launch
+        seed = cuda.compile(launch, lowering=lowering, schedule=SEED)
+        assert seed.gemm is not None
+        c = seed.gemm.c.array
         seed_c = kernel_output(seed, arch, c)
         seed_s = kernel_seconds(seed, arch)
         chosen = [Schedule.parse(x) for x in args.schedule] if args.schedule else CANDIDATES
         for schedule in [SEED, *(x for x in chosen if x != SEED)]:
             row: dict[str, Any] = {"lowering": lowering.value, "schedule": schedule.name}
             try:
-                rw = rewrite_launch(launch, lowering=lowering, staging=staging,
-                                    schedule=schedule).launch
+                rw = cuda.compile(launch, lowering=lowering, schedule=schedule)
                 s = seed_s if schedule == SEED else kernel_seconds(rw, arch)
                 same = schedule == SEED or bool(np.array_equal(kernel_output(rw, arch, c),
                                                                seed_c))

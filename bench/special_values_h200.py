@@ -99,7 +99,8 @@ def main() -> int:
                 print(f"{name:9} {what:22} original: {e.reason}")
                 continue
             for lowering in LOWERINGS:
-                done = rewrite_launch(run, lowering=lowering, staging=target.staging).launch
+                # the neutral rewrite as the target compiles it: its runner lowers it
+                done = rewrite_launch(run, lowering=lowering, target=name).launch
                 got = target.run(done.kernel, done.args, done.grid, done.block)["c"]
                 sim = done.simulate(target=name)["c"]
                 against_sim = same_bits(got, sim)

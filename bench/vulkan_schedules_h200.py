@@ -26,7 +26,6 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from backends.registry import target  # noqa: E402
 from backends.spirv import run as vulkan  # noqa: E402
 from backends.spirv.device import VulkanError, device  # noqa: E402
 from sarek.loader import load_module  # noqa: E402
@@ -44,13 +43,12 @@ def main() -> int:
     args = parser.parse_args()
     d = device()
     launch = load_module(ROOT / "examples" / "gemm_f16.py").make(150, 133, 70)
-    staging = target("vulkan").staging
     table = Table(title=f"F16 rewrites of gemm_f16 at 150x133x70 through Vulkan on {d.name}")
     for col in ("schedule", "outcome"):
         table.add_column(col)
     rows: list[dict[str, Any]] = []
     for name in args.schedule or SCHEDULES:
-        rw = rewrite_launch(launch, lowering=Lowering.F16_OPERANDS, staging=staging,
+        rw = rewrite_launch(launch, lowering=Lowering.F16_OPERANDS, target="vulkan",
                             schedule=Schedule.parse(name)).launch
         try:
             got = vulkan.run(rw.kernel, dict(rw.args), rw.grid, rw.block)
