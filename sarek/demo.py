@@ -123,9 +123,12 @@ def run_rewrites(examples: Path, size: tuple[int, int, int] = (70, 45, 33)) -> l
 
 def cuda_rows(examples: Path) -> list[tuple[str, ...]]:
     """Each example's kernel printed as CUDA and compiled by NVRTC for sm_80 and sm_90, and
-    its rewrite (the selected lowering, subgroup 32, fragment 16) for sm_90."""
+    its rewrite as the CUDA target compiles it (the selected lowering, subgroup 32, fragment
+    16, CUDA's staging) for sm_90."""
     from backends.cuda import compile_cubin, emit, nvrtc_available
+    from backends.registry import target
 
+    cuda = target("cuda")
     missing = nvrtc_available()
     rows: list[tuple[str, ...]] = []
     for path in [*sorted(examples.glob("gemm_*.py")), examples / "ldmatrix_interleaved.py"]:
@@ -133,7 +136,7 @@ def cuda_rows(examples: Path) -> list[tuple[str, ...]]:
         gemm = path.stem.startswith("gemm")
         launch = module.make(70, 45, 33) if gemm else module.make()
         src = emit(launch.kernel)
-        rw = emit(rewrite_launch(launch).launch.kernel) if gemm else ""
+        rw = cuda.compile(launch).text if gemm else ""
         if missing:
             rows.append((path.stem, f"{len(src.splitlines())} lines", missing, "", ""))
             continue
@@ -236,11 +239,12 @@ def opencl_rewrite_rows(examples: Path, size: tuple[int, int, int] = (70, 45, 33
         for lowering in lowerings_taking(recognize(launch.kernel).operand_elt):
             cells = []
             for subgroup, frag in CONFIGS:
-                rw = rewrite_launch(launch, lowering=lowering, subgroup=subgroup, frag=frag,
-                                    staging=opencl.staging).launch
+                compiled = opencl.compile(launch, lowering=lowering, subgroup=subgroup,
+                                          frag=frag)
                 if missing:
-                    cells.append(f"{len(opencl.emit(rw.kernel).splitlines())} lines")
+                    cells.append(f"{len(compiled.text.splitlines())} lines")
                     continue
+                rw = compiled.launch
                 assert opencl.run is not None
                 got = opencl.run(rw.kernel, dict(rw.args), rw.grid, rw.block)
                 want = rw.simulate(target="opencl")
@@ -280,20 +284,19 @@ def metal_rows(examples: Path) -> list[tuple[str, ...]]:
     for path in sorted(examples.glob("gemm_*.py")):
         launch = load_module(path).make(70, 45, 33)
         src = emit(launch.kernel)
-        lowering = select(recognize(launch.kernel))
-        refusal = metal.refuses(lowering, 32, 8)
-        if refusal is None:
-            try:
-                rw = emit(rewrite_launch(launch, lowering=lowering, subgroup=32, frag=8,
-                                         staging=metal.staging).launch.kernel)
-            except SarekError as e:
-                refusal = e.reason
-        if refusal is not None:
-            rewritten, verdict = f"{lowering}: refused", refusal.split(": ")[-1]
+        try:
+            compiled = metal.compile(launch, subgroup=32, frag=8)
+        except SarekError as e:
+            # the refusal does not say which lowering it refused: the one compile selects
+            lowering = select(recognize(launch.kernel))
+            rewritten, verdict = f"{lowering}: refused", e.reason.split(": ")[-1]
         else:
-            rewritten = (f"{lowering}: {rw.count('simdgroup_multiply_accumulate(')} "
-                         "simdgroup_multiply_accumulate")
-            verdict = checked(rw, f"{path.stem}_rewritten.metal")
+            rw = compiled.text
+            done = compiled.rewritten
+            rewritten = (f"{done.lowering}: {rw.count('simdgroup_multiply_accumulate(')} "
+                         "simdgroup_multiply_accumulate" if done else "not rewritten")
+            verdict = checked(rw, f"{path.stem}_rewritten.metal") if done else str(
+                compiled.not_rewritten)
         rows.append((path.stem, f"{len(src.splitlines())} lines",
                      checked(src, f"{path.stem}.metal"), rewritten, verdict))
     return rows
@@ -317,9 +320,8 @@ def spirv_rows(examples: Path) -> tuple[list[tuple[str, ...]], int, int]:
         modules = [emit(launch.kernel)]
         for lowering in lowerings_taking(recognize(launch.kernel).operand_elt):
             for subgroup, frag in CONFIGS:
-                modules.append(emit(rewrite_launch(launch, lowering=lowering, subgroup=subgroup,
-                                                   frag=frag, staging=spirv.staging
-                                                   ).launch.kernel))
+                modules.append(spirv.compile(launch, lowering=lowering, subgroup=subgroup,
+                                             frag=frag).text)
         ok = []
         for text in modules:
             try:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 
 from sarek.cli import main
@@ -37,3 +40,24 @@ def test_bad_request_is_an_error_line_not_a_traceback(capsys: pytest.CaptureFixt
     assert main(["rewrite", f"{EXAMPLES}/gemm_f16.py", "--frag", "32"]) == 2
     assert capsys.readouterr().err.strip() == (
         "sarek: error: fragment 32 has no template; supported: 16, 8")
+
+
+def test_the_demos_cuda_rewrite_is_the_kernel_the_cuda_target_compiles(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from conftest import EXAMPLES
+
+    import backends.cuda
+    from backends.registry import target
+    from sarek import demo
+    from sarek.loader import load_module
+
+    for name in ("gemm_i32.py", "ldmatrix_interleaved.py"):
+        shutil.copy(EXAMPLES / name, tmp_path / name)
+    compiled: list[str] = []
+    monkeypatch.setattr(backends.cuda, "nvrtc_available", lambda: None)
+    monkeypatch.setattr(backends.cuda, "compile_cubin",
+                        lambda src, arch: compiled.append(src) or b"cubin")
+    demo.cuda_rows(tmp_path)
+    launch = load_module(tmp_path / "gemm_i32.py").make(70, 45, 33)
+    # the original for sm_80 and sm_90, then the rewrite under CUDA's staging for sm_90
+    assert compiled[2] == target("cuda").compile(launch).text
