@@ -21,11 +21,13 @@ rewrite=False)``) default from the environment: ``SAREK_TARGET``.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from functools import cache
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -60,62 +62,123 @@ class Options:
 
 def target_name(options: Options) -> str:
     """The target a launch runs on: the option, else ``$SAREK_TARGET``, else ``cuda``."""
-    from backends import registry
-
     name = options.target or os.environ.get("SAREK_TARGET") or "cuda"
-    base = name.removeprefix("sim-") if name != "sim" else "cuda"
-    if base not in registry.names():
+    if name not in _valid_targets():
+        from backends import registry
+
         raise LaunchError(f"unknown target {name!r} (SAREK_TARGET or target=); the targets are "
                           f"{', '.join(registry.names())}, sim, and sim-T for a target T")
     return name
+
+
+@cache
+def _valid_targets() -> frozenset[str]:
+    from backends import registry
+
+    return frozenset((*registry.names(), "sim", *(f"sim-{n}" for n in registry.names())))
 
 
 # --------------------------------------------------------------------------- the arguments
 
 
 @dataclass(frozen=True)
-class Bound:
-    """One call's arguments checked against the kernel's parameters: the values by name (a
-    device array as its ``backends.cuda.launch.DeviceArray``), and what decides the compiled
-    launch (scalar values and array sizes)."""
+class Slot:
+    """What one parameter takes, worked out once per kernel: its dtype (and the dtype's
+    ``typestr``, which a ``__cuda_array_interface__`` must match) and, for an integer scalar,
+    its range."""
 
-    values: dict[str, Any]
+    param: ir.ArrayParam | ir.ScalarParam
+    array: bool
+    dtype: np.dtype[Any]
+    typestr: str
+    low: int | None
+    high: int | None
+    floating: bool  # a float scalar
+
+
+def slots(kernel: ir.Kernel) -> tuple[Slot, ...]:
+    """The kernel's parameters as ``Slot``s."""
+    from sarek.dtypes import int_range
+
+    out = []
+    for p in kernel.params:
+        dt = numpy_dtype(p.elem)
+        low, high = int_range(p.elem) if p.elem.is_int and not isinstance(
+            p, ir.ArrayParam) else (None, None)
+        array = isinstance(p, ir.ArrayParam)
+        out.append(Slot(p, array, dt, dt.str, low, high, p.elem.is_float and not array))
+    return tuple(out)
+
+
+class Bound(NamedTuple):
+    """One call's arguments checked against the kernel's parameters: the values in parameter
+    order (a NumPy array as it is, a device array as a ``backends.cuda.launch.DeviceArray``, a
+    scalar as a checked Python number), and what decides the compiled launch (scalar values
+    and array sizes)."""
+
+    values: list[Any]
     shape_key: tuple[Any, ...]
     device: bool  # some array lives on a GPU
 
 
-def _device_view(param: ir.ArrayParam, value: Any) -> Any:
-    from backends.cuda.launch import device_array
-
-    return device_array(param.name, value, numpy_dtype(param.elem))
-
-
-def bind(kernel: ir.Kernel, args: Sequence[Any]) -> Bound:
-    """``args`` checked against ``kernel``'s parameters, in order."""
-    params = kernel.params
-    if len(args) != len(params):
-        raise LaunchError(f"kernel {kernel.name!r} takes {len(params)} arguments "
-                          f"({', '.join(p.name for p in params)}), got {len(args)}")
-    values: dict[str, Any] = {}
+def bind(kernel: ir.Kernel, args: Sequence[Any], plan: tuple[Slot, ...] | None = None
+         ) -> Bound:
+    """``args`` checked against ``kernel``'s parameters, in order. The common cases (a
+    contiguous device array of the parameter's type, an int or float scalar in range) take
+    the first branch of each test: this runs on every launch."""
+    plan = plan if plan is not None else slots(kernel)
+    if len(args) != len(plan):
+        raise LaunchError(f"kernel {kernel.name!r} takes {len(plan)} arguments "
+                          f"({', '.join(sl.param.name for sl in plan)}), got {len(args)}")
+    values: list[Any] = []
     key: list[Any] = []
     device = False
-    for p, value in zip(params, args, strict=True):
-        want = numpy_dtype(p.elem)
-        if isinstance(p, ir.ArrayParam):
-            if isinstance(value, np.ndarray):
-                values[p.name] = host_array(p.name, value, want)
-            elif hasattr(value, "__cuda_array_interface__") or hasattr(value, "__dlpack__"):
-                values[p.name] = _device_view(p, value)
-                device = True
+    for sl, value in zip(plan, args):  # noqa: B905 (the lengths were just compared)
+        kind = type(value)
+        x: Any
+        if sl.array:
+            if kind is np.ndarray:
+                x = host_array(sl.param.name, value, sl.dtype)
             else:
-                raise LaunchError(f"argument {p.name!r}: expected an array of {p.elem} (NumPy, "
-                                  f"CuPy, PyTorch or any __cuda_array_interface__ / __dlpack__ "
-                                  f"object), got {type(value).__name__}")
-            key.append(values[p.name].size)
+                cai = getattr(value, "__cuda_array_interface__", None)
+                if cai is not None and _fast[0] is not None and cai["typestr"] == sl.typestr \
+                        and cai.get("strides") is None:  # contiguous, of the right type
+                    x = _fast[0](sl.param.name, cai["data"][0], math.prod(cai["shape"]), kind)
+                else:
+                    x = _device_view(sl, value)
+                device = True
+            values.append(x)
+            key.append(x.size)
+        elif kind is int and sl.low is not None and sl.low <= value <= sl.high:
+            values.append(value)
+            key.append(value)
+        elif (kind is float or kind is np.float32) and sl.floating:
+            values.append(float(value))
+            key.append(values[-1])
         else:
-            values[p.name] = scalar(p, value)
-            key.append(values[p.name].item())
+            x = scalar(sl, value)
+            values.append(x)
+            key.append(x)
     return Bound(values, tuple(key), device)
+
+
+def _device_view(sl: Slot, value: Any) -> Any:
+    global _device_array
+    if _device_array is None:
+        from backends.cuda.launch import device_array, fast_device_array, one_gpu
+
+        _device_array = device_array
+        _fast[0] = fast_device_array if one_gpu() else None
+    cai = getattr(value, "__cuda_array_interface__", None)
+    if cai is None and not hasattr(value, "__dlpack__"):
+        raise LaunchError(f"argument {sl.param.name!r}: expected an array of {sl.param.elem} "
+                          f"(NumPy, CuPy, PyTorch or any __cuda_array_interface__ / __dlpack__ "
+                          f"object), got {type(value).__name__}")
+    return _device_array(sl.param.name, value, sl.dtype, sl.typestr, cai)
+
+
+_device_array: Any = None  # backends.cuda.launch.device_array, imported on the first device array
+_fast: list[Any] = [None]  # backends.cuda.launch.fast_device_array on a machine of one GPU
 
 
 def host_array(name: str, value: np.ndarray, want: np.dtype[Any]) -> np.ndarray:
@@ -130,71 +193,81 @@ def host_array(name: str, value: np.ndarray, want: np.dtype[Any]) -> np.ndarray:
     return value
 
 
-def scalar(p: ir.ScalarParam | ir.ArrayParam, value: Any) -> np.generic:
-    """A scalar argument as the parameter's type; ``LaunchError`` for a value of another kind
-    or one the type cannot hold."""
-    dt = numpy_dtype(p.elem)
-    if isinstance(value, np.ndarray) or hasattr(value, "__cuda_array_interface__"):
-        raise LaunchError(f"argument {p.name!r} is an array; the parameter is a {p.elem} scalar")
-    if p.elem.is_int:
+def scalar(sl: Slot, value: Any) -> int | float | bool:
+    """A scalar argument checked for the parameter's type, as a Python number;
+    ``LaunchError`` for a value of another kind or one the type cannot hold."""
+    p = sl.param
+    if sl.low is not None and sl.high is not None:
         if isinstance(value, bool) or not isinstance(value, int | np.integer):
+            if isinstance(value, np.ndarray) or hasattr(value, "__cuda_array_interface__"):
+                raise LaunchError(f"argument {p.name!r} is an array; the parameter is a "
+                                  f"{p.elem} scalar")
             raise LaunchError(f"argument {p.name!r} is {type(value).__name__} "
                               f"{str(value)[:40]}; the parameter is a {p.elem} integer")
-        info = np.iinfo(dt)
-        if not info.min <= int(value) <= info.max:
+        if not sl.low <= value <= sl.high:
             raise LaunchError(f"argument {p.name!r} = {value} does not fit {p.elem} "
-                              f"({info.min} to {info.max})")
-        return dt.type(int(value))  # type: ignore[no-any-return]
+                              f"({sl.low} to {sl.high})")
+        return int(value)
+    if isinstance(value, np.ndarray) or hasattr(value, "__cuda_array_interface__"):
+        raise LaunchError(f"argument {p.name!r} is an array; the parameter is a {p.elem} scalar")
     if p.elem.is_float:
         if isinstance(value, bool) or not isinstance(value, int | float | np.integer
                                                      | np.floating):
             raise LaunchError(f"argument {p.name!r} is {type(value).__name__}; the parameter "
                               f"is a {p.elem} number")
-        with np.errstate(over="ignore"):
-            return dt.type(value)  # type: ignore[no-any-return]
-    return dt.type(bool(value))  # type: ignore[no-any-return]
+        return float(value)
+    return bool(value)
 
 
 # --------------------------------------------------------------------------- compiling
 
 
-def _stand_in(value: Any) -> Any:
-    """What the pipeline sees of an argument: a scalar as it is, an array as a zero-cost view
-    of its size and type (the region checks addresses against sizes only)."""
-    if isinstance(value, np.generic):
-        return value
-    return np.broadcast_to(np.zeros((), value.dtype), (value.size,))
+def _stand_in(sl: Slot, value: Any) -> Any:
+    """What the pipeline sees of an argument: a scalar as a NumPy scalar of the parameter's
+    type, an array as a zero-cost view of its size and type (the region checks addresses
+    against sizes only)."""
+    if not sl.array:
+        return sl.dtype.type(value)
+    return np.broadcast_to(np.zeros((), sl.dtype), (value.size,))
 
 
 @dataclass
 class Memo:
-    """A kernel's compiled launches, by (target, grid, block, shape key, options)."""
+    """A kernel's parameter slots and its compiled launches, by (target, grid, block, shape
+    key) (one ``Memo`` per set of options); ``repeat`` holds, per thread, the last CUDA launch
+    (``backends.cuda.launch.Repeat``), which a call with the very same arguments launches
+    again without binding them."""
 
+    plan: tuple[Slot, ...] | None = None
     entries: dict[tuple[Any, ...], Compiled] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    repeat: threading.local = field(default_factory=threading.local)
 
 
 def compiled(kernel: ir.Kernel, memo: Memo, target: str, grid: Dim3, block: Dim3,
              bound: Bound, options: Options) -> Compiled:
     """The launch compiled for ``target`` (memoized)."""
-    k = (target, grid, block, bound.shape_key, options)
+    k = (target, grid, block, bound.shape_key)
     found = memo.entries.get(k)
     if found is not None:
         return found
     from backends import registry
 
+    plan = memo.plan or slots(kernel)
     base = "cuda" if target == "sim" else target.removeprefix("sim-")
-    launch = Launch(kernel, {n: _stand_in(v) for n, v in bound.values.items()}, grid, block)
-    made = registry.target(base).compile(launch, **options.compile_options())
+    args = {sl.param.name: _stand_in(sl, v) for sl, v in zip(plan, bound.values, strict=True)}
+    made = registry.target(base).compile(Launch(kernel, args, grid, block),
+                                         **options.compile_options())
     with memo.lock:
         memo.entries[k] = made
     return made
 
 
-def arguments(done: Compiled, bound: Bound) -> list[Any]:
-    """The rewritten (or original) kernel's arguments in parameter order: the caller's, then
-    the region's values."""
-    user = list(bound.values.values())
+def arguments(done: Compiled, bound: Bound, plan: tuple[Slot, ...]) -> list[Any]:
+    """The rewritten (or original) kernel's arguments in parameter order: the caller's
+    (scalars as NumPy scalars of their types), then the region's values."""
+    user = [v if sl.array else sl.dtype.type(v) for sl, v in zip(plan, bound.values,
+                                                                  strict=True)]
     extra = [done.launch.args[p.name] for p in done.launch.kernel.params[len(user):]]
     return [*user, *extra]
 
@@ -205,27 +278,30 @@ def arguments(done: Compiled, bound: Bound) -> list[Any]:
 def launch(kernel: ir.Kernel, memo: Memo, grid: Any, block: Any, stream: Any,
            args: Sequence[Any], options: Options) -> None:
     """One launch (the module docstring)."""
-    g, b = dim3(grid), dim3(block)
+    g = grid if _is_dim3(grid) else dim3(grid)
+    b = block if _is_dim3(block) else dim3(block)
     target = target_name(options)
-    bound = bind(kernel, args)
-    if bound.device and target != "cuda":
-        raise LaunchError(f"the {target} target takes NumPy arrays; device arrays (CuPy, "
-                          "PyTorch, ...) run on the cuda target")
+    if memo.plan is None:
+        memo.plan = slots(kernel)
+    bound = bind(kernel, args, memo.plan)
     if target == "cuda":
-        from backends.cuda.launch import ensure_driver
+        from backends.cuda.launch import ensure_driver, run_compiled
 
         ensure_driver()
-    done = compiled(kernel, memo, target, g, b, bound, options)
-    values = arguments(done, bound)
-    if not all(done.launch.grid):
-        return  # an empty launch: nothing runs, nothing is written
-    if target == "cuda":
-        from backends.cuda.launch import run_compiled
-
-        run_compiled(done, values, stream)
+        done = compiled(kernel, memo, target, g, b, bound, options)
+        if all(done.launch.grid):  # an empty launch runs nothing and writes nothing
+            memo.repeat.last = run_compiled(done, bound.values, stream,
+                                           (grid, block, tuple(args)))
         return
+    if bound.device:
+        raise LaunchError(f"the {target} target takes NumPy arrays; device arrays (CuPy, "
+                          "PyTorch, ...) run on the cuda target")
     if stream is not None:
         raise LaunchError(f"a stream is a CUDA launch's; the {target} target runs synchronously")
+    done = compiled(kernel, memo, target, g, b, bound, options)
+    if not all(done.launch.grid):
+        return
+    values = arguments(done, bound, memo.plan)
     names = [p.name for p in done.launch.kernel.params]
     if target.startswith("sim"):
         base = "cuda" if target == "sim" else target.removeprefix("sim-")
@@ -240,6 +316,11 @@ def launch(kernel: ir.Kernel, memo: Memo, grid: Any, block: Any, stream: Any,
             raise SarekError(f"the {target} target cannot run here: {reason}")
         out = runner.run(done.launch.kernel, values, done.launch.grid, done.launch.block)
     _write_back(out, names, values)
+
+
+def _is_dim3(v: Any) -> bool:
+    return (type(v) is tuple and len(v) == 3 and type(v[0]) is int and type(v[1]) is int
+            and type(v[2]) is int and v[0] >= 0 and v[1] >= 0 and v[2] >= 0)
 
 
 def _write_back(out: Mapping[str, np.ndarray], names: list[str], values: list[Any]) -> None:
@@ -259,6 +340,11 @@ class Configured:
 
     def __call__(self, *args: Any) -> None:
         f = self.function
+        last = getattr(f.memo.repeat, "last", None)
+        if last is not None and last.same(self.grid, self.block, self.stream, args) and (
+                (f.options.target or os.environ.get("SAREK_TARGET") or "cuda") == "cuda"):
+            last.launch()
+            return
         launch(f.ir, f.memo, self.grid, self.block, self.stream, args, f.options)
 
 

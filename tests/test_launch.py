@@ -237,3 +237,23 @@ def test_torch_tensors_are_used_in_place_on_the_current_stream() -> None:
     want = np.zeros_like(c)
     SIM[GRID, BLOCK](a, b, want, M, N, K)
     assert np.array_equal(tc.cpu().numpy(), want)
+
+
+@pytest.mark.device
+@needs_cuda
+def test_a_repeated_launch_follows_a_changed_argument() -> None:
+    """The repeat path (the very same arguments launch again without being bound) must not
+    serve a call whose output array or scalar changed."""
+    cupy = pytest.importorskip("cupy")
+    a, b, c = operands()
+    da, db = cupy.asarray(a), cupy.asarray(b)
+    first, second = cupy.zeros((M, N), cupy.float32), cupy.zeros((M, N), cupy.float32)
+    run = matmul.with_options(target="cuda")
+    for _ in range(2):
+        run[GRID, BLOCK](da, db, first, M, N, K)
+    run[GRID, BLOCK](da, db, second, M, N, 17)
+    want_k, want_17 = np.zeros_like(c), np.zeros_like(c)
+    SIM[GRID, BLOCK](a, b, want_k, M, N, K)
+    SIM[GRID, BLOCK](a, b, want_17, M, N, 17)
+    assert np.array_equal(cupy.asnumpy(first), want_k)
+    assert np.array_equal(cupy.asnumpy(second), want_17)

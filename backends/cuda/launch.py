@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass
 from functools import cache
@@ -39,15 +40,14 @@ _LOADED: dict[tuple[int, int], tuple[Compiled, Any, int]] = {}  # by id(compiled
 _LOADING = threading.Lock()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DeviceArray:
-    """A caller's array on a GPU: its device pointer, element count and type, its device and
-    the framework it came from (for its current stream)."""
+    """A caller's array on a GPU: its device pointer, element count, its device (None: the
+    only one) and the framework it came from (for its current stream)."""
 
     name: str
     ptr: int
     size: int
-    dtype: np.dtype[Any]
     device: int | None
     framework: str
 
@@ -63,19 +63,61 @@ def _contiguous(shape: tuple[int, ...], strides: tuple[int, ...] | None, itemsiz
                                                    strict=True))
 
 
-def device_array(name: str, value: Any, want: np.dtype[Any]) -> DeviceArray:
-    """``value`` as a ``DeviceArray`` for the parameter ``name`` holding ``want``;
+@cache
+def _several_devices() -> bool:
+    from cuda.bindings import driver as cu
+
+    _check(cu.cuInit(0), "cuInit")
+    return int(_check(cu.cuDeviceGetCount(), "cuDeviceGetCount")) > 1
+
+
+@cache
+def _framework(kind: Any) -> str:
+    """The top-level package of an array type (``torch``, ``cupy``, ...)."""
+    return str(kind.__module__).partition(".")[0]
+
+
+def _device_of(value: Any, framework: str) -> int | None:
+    """The GPU ``value`` lives on, where there are several (None where there is one)."""
+    if not _several_devices():
+        return None
+    device = getattr(value, "device", None)
+    index = getattr(device, "index" if framework == "torch" else "id", None)
+    return int(index) if index is not None else None
+
+
+def fast_device_array(name: str, ptr: int, size: int, kind: type) -> DeviceArray:
+    """The common case of ``device_array`` on a machine with one GPU (``one_gpu``), its checks
+    done by the caller: a contiguous array of the parameter's type."""
+    return DeviceArray(name, ptr, size, None, _framework(kind))
+
+
+def one_gpu() -> bool:
+    """Whether the driver reports exactly one GPU (False where it cannot be asked)."""
+    try:
+        return not _several_devices()
+    except Exception:  # no driver: the launch reports it
+        return False
+
+
+def device_array(name: str, value: Any, want: np.dtype[Any], typestr: str,
+                 cai: dict[str, Any] | None = None) -> DeviceArray:
+    """``value`` (whose ``__cuda_array_interface__`` is ``cai`` when the caller read it) as a
+    ``DeviceArray`` for the parameter ``name`` holding ``want`` (whose ``typestr`` is given);
     ``LaunchError`` naming the parameter for another dtype, a non-contiguous layout or an
     object that describes no device memory."""
-    framework = type(value).__module__.split(".")[0]
-    cai = getattr(value, "__cuda_array_interface__", None)
+    if cai is None:
+        cai = getattr(value, "__cuda_array_interface__", None)
+    framework = _framework(type(value))  # type: ignore[arg-type]
     if cai is not None:
-        shape = tuple(cai["shape"])
+        shape = cai["shape"]
+        if cai["typestr"] == typestr and cai.get("strides") is None:  # the common case
+            return DeviceArray(name, cai["data"][0], math.prod(shape),
+                               _device_of(value, framework), framework)
         dtype = np.dtype(cai["typestr"])
         ptr = int(cai["data"][0])
         strides = cai.get("strides")
-        device = getattr(getattr(value, "device", None), "index", None) if framework == "torch" \
-            else getattr(getattr(value, "device", None), "id", None)
+        device = _device_of(value, framework)
     else:
         view = _dlpack_view(name, value)
         shape, dtype, ptr = tuple(view.shape), np.dtype(view.dtype), int(view.ptr)
@@ -88,10 +130,10 @@ def device_array(name: str, value: Any, want: np.dtype[Any]) -> DeviceArray:
     if dtype != want:
         raise LaunchError(f"argument {name!r} is an array of {dtype}; the kernel's parameter "
                           f"holds {want} (convert it before the launch)")
-    if not _contiguous(shape, strides, dtype.itemsize):
+    if not _contiguous(tuple(shape), strides, dtype.itemsize):
         raise LaunchError(f"argument {name!r} is not contiguous; the kernel indexes it flat "
                           "(pass a contiguous copy)")
-    return DeviceArray(name, ptr, int(np.prod(shape, dtype=np.int64)), dtype, device, framework)
+    return DeviceArray(name, ptr, math.prod(shape), device, framework)
 
 
 def _dlpack_view(name: str, value: Any) -> Any:
@@ -214,7 +256,7 @@ def _load(done: Compiled, device: int) -> tuple[Any, int]:
     return _FUNCTIONS[(k, device)]
 
 
-def _stream_handle(stream: Any, arrays: list[DeviceArray], device: int) -> int:
+def _stream_handle(stream: Any, values: list[Any], device: int) -> int:
     if stream is not None:
         if isinstance(stream, int):
             return stream
@@ -226,52 +268,134 @@ def _stream_handle(stream: Any, arrays: list[DeviceArray], device: int) -> int:
             return int(stream.__cuda_stream__()[1])
         raise LaunchError(f"a stream is an integer handle, a CuPy or PyTorch stream or a "
                           f"__cuda_stream__ object, not {type(stream).__name__}")
-    frameworks = {a.framework for a in arrays}
-    if "torch" in frameworks:
-        import torch
+    for v in values:
+        if type(v) is DeviceArray:
+            if v.framework == "torch":
+                import torch
 
-        return int(torch.cuda.current_stream(device).cuda_stream)
-    if "cupy" in frameworks:
-        import cupy
+                return int(torch.cuda.current_stream(device).cuda_stream)
+            if v.framework == "cupy":
+                import cupy
 
-        return int(cupy.cuda.get_current_stream().ptr)
+                return int(cupy.cuda.get_current_stream().ptr)
     return 0
 
 
-def run_compiled(done: Compiled, values: list[Any], stream: Any) -> None:
-    """Launches ``done`` with ``values`` (its arguments in parameter order: NumPy arrays,
-    ``DeviceArray``s and NumPy scalars)."""
-    ensure_driver()
-    from cuda.bindings import driver as cu
+class _Params:
+    """One compiled launch's kernel-parameter block on one device, for one thread: every
+    parameter in an 8-byte slot of ``block`` (the region's values written once), the array of
+    the slots' addresses that ``cuLaunchKernel`` takes, and a typed view of each scalar's
+    slot."""
 
-    arrays = [v for v in values if isinstance(v, DeviceArray)]
-    devices = {a.device for a in arrays if a.device is not None}
+    def __init__(self, done: Compiled, device: int) -> None:
+        from sarek.dtypes import numpy_dtype
+
+        self.function, self.shared = _function(done, device)
+        params = done.launch.kernel.params
+        self.block = np.zeros(len(params), np.uint64)
+        base = self.block.ctypes.data
+        self.addresses = np.array([base + 8 * i for i in range(len(params))], np.uint64)
+        self.views = [self.block[i:i + 1].view(np.uint8)[:numpy_dtype(p.elem).itemsize].view(
+            numpy_dtype(p.elem)) for i, p in enumerate(params)]
+        for i in range(len(done.original.kernel.params), len(params)):
+            self.views[i][0] = done.launch.args[params[i].name]  # the region's values
+        self.grid, self.dims = done.launch.grid, done.launch.block
+
+
+_THREADS = threading.local()
+
+
+def _params(done: Compiled, device: int) -> _Params:
+    table: dict[tuple[int, int], tuple[Compiled, _Params]] | None = getattr(
+        _THREADS, "params", None)
+    if table is None:
+        table = _THREADS.params = {}
+    found = table.get((id(done), device))
+    if found is not None and found[0] is done:
+        return found[1]
+    made = _Params(done, device)
+    table[(id(done), device)] = (done, made)
+    return made
+
+
+@cache
+def _driver() -> Any:
+    from cuda.bindings import driver
+
+    return driver
+
+
+class Repeat:
+    """A launch of device arrays that can be made again as it is: ``same`` tells whether a
+    call has the very same grid, block, stream and argument objects (scalars equal and of the
+    same type), which then bind to the same values, so that ``launch`` needs only the current
+    stream. It holds the arguments (so their ids stay theirs) until the next launch of the
+    kernel in this thread."""
+
+    __slots__ = ("addresses", "args", "block", "device", "dims", "function", "grid",
+                 "grid_dims", "shared", "stream", "stream_source")
+
+    def __init__(self, call: tuple[Any, Any, tuple[Any, ...]], stream: Any, p: _Params,
+                 values: list[Any], device: int) -> None:
+        self.grid, self.block, self.args = call
+        self.stream, self.device = stream, device
+        self.function, self.shared = p.function, p.shared
+        self.grid_dims, self.dims = p.grid, p.dims
+        self.addresses = int(p.addresses.ctypes.data)
+        self.stream_source = values  # a device array, whose framework's stream is current
+
+    def same(self, grid: Any, block: Any, stream: Any, args: tuple[Any, ...]) -> bool:
+        if grid != self.grid or block != self.block or stream is not self.stream or len(
+                args) != len(self.args):
+            return False
+        for a, b in zip(args, self.args):  # noqa: B905 (the lengths were just compared)
+            if a is not b and (type(a) is not type(b) or type(a) not in (int, float)
+                               or a != b):
+                return False
+        return True
+
+    def launch(self) -> None:
+        (gx, gy, gz), (bx, by, bz) = self.grid_dims, self.dims
+        handle = _stream_handle(self.stream, self.stream_source, self.device)
+        _check(_driver().cuLaunchKernel(self.function, gx, gy, gz, bx, by, bz, self.shared,
+                                        handle, self.addresses, 0), "cuLaunchKernel")
+
+
+def run_compiled(done: Compiled, values: list[Any], stream: Any,
+                 call: tuple[Any, Any, tuple[Any, ...]] | None = None) -> Repeat | None:
+    """Launches ``done`` with the caller's ``values`` (parameter order: NumPy arrays,
+    ``DeviceArray``s and checked Python scalars); the region's values follow them. With
+    ``call`` (the caller's grid, block and arguments), a launch of device arrays alone returns
+    the ``Repeat`` that launches it again."""
+    cu = _driver()
+
+    devices = {v.device for v in values if type(v) is DeviceArray and v.device is not None}
     if len(devices) > 1:
-        raise LaunchError("the arrays live on different GPUs: "
-                          + ", ".join(f"{a.name} on {a.device}" for a in arrays))
+        raise LaunchError("the arrays live on different GPUs: " + ", ".join(
+            f"{a.name} on {a.device}" for a in values if type(a) is DeviceArray))
     device = devices.pop() if devices else 0
-    _check(cu.cuCtxSetCurrent(_context(device)), "cuCtxSetCurrent")  # in this thread
-    function, shared = _function(done, device)
-    handle = _stream_handle(stream, arrays, device)
+    if getattr(_THREADS, "device", None) != device:
+        _check(cu.cuCtxSetCurrent(_context(device)), "cuCtxSetCurrent")  # in this thread
+        _THREADS.device = device
+    p = _params(done, device)
+    handle = _stream_handle(stream, values, device)
     copies: list[tuple[Any, np.ndarray]] = []
-    holders: list[np.ndarray] = []
     try:
-        for v in values:
-            if isinstance(v, DeviceArray):
-                holders.append(np.array([v.ptr], np.uint64))
-            elif isinstance(v, np.ndarray):
+        for i, v in enumerate(values):
+            if type(v) is DeviceArray:
+                p.block[i] = v.ptr
+            elif type(v) is np.ndarray:
                 ptr = _check(cu.cuMemAlloc(max(v.nbytes, 1)), "cuMemAlloc")
                 copies.append((ptr, v))
                 if v.nbytes:
                     _check(cu.cuMemcpyHtoDAsync(ptr, v.ctypes.data, v.nbytes, handle),
                            "cuMemcpyHtoDAsync")
-                holders.append(np.array([int(ptr)], np.uint64))
+                p.block[i] = int(ptr)
             else:
-                holders.append(np.array([v]))
-        pointers = np.array([h.ctypes.data for h in holders], np.uint64)
-        (gx, gy, gz), (bx, by, bz) = done.launch.grid, done.launch.block
-        _check(cu.cuLaunchKernel(function, gx, gy, gz, bx, by, bz, shared, handle,
-                                 pointers.ctypes.data, 0), "cuLaunchKernel")
+                p.views[i][0] = v
+        (gx, gy, gz), (bx, by, bz) = p.grid, p.dims
+        _check(cu.cuLaunchKernel(p.function, gx, gy, gz, bx, by, bz, p.shared, handle,
+                                 p.addresses.ctypes.data, 0), "cuLaunchKernel")
         if copies:
             for ptr, host in copies:
                 if host.nbytes:
@@ -281,3 +405,6 @@ def run_compiled(done: Compiled, values: list[Any], stream: Any) -> None:
     finally:
         for ptr, _ in copies:
             cu.cuMemFree(ptr)
+    if copies or call is None:
+        return None
+    return Repeat(call, stream, p, [v for v in values if type(v) is DeviceArray][:1], device)

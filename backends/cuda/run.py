@@ -179,9 +179,10 @@ def launch_cubin(cubin: bytes, name: str, params: Sequence[np.ndarray | np.gener
 
 def time_cubin(cubin: bytes, name: str, params: Sequence[np.ndarray | np.generic],
                grid: tuple[int, ...], block: tuple[int, ...], repeats: int = 10,
-               shared_bytes: int = 0) -> list[float]:
+               shared_bytes: int = 0, together: int = 1) -> list[float]:
     """Seconds per launch of kernel ``name`` over the same device copies of ``params``, timed
-    with CUDA events after one warm-up launch: one figure per repeat."""
+    with CUDA events after one warm-up launch: one figure per repeat, each the mean of
+    ``together`` launches issued back to back between two events."""
     from cuda.bindings import driver as cu
 
     with _loaded(cubin, name, params, shared_bytes) as k:
@@ -189,10 +190,11 @@ def time_cubin(cubin: bytes, name: str, params: Sequence[np.ndarray | np.generic
         times = []
         for i in range(repeats + 1):
             _check(cu.cuEventRecord(start, 0), "cuEventRecord")
-            k.launch(grid, block)
+            for _ in range(together):
+                k.launch(grid, block)
             _check(cu.cuEventRecord(stop, 0), "cuEventRecord")
             _check(cu.cuEventSynchronize(stop), "cuEventSynchronize")
             ms = _check(cu.cuEventElapsedTime(start, stop), "cuEventElapsedTime")
             if i:  # the first launch warms up
-                times.append(float(ms) / 1e3)
+                times.append(float(ms) / 1e3 / together)
         return times
