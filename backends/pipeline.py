@@ -59,11 +59,12 @@ class Compiled:
 def configuration(target: Target, lowering: Lowering, subgroup: int | None = None,
                   frag: int | None = None) -> tuple[int, int]:
     """The (subgroup, fragment) ``target`` rewrites ``lowering`` at: the ones asked for, else
-    the first pair the target prints and its device gate accepts (32 and 16 preferred);
+    the first of the target's own pairs that its device gate accepts (32 and 16 preferred);
     ``CompileError`` with the target's reason when none is."""
     subgroups = [subgroup] if subgroup is not None else sorted(
-        SUPPORTED_SUBGROUP, key=lambda s: s != 32)
-    frags = [frag] if frag is not None else sorted(SUPPORTED_FRAGMENT, key=lambda f: f != 16)
+        target.subgroups or SUPPORTED_SUBGROUP, key=lambda s: s != 32)
+    frags = [frag] if frag is not None else sorted(target.fragments or SUPPORTED_FRAGMENT,
+                                                   key=lambda f: f != 16)
     first_reason = None
     for sg in subgroups:
         for fr in frags:

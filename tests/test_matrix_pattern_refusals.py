@@ -112,8 +112,10 @@ def mixed_operands(a: Global[f16], b: Global[f32], c: Global[f32], m: i32, n: i3
     c[row * n + col] = acc
 
 
-def test_operand_element_types_that_differ() -> None:
-    assert "different element types: a is f16, b is f32" in refusal(mixed_operands)
+def test_operand_element_types_that_differ_are_refused_with_the_widening_to_write() -> None:
+    assert refusal(mixed_operands).endswith(
+        "different element types: a is f16, b is f32; a matrix unit multiplies operands of one "
+        "type: store a as f32 (exact) so that both are f32, or b as f16 if its values fit")
 
 
 @sarek.kernel

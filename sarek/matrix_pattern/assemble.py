@@ -262,8 +262,7 @@ class Assembler:
         if not any(_is_acc(x) for x in distinct_subexpressions(epilogue)):
             raise Refusal("the stored value does not use the accumulator")
         if a.elem != b.elem:
-            raise Refusal(f"the operands have different element types: {a.array} is {a.elem}, "
-                          f"{b.array} is {b.elem}")
+            raise Refusal(_mixed_operands(a, b))
 
         def bound(kind: str) -> ir.Expr | None:
             polys = bounds[kind]
@@ -444,3 +443,16 @@ def _conjuncts(cond: ir.Expr) -> Iterator[ir.Expr]:
 _NEGATED = {BinOp.LT: BinOp.GE, BinOp.GE: BinOp.LT, BinOp.LE: BinOp.GT, BinOp.GT: BinOp.LE,
             BinOp.EQ: BinOp.NE, BinOp.NE: BinOp.EQ}
 """The comparison that holds exactly when the key does not."""
+
+
+def _mixed_operands(a: Access, b: Access) -> str:
+    """Why operands of two element types are refused, and the conversion that makes them one:
+    the narrower widened to the wider type, which keeps every value (a matrix unit multiplies
+    operands of one type)."""
+    what = (f"the operands have different element types: {a.array} is {a.elem}, {b.array} is "
+            f"{b.elem}; a matrix unit multiplies operands of one type")
+    if a.elem.is_float == b.elem.is_float and a.elem.bits != b.elem.bits:
+        narrow, wide = (a, b) if a.elem.bits < b.elem.bits else (b, a)
+        return (f"{what}: store {narrow.array} as {wide.elem} (exact) so that both are "
+                f"{wide.elem}, or {wide.array} as {narrow.elem} if its values fit")
+    return f"{what}: convert one of them so that both have the same type"
