@@ -1,6 +1,6 @@
 """One pipeline, owned by the target: from an original launch to the text that runs.
 
-``compile_launch(target, launch)`` (also ``Target.compile``) recognizes the GEMM nest, computes
+``compile_launch(target, launch)`` recognizes the GEMM nest, computes
 the region, selects a lowering, rewrites under the target's staging, subgroup and fragment,
 lowers for the target and prints. It returns a ``Compiled`` holding every stage, or the reason
 the kernel is not rewritten, in which case the original runs as written. The CLI, the demo,
@@ -10,24 +10,19 @@ conformance, the benchmarks and the launch path call this; nothing else assemble
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sarek import ir, ir_check
-from sarek.errors import SarekError
 from sarek.launch import Launch
 from sarek.matrix_pattern import Gemm, NotAGemm
-from sarek.matrix_rewrite import Rewritten, rewrite_launch
-from sarek.matrix_scheme import SUPPORTED_FRAGMENT, SUPPORTED_SUBGROUP, Lowering, select
+from sarek.matrix_rewrite import Rewritten, configuration, rewrite_launch
+from sarek.matrix_scheme import Lowering, select
 from sarek.schedule import Schedule
 
 if TYPE_CHECKING:
     from backends.target import Target
 
 Precision = Literal["accurate", "fast"]
-
-
-class CompileError(SarekError):
-    """The launch cannot be compiled for the target as asked; ``reason`` says why."""
 
 
 @dataclass(frozen=True)
@@ -56,36 +51,18 @@ class Compiled:
         return self.launch.kernel
 
 
-def configuration(target: Target, lowering: Lowering, subgroup: int | None = None,
-                  frag: int | None = None) -> tuple[int, int]:
-    """The (subgroup, fragment) ``target`` rewrites ``lowering`` at: the ones asked for, else
-    the first of the target's own pairs that its device gate accepts (32 and 16 preferred);
-    ``CompileError`` with the target's reason when none is."""
-    subgroups = [subgroup] if subgroup is not None else sorted(
-        target.subgroups or SUPPORTED_SUBGROUP, key=lambda s: s != 32)
-    frags = [frag] if frag is not None else sorted(target.fragments or SUPPORTED_FRAGMENT,
-                                                   key=lambda f: f != 16)
-    first_reason = None
-    for sg in subgroups:
-        for fr in frags:
-            reason = target.refuses(lowering, sg, fr)
-            if reason is None:
-                return sg, fr
-            first_reason = first_reason or reason
-    raise CompileError(first_reason or f"{target.name} prints no {lowering} rewrite")
-
-
 def compile_launch(target: Target, launch: Launch, *, lowering: Lowering | None = None,
                    precision: Precision = "accurate", schedule: Schedule | None = None,
                    subgroup: int | None = None, frag: int | None = None,
                    rewrite: bool = True) -> Compiled:
     """``launch`` compiled for ``target``. A recognized GEMM is rewritten (``lowering``
     chosen by ``select(gemm, precision)`` unless given; the subgroup and fragment by
-    ``configuration``; the schedule by the target's staging policy unless given); anything
+    ``sarek.matrix_rewrite.configuration``; the schedule by the target's staging policy
+    unless given); anything
     that is not a GEMM, or any launch with ``rewrite=False``, runs as written and
     ``not_rewritten`` says why. A GEMM the target cannot rewrite as asked (a lowering it does
-    not print, a schedule the rewrite refuses) raises ``CompileError`` or the rewrite's own
-    error with the reason; it is never silently run another way."""
+    not print, a schedule the rewrite refuses) raises the rewrite's error with the reason; it
+    is never silently run another way."""
     from sarek.matrix_pattern import recognize
 
     gemm: Gemm | None = None
@@ -108,3 +85,11 @@ def compile_launch(target: Target, launch: Launch, *, lowering: Lowering | None 
     lowered = target.lower(runs.kernel)
     return Compiled(target.name, launch, gemm, rewritten, not_rewritten, runs, lowered,
                     target.print_lowered(lowered))
+
+
+def rewrite_for(launch: Launch, target: str, **options: Any) -> Rewritten:
+    """``sarek.matrix_rewrite.rewrite_launch`` with the staging, subgroup and fragment of the
+    target named ``target`` wherever ``options`` does not give them."""
+    from backends import registry
+
+    return rewrite_launch(launch, target=registry.target(target), **options)

@@ -8,18 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from sarek import ir, ir_check
 from sarek.coopmat import DeviceSupport
-from sarek.launch import Launch
 from sarek.matrix_scheme import Lowering
 from sarek.staging import Staging
-
-if TYPE_CHECKING:
-    from backends.pipeline import Compiled
 
 Runner = Callable[[ir.Kernel, Sequence[Any] | Mapping[str, Any], tuple[int, int, int],
                    tuple[int, int, int]], dict[str, np.ndarray]]
@@ -47,14 +43,6 @@ class Target:
     """Why the device would refuse to run ``kernel`` over blocks of ``block`` (None: no reason
     known): what the gate cannot see before a rewrite is built, such as a schedule's shared
     memory past the device's limit."""
-
-    def compile(self, launch: Launch, **options: Any) -> Compiled:
-        """``launch`` through the whole pipeline for this target (``backends.pipeline``:
-        recognize, region, select, rewrite under this target's staging, lower, print);
-        ``options`` are ``compile_launch``'s."""
-        from backends.pipeline import compile_launch
-
-        return compile_launch(self, launch, **options)
 
     def emit(self, kernel: ir.Kernel) -> str:
         """``kernel`` validated, lowered for this target and printed."""

@@ -44,9 +44,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import sarek  # noqa: E402
+from backends.pipeline import rewrite_for  # noqa: E402
 from sarek.launch import Launch  # noqa: E402
 from sarek.loader import load_module  # noqa: E402
-from sarek.matrix_rewrite import rewrite_launch  # noqa: E402
 from sarek.matrix_scheme import Lowering  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
@@ -114,7 +114,7 @@ def launches(m: int, n: int, k: int, a: np.ndarray, b: np.ndarray) -> dict[str, 
     original = dataclasses.replace(made, args={**made.args, "a": a.ravel(), "b": b.ravel()})
     out = {ORIGINAL: original}
     for lowering in LOWERINGS:
-        out[lowering.value] = rewrite_launch(original, lowering=lowering, target="cuda").launch
+        out[lowering.value] = rewrite_for(original, lowering=lowering, target="cuda").launch
     return out
 
 

@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 from backends.cuda.nvrtc import compile_cubin  # noqa: E402
 from backends.cuda.run import device_arch, device_name, launch_cubin, time_cubin  # noqa: E402
 from backends.cuda.shared import dynamic_bytes  # noqa: E402
-from backends.pipeline import Compiled  # noqa: E402
+from backends.pipeline import Compiled, compile_launch  # noqa: E402
 from backends.registry import target  # noqa: E402
 from sarek.dsl import numpy_dtype  # noqa: E402
 from sarek.loader import load_module  # noqa: E402
@@ -201,13 +201,13 @@ def main() -> int:
                 for name in ("gemm_f32", "gemm_f16", "gemm_i32")}
         for label, name in (("naive f32 (original gemm_f32)", "gemm_f32"),
                             ("naive int32 (original gemm_i32)", "gemm_i32")):
-            times[label] = kernel_seconds(cuda.compile(made[name], rewrite=False), arch)
+            times[label] = kernel_seconds(compile_launch(cuda, made[name], rewrite=False), arch)
             schedules[label] = "original"
         same: dict[str, bool] = {}
         for label, name, lowering in LOWERINGS:
             launch = made[name]
-            best = cuda.compile(launch, lowering=lowering)
-            seed = cuda.compile(launch, lowering=lowering, schedule=SEED)
+            best = compile_launch(cuda, launch, lowering=lowering)
+            seed = compile_launch(cuda, launch, lowering=lowering, schedule=SEED)
             assert best.rewritten is not None and best.gemm is not None
             times[label] = kernel_seconds(best, arch)
             schedules[label] = best.rewritten.schedule.name

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from backends.opencl.run import OPTIMIZE_VARIABLE, build_options, find_device  # noqa: E402
-from backends.pipeline import Compiled  # noqa: E402
+from backends.pipeline import Compiled, compile_launch  # noqa: E402
 from backends.registry import target  # noqa: E402
 from sarek import ir  # noqa: E402
 from sarek.demo import compare  # noqa: E402
@@ -124,7 +124,7 @@ def main() -> int:
     opencl = target("opencl")
     for ex, low, sg, frag, optimized in jobs:
         original = load_module(ROOT / "examples" / f"{ex}.py").make(n, n, n)
-        compiled = opencl.compile(original, lowering=low, subgroup=sg, frag=frag)
+        compiled = compile_launch(opencl, original, lowering=low, subgroup=sg, frag=frag)
         with np.errstate(all="ignore"):
             m = measure(compiled, optimized)
         row = {"example": ex, "lowering": low.value, "subgroup": sg, "frag": frag,

@@ -20,6 +20,7 @@ from gpu_speed_h200 import kernel_seconds  # noqa: E402
 from schedule_sweep_h200 import EXAMPLE  # noqa: E402
 
 from backends.cuda.run import device_arch  # noqa: E402
+from backends.pipeline import compile_launch  # noqa: E402
 from backends.registry import target  # noqa: E402
 from sarek.loader import load_module  # noqa: E402
 from sarek.matrix_scheme import Lowering  # noqa: E402
@@ -35,7 +36,8 @@ def main() -> int:
     lowering = Lowering(args.lowering)
     launch = load_module(ROOT / "examples" / f"{EXAMPLE[lowering]}.py").make(args.n, args.n,
                                                                              args.n)
-    rw = target("cuda").compile(launch, lowering=lowering, schedule=Schedule.parse(args.schedule))
+    rw = compile_launch(target("cuda"), launch, lowering=lowering,
+                        schedule=Schedule.parse(args.schedule))
     s = kernel_seconds(rw, device_arch())
     print(f"{rw.kernel.name}: {s * 1e3:.3f} ms, {2.0 * args.n**3 / s / 1e12:.1f} TFLOP/s")
     return 0

@@ -36,6 +36,7 @@ from schedule_sweep_h200 import EXAMPLE  # noqa: E402
 from backends.cuda.nvrtc import compile_logged  # noqa: E402
 from backends.cuda.run import device_arch, device_name, launch_cubin, time_cubin  # noqa: E402
 from backends.cuda.shared import dynamic_bytes  # noqa: E402
+from backends.pipeline import compile_launch  # noqa: E402
 from backends.registry import target  # noqa: E402
 from sarek.dsl import numpy_dtype  # noqa: E402
 from sarek.launch import Launch  # noqa: E402
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     for lowering in Lowering:
         launch = load_module(ROOT / "examples" / f"{EXAMPLE[lowering]}.py").make(
             args.n, args.n, args.n)
-        cuda = target("cuda").compile(launch, lowering=lowering)
+        cuda = compile_launch(target("cuda"), launch, lowering=lowering)
         rw, source = cuda.launch, cuda.text
         params = params_of(rw)
         shared = dynamic_bytes(rw.kernel)

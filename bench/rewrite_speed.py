@@ -11,7 +11,7 @@ tables and writes bench/results/rewrite_speed.json.
 Targets (reported, never asserted): the rewritten F16 kernel at 256^3 simulates in at most 3x
 the original's time (issue 4); a 128^3 GEMM, original or rewritten, simulates in under 0.09 s
 (DESIGN); recognize + rewrite + emit every target under 1 s (DESIGN; measured for CUDA, the
-slowest printer, as ``Target.compile``: the rewrite under CUDA's staging, lowered and printed).
+slowest printer, as ``compile_launch``: the rewrite under CUDA's staging, lowered and printed).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from backends.pipeline import compile_launch  # noqa: E402
 from backends.registry import target  # noqa: E402
 from sarek import ir  # noqa: E402
 from sarek.launch import Launch  # noqa: E402
@@ -105,8 +106,8 @@ def recognize_and_rewrite(original: ir.Kernel, lowering: Lowering) -> ir.Kernel:
 
 
 def recognize_rewrite_emit(original: Launch, lowering: Lowering) -> str:
-    """The whole path to CUDA text: ``Target.compile``."""
-    return target("cuda").compile(original, lowering=lowering).text
+    """The whole path to CUDA text: ``compile_launch``."""
+    return compile_launch(target("cuda"), original, lowering=lowering).text
 
 
 def rewrite_rows() -> list[RewriteRow]:

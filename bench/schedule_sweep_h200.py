@@ -29,6 +29,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from backends.cuda.run import device_arch, device_name  # noqa: E402
+from backends.pipeline import compile_launch  # noqa: E402
 from backends.registry import target  # noqa: E402
 from sarek.errors import SarekError  # noqa: E402
 from sarek.loader import load_module  # noqa: E402
@@ -73,7 +74,7 @@ def main() -> int:
     for lowering in lowerings:
         example = args.example or EXAMPLE[lowering]
         launch = load_module(ROOT / "examples" / f"{example}.py").make(n, n, n)
-        seed = cuda.compile(launch, lowering=lowering, schedule=SEED)
+        seed = compile_launch(cuda, launch, lowering=lowering, schedule=SEED)
         assert seed.gemm is not None
         c = seed.gemm.c.array
         seed_c = kernel_output(seed, arch, c)
@@ -82,7 +83,7 @@ def main() -> int:
         for schedule in [SEED, *(x for x in chosen if x != SEED)]:
             row: dict[str, Any] = {"lowering": lowering.value, "schedule": schedule.name}
             try:
-                rw = cuda.compile(launch, lowering=lowering, schedule=schedule)
+                rw = compile_launch(cuda, launch, lowering=lowering, schedule=schedule)
                 s = seed_s if schedule == SEED else kernel_seconds(rw, arch)
                 same = schedule == SEED or bool(np.array_equal(kernel_output(rw, arch, c),
                                                                seed_c))

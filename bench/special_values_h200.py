@@ -30,10 +30,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from backends import registry  # noqa: E402
+from backends.pipeline import rewrite_for  # noqa: E402
 from sarek.errors import SarekError  # noqa: E402
 from sarek.launch import Launch  # noqa: E402
 from sarek.loader import load_module  # noqa: E402
-from sarek.matrix_rewrite import rewrite_launch  # noqa: E402
 from sarek.matrix_scheme import Lowering  # noqa: E402
 
 SIZE = (70, 45, 33)
@@ -100,7 +100,7 @@ def main() -> int:
                 continue
             for lowering in LOWERINGS:
                 # the neutral rewrite as the target compiles it: its runner lowers it
-                done = rewrite_launch(run, lowering=lowering, target=name).launch
+                done = rewrite_for(run, lowering=lowering, target=name).launch
                 got = target.run(done.kernel, done.args, done.grid, done.block)["c"]
                 sim = done.simulate(target=name)["c"]
                 against_sim = same_bits(got, sim)

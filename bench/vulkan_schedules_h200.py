@@ -26,10 +26,10 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from backends.pipeline import rewrite_for  # noqa: E402
 from backends.spirv import run as vulkan  # noqa: E402
 from backends.spirv.device import VulkanError, device  # noqa: E402
 from sarek.loader import load_module  # noqa: E402
-from sarek.matrix_rewrite import rewrite_launch  # noqa: E402
 from sarek.matrix_scheme import Lowering  # noqa: E402
 from sarek.schedule import Schedule  # noqa: E402
 
@@ -48,7 +48,7 @@ def main() -> int:
         table.add_column(col)
     rows: list[dict[str, Any]] = []
     for name in args.schedule or SCHEDULES:
-        rw = rewrite_launch(launch, lowering=Lowering.F16_OPERANDS, target="vulkan",
+        rw = rewrite_for(launch, lowering=Lowering.F16_OPERANDS, target="vulkan",
                             schedule=Schedule.parse(name)).launch
         try:
             got = vulkan.run(rw.kernel, dict(rw.args), rw.grid, rw.block)

@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from gpu_speed_h200 import REPEATS, kernel_output, kernel_seconds, torch_seconds  # noqa: E402
 
 from backends.cuda.run import device_arch  # noqa: E402
+from backends.pipeline import compile_launch  # noqa: E402
 from backends.registry import target  # noqa: E402
 from backends.spirv.device import device_name  # noqa: E402
 from backends.spirv.run import time_kernel  # noqa: E402
@@ -69,11 +70,11 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"kernel": "cuBLAS f16", "median_s": cublas_f16(N)})
         except Exception as e:  # a missing baseline is reported, not fatal
             rows.append({"kernel": "cuBLAS f16", "error": str(e)[:200]})
-    best = cuda.compile(original, lowering=Lowering.F16_OPERANDS)
+    best = compile_launch(cuda, original, lowering=Lowering.F16_OPERANDS)
     assert best.rewritten is not None and best.gemm is not None
     c = best.gemm.c.array
     for schedule in dict.fromkeys((best.rewritten.schedule, SEED)):
-        compiled = cuda.compile(original, lowering=Lowering.F16_OPERANDS, schedule=schedule)
+        compiled = compile_launch(cuda, original, lowering=Lowering.F16_OPERANDS, schedule=schedule)
         launch = compiled.launch
         label = f"rewritten F16_operands {schedule.name}"
         cuda_s = kernel_seconds(compiled, arch)

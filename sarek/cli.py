@@ -307,6 +307,7 @@ def _preferred(chosen: int | None, offered: tuple[int, ...], usual: int) -> int:
 
 def _cmd_emit(args: argparse.Namespace) -> int:
     from backends import registry
+    from backends.pipeline import compile_launch
     from sarek.matrix_scheme import Lowering
 
     target = registry.target(args.target)
@@ -320,7 +321,7 @@ def _cmd_emit(args: argparse.Namespace) -> int:
         _, _, launch = _launch_of(args)
         # the pair asked for is checked as given; otherwise the target's usual pair, so that a
         # refusal names what the target lacks at the configuration it would run
-        compiled = target.compile(
+        compiled = compile_launch(target,
             launch, lowering=Lowering(args.lowering) if args.lowering else None,
             subgroup=_preferred(args.subgroup, target.subgroups, 32),
             frag=_preferred(args.frag, target.fragments, 16), schedule=_schedule(args.schedule))

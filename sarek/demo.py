@@ -126,6 +126,7 @@ def cuda_rows(examples: Path) -> list[tuple[str, ...]]:
     its rewrite as the CUDA target compiles it (the selected lowering, subgroup 32, fragment
     16, CUDA's staging) for sm_90."""
     from backends.cuda import compile_cubin, emit, nvrtc_available
+    from backends.pipeline import compile_launch
     from backends.registry import target
 
     cuda = target("cuda")
@@ -136,7 +137,7 @@ def cuda_rows(examples: Path) -> list[tuple[str, ...]]:
         gemm = path.stem.startswith("gemm")
         launch = module.make(70, 45, 33) if gemm else module.make()
         src = emit(launch.kernel)
-        rw = cuda.compile(launch).text if gemm else ""
+        rw = compile_launch(cuda, launch).text if gemm else ""
         if missing:
             rows.append((path.stem, f"{len(src.splitlines())} lines", missing, "", ""))
             continue
@@ -228,6 +229,7 @@ def opencl_rewrite_rows(examples: Path, size: tuple[int, int, int] = (70, 45, 33
     many ran (none ran when there is no device: the rows say why), and the device."""
     from backends.opencl import opencl_available
     from backends.opencl.run import device_label
+    from backends.pipeline import compile_launch
     from backends.registry import target
 
     opencl = target("opencl")
@@ -239,7 +241,7 @@ def opencl_rewrite_rows(examples: Path, size: tuple[int, int, int] = (70, 45, 33
         for lowering in lowerings_taking(recognize(launch.kernel).operand_elt):
             cells = []
             for subgroup, frag in CONFIGS:
-                compiled = opencl.compile(launch, lowering=lowering, subgroup=subgroup,
+                compiled = compile_launch(opencl, launch, lowering=lowering, subgroup=subgroup,
                                           frag=frag)
                 if missing:
                     cells.append(f"{len(compiled.text.splitlines())} lines")
@@ -264,6 +266,7 @@ def metal_rows(examples: Path) -> list[tuple[str, ...]]:
     it), each checked by clang as C++ against the stand-in <metal_stdlib>: a syntax and type
     check, not Apple's compiler."""
     from backends.metal import MetalCheckError, clang_unavailable, emit, syntax_check
+    from backends.pipeline import compile_launch
     from backends.registry import target
     from sarek.errors import SarekError
     from sarek.matrix_scheme import select
@@ -285,7 +288,7 @@ def metal_rows(examples: Path) -> list[tuple[str, ...]]:
         launch = load_module(path).make(70, 45, 33)
         src = emit(launch.kernel)
         try:
-            compiled = metal.compile(launch, subgroup=32, frag=8)
+            compiled = compile_launch(metal, launch, subgroup=32, frag=8)
         except SarekError as e:
             # the refusal does not say which lowering it refused: the one compile selects
             lowering = select(recognize(launch.kernel))
@@ -307,6 +310,7 @@ def spirv_rows(examples: Path) -> tuple[list[tuple[str, ...]], int, int]:
     operands at subgroups 32 and 64 and fragments 16 and 8, each module assembled by spirv-as
     and validated by ``spirv-val --target-env vulkan1.3``: the rows, and how many modules
     validated of how many."""
+    from backends.pipeline import compile_launch
     from backends.registry import target
     from backends.spirv import check, emit, tools_reason
     from sarek.errors import SarekError
@@ -320,7 +324,7 @@ def spirv_rows(examples: Path) -> tuple[list[tuple[str, ...]], int, int]:
         modules = [emit(launch.kernel)]
         for lowering in lowerings_taking(recognize(launch.kernel).operand_elt):
             for subgroup, frag in CONFIGS:
-                modules.append(spirv.compile(launch, lowering=lowering, subgroup=subgroup,
+                modules.append(compile_launch(spirv, launch, lowering=lowering, subgroup=subgroup,
                                              frag=frag).text)
         ok = []
         for text in modules:

@@ -3,8 +3,8 @@
 ``grid`` and ``block`` are the original kernel's. The call binds the arguments to the
 kernel's parameters (checking each: a wrong type, size, layout or device is a ``LaunchError``
 naming the parameter, raised before anything runs), compiles the launch for the target
-(``Target.compile``: a recognized GEMM is rewritten onto the matrix unit, anything else runs as
-written), memoizes that per kernel, launch shape and options, and runs it:
+(``backends.pipeline.compile_launch``: a recognized GEMM is rewritten onto the matrix unit,
+anything else runs as written), memoizes that per kernel, launch shape and options, and runs it:
 
 * ``cuda`` (the default where a CUDA device exists): ``backends.cuda.launch`` takes device
   arrays (``__cuda_array_interface__`` or ``__dlpack__``: CuPy, PyTorch, ...) in place on
@@ -252,11 +252,12 @@ def compiled(kernel: ir.Kernel, memo: Memo, target: str, grid: Dim3, block: Dim3
     if found is not None:
         return found
     from backends import registry
+    from backends.pipeline import compile_launch
 
     plan = memo.plan or slots(kernel)
     base = "cuda" if target == "sim" else target.removeprefix("sim-")
     args = {sl.param.name: _stand_in(sl, v) for sl, v in zip(plan, bound.values, strict=True)}
-    made = registry.target(base).compile(Launch(kernel, args, grid, block),
+    made = compile_launch(registry.target(base), Launch(kernel, args, grid, block),
                                          **options.compile_options())
     with memo.lock:
         memo.entries[k] = made

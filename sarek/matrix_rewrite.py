@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 from sarek import ir, ir_check
 from sarek.errors import SarekError
@@ -883,19 +883,51 @@ class Rewritten:
     schedule: Schedule = SEED
 
 
+class RewriteTarget(Protocol):
+    """What the rewrite needs of a target (``backends.target.Target`` is one): its staging
+    policy, the subgroups and fragments it prints, and why it refuses a configuration."""
+
+    @property
+    def staging(self) -> Staging: ...
+    @property
+    def subgroups(self) -> tuple[int, ...]: ...
+    @property
+    def fragments(self) -> tuple[int, ...]: ...
+    def refuses(self, lowering: Lowering, subgroup: int, frag: int) -> str | None: ...
+
+
+def configuration(target: RewriteTarget, lowering: Lowering, subgroup: int | None = None,
+                  frag: int | None = None) -> tuple[int, int]:
+    """The (subgroup, fragment) ``target`` rewrites ``lowering`` at: the ones asked for, else
+    the first of the target's own pairs that it accepts (its printer and its device gate; 32
+    and 16 preferred); ``RewriteError`` with the target's reason when none is."""
+    subgroups = [subgroup] if subgroup is not None else sorted(
+        target.subgroups or SUPPORTED_SUBGROUP, key=lambda s: s != 32)
+    frags = [frag] if frag is not None else sorted(target.fragments or SUPPORTED_FRAGMENT,
+                                                   key=lambda f: f != 16)
+    first_reason = None
+    for sg in subgroups:
+        for fr in frags:
+            reason = target.refuses(lowering, sg, fr)
+            if reason is None:
+                return sg, fr
+            first_reason = first_reason or reason
+    raise RewriteError(first_reason or f"the target prints no {lowering} rewrite")
+
+
 def rewrite_launch(original: Launch, *, lowering: Lowering | None = None,
                    precision: Literal["accurate", "fast"] = "accurate",
                    subgroup: int | None = None, frag: int | None = None,
                    staging: Staging | None = None, schedule: Schedule | None = None,
-                   target: str | None = None) -> Rewritten:
+                   target: RewriteTarget | None = None) -> Rewritten:
     """Recognizes the GEMM nest of ``original.kernel``, computes the region its launch
     covers, selects a lowering (unless one is given), rewrites the kernel (staged as
     ``staging`` says: a target's ``Target.staging``) under ``schedule`` (by default the one
     ``staging.schedule_for`` picks for the region: the seed's unless the region is large and
     the target names a larger one) and returns the launch of the rewritten kernel. With
-    ``target`` (a name of ``backends.registry``) the staging, subgroup and fragment not given
-    are that target's (``backends.pipeline.configuration``); without, the neutral ones (dense
-    staging, subgroup 32, fragment 16). Raises ``NotAGemm``, ``RegionError``,
+    ``target`` (a ``backends`` target; ``sarek.rewrite_launch`` takes its name) the staging,
+    subgroup and fragment not given are that target's (``configuration``); without, the
+    neutral ones (dense staging, subgroup 32, fragment 16). Raises ``NotAGemm``, ``RegionError``,
     ``LoweringError`` or ``RewriteError`` with the reason."""
     from sarek.matrix_mapping import region
     from sarek.matrix_pattern import recognize
@@ -905,12 +937,8 @@ def rewrite_launch(original: Launch, *, lowering: Lowering | None = None,
     reg = region(gemm, original.grid, original.block, dict(original.args))
     chosen = lowering if lowering is not None else select(gemm, precision)
     if target is not None:
-        from backends import registry
-        from backends.pipeline import configuration
-
-        chosen_target = registry.target(target)
-        staging = staging or chosen_target.staging
-        subgroup, frag = configuration(chosen_target, chosen, subgroup, frag)
+        staging = staging or target.staging
+        subgroup, frag = configuration(target, chosen, subgroup, frag)
     staging = staging or DENSE
     subgroup = 32 if subgroup is None else subgroup
     frag = 16 if frag is None else frag

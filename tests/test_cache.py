@@ -102,7 +102,8 @@ def test_a_new_process_takes_a_compiled_kernel_from_the_disk_without_nvrtc(
         from sarek.loader import load_module
         launch = load_module(sys.argv[1]).make(70, 45, 33)
         from backends import registry
-        done = registry.target("cuda").compile(launch)
+        from backends.pipeline import compile_launch
+        done = compile_launch(registry.target("cuda"), launch)
         k, binary = cubin(done.text, done.lowered.name, "sm_90")
         print(CUBINS.hits, CUBINS.misses, len(binary), k)
     """)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from backends.pipeline import compile_launch
 from sarek.cli import main
 
 
@@ -60,4 +61,4 @@ def test_the_demos_cuda_rewrite_is_the_kernel_the_cuda_target_compiles(
     demo.cuda_rows(tmp_path)
     launch = load_module(tmp_path / "gemm_i32.py").make(70, 45, 33)
     # the original for sm_80 and sm_90, then the rewrite under CUDA's staging for sm_90
-    assert compiled[2] == target("cuda").compile(launch).text
+    assert compiled[2] == compile_launch(target("cuda"), launch).text

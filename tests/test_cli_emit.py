@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from backends import registry
+from backends.pipeline import compile_launch
 from sarek.cli import main
 from sarek.loader import load_module
 
@@ -33,7 +34,7 @@ def test_emit_prints_what_the_target_compiles(target: str,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["emit", KERNEL, "--target", target, "--size", "20,12,9"]) == 0
     launch = load_module(EXAMPLE).make(20, 12, 9)
-    assert capsys.readouterr().out == registry.target(target).compile(launch).text
+    assert capsys.readouterr().out == compile_launch(registry.target(target), launch).text
 
 
 def test_a_kernel_that_is_not_a_gemm_is_one_error_line_pointing_at_original(

@@ -18,6 +18,7 @@ from conftest import EXAMPLES
 
 import sarek
 from backends import conformance, registry
+from backends.pipeline import compile_launch
 from backends.target import Target
 from sarek import Global, block_dim, block_idx, f32, i32, thread_idx
 from sarek.loader import load_module
@@ -104,7 +105,7 @@ def test_a_rewrite_case_runs_the_launch_the_target_compiles(
     cuda = registry.target("cuda")
     original = load_module(EXAMPLES / f"{example}.py").make(70, 45, 33)
     case = conformance.rewritten(cuda, original, (lowering, 32, 16), schedule)
-    compiled = cuda.compile(original, lowering=lowering, schedule=schedule).launch
+    compiled = compile_launch(cuda, original, lowering=lowering, schedule=schedule).launch
     assert (case.kernel, case.grid, case.block) == (compiled.kernel, compiled.grid,
                                                     compiled.block)
     assert list(case.args) == list(compiled.args)

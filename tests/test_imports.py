@@ -159,9 +159,11 @@ def cycle_through(graph: dict[str, set[str]], component: list[str]) -> list[str]
     raise AssertionError(f"{component} is not a cycle")
 
 
-ENTRY_MODULES = frozenset({"sarek", "sarek.targets", "sarek.cli", "sarek.demo"})
+ENTRY_MODULES = frozenset({"sarek", "sarek.targets", "sarek.cli", "sarek.demo",
+                           "sarek.analyze", "sarek.dispatch"})
 """The modules of ``sarek`` that compose the compiler with the simulator and the targets: the
-package's re-exports, ``simulate``/``emit``, the command line and the demo."""
+package's re-exports, ``simulate``/``emit``, the command line (with ``analyze``, which asks a
+target's device gate), the demo, and the launch path (``kernel[grid, block]``)."""
 
 
 def test_no_import_cycle() -> None:
