@@ -359,9 +359,34 @@ def configure(function: Any, config: Any) -> Configured:
 
 
 def with_options(options: Options, **changes: Any) -> Options:
-    """``options`` with ``changes`` (the names of ``Options``); ``LaunchError`` for another."""
+    """``options`` with ``changes`` (the names of ``Options``; a lowering and a schedule may be
+    given by name, ``"F16_operands"``, ``"t128k64s2"``); ``LaunchError`` for another name or a
+    value the option does not take."""
+    from sarek.matrix_scheme import Lowering
+    from sarek.schedule import Schedule
+
     unknown = sorted(set(changes) - set(Options.__dataclass_fields__))
     if unknown:
         raise LaunchError(f"unknown launch option(s) {', '.join(unknown)}; the options are "
                           f"{', '.join(Options.__dataclass_fields__)}")
+    lowering, schedule = changes.get("lowering"), changes.get("schedule")
+    try:
+        if isinstance(lowering, str):
+            changes["lowering"] = Lowering(lowering)
+        if isinstance(schedule, str):
+            changes["schedule"] = Schedule.parse(schedule)
+    except ValueError:
+        raise LaunchError(f"lowering {lowering!r} is not one of "
+                          f"{', '.join(x.value for x in Lowering)}") from None
+    except SarekError as e:
+        raise LaunchError(e.reason) from None
+    checks = (("lowering", Lowering), ("schedule", Schedule), ("target", str))
+    for name, kind in checks:
+        value = changes.get(name)
+        if value is not None and not isinstance(value, kind):
+            raise LaunchError(f"option {name} takes a {kind.__name__}, not {value!r}")
+    if changes.get("precision", "accurate") not in ("accurate", "fast"):
+        raise LaunchError(f"precision is 'accurate' or 'fast', not {changes['precision']!r}")
+    if not isinstance(changes.get("rewrite", True), bool):
+        raise LaunchError(f"rewrite is True or False, not {changes['rewrite']!r}")
     return replace(options, **changes)

@@ -172,6 +172,28 @@ def test_an_unknown_option_names_the_options() -> None:
         matmul.with_options(targte="sim")
 
 
+def test_options_take_a_lowering_and_a_schedule_by_name() -> None:
+    a, b, c = operands()
+    run = matmul.with_options(target="sim", lowering="F16_operands", schedule="t128k16")
+    run[GRID, BLOCK](a, b, c, M, N, K)
+    (done,) = run.memo.entries.values()
+    assert done.rewritten is not None
+    assert (done.rewritten.lowering.value, done.rewritten.schedule.name) == (
+        "F16_operands", "t128k16")
+    assert np.array_equal(c, (a.astype(np.float64) @ b).astype(np.float32))
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"lowering": "F17_operands"}, "lowering 'F17_operands' is not one of"),
+    ({"schedule": "t99"}, "is not a schedule name"),
+    ({"precision": "exact"}, "precision is 'accurate' or 'fast'"),
+    ({"rewrite": "no"}, "rewrite is True or False"),
+], ids=["lowering", "schedule", "precision", "rewrite"])
+def test_a_bad_option_value_is_a_launch_error(options: dict[str, str], message: str) -> None:
+    with pytest.raises(LaunchError, match=message):
+        matmul.with_options(**options)
+
+
 def test_a_stream_on_the_simulator_is_refused() -> None:
     a, b, c = operands()
     with pytest.raises(LaunchError, match="a stream is a CUDA launch's"):
