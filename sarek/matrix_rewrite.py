@@ -31,7 +31,7 @@ from sarek.ir import BinOp, Builtin, ElemType, FragLayout, FragUse, MemSpace
 from sarek.ir_build import add, binary, const, logical_not, mul, var
 from sarek.launch import Launch
 from sarek.matrix_mapping import Region
-from sarek.matrix_pattern import Access, Gemm, Mapping1D
+from sarek.matrix_pattern import Access, Gemm, Mapping1D, recognize
 from sarek.matrix_scheme import (
     SUPPORTED_FRAGMENT,
     SUPPORTED_SUBGROUP,
@@ -143,7 +143,7 @@ def kernel(original: ir.Kernel, gemm: Gemm, lowering: Lowering, subgroup: int = 
                            f"is {gemm.acc_type}")
     if renames := user_renames(original):
         original = renamed(original, renames)
-        gemm = _renamed_gemm(original)
+        gemm = recognize(original)
     for what, expr in (("initial value", gemm.init), ("epilogue", gemm.epilogue)):
         _expressible(what, expr)
     for name, acc in (("A", gemm.a), ("B", gemm.b)):
@@ -219,12 +219,6 @@ def renamed(k: ir.Kernel, names: dict[str, str]) -> ir.Kernel:
         return x
 
     return ir.Kernel.model_validate(walk(k.model_dump(mode="json")))
-
-
-def _renamed_gemm(k: ir.Kernel) -> Gemm:
-    from sarek.matrix_pattern import recognize
-
-    return recognize(k)
 
 
 def _expressible(what: str, e: ir.Expr) -> None:
@@ -930,7 +924,6 @@ def rewrite_launch(original: Launch, *, lowering: Lowering | None = None,
     neutral ones (dense staging, subgroup 32, fragment 16). Raises ``NotAGemm``, ``RegionError``,
     ``LoweringError`` or ``RewriteError`` with the reason."""
     from sarek.matrix_mapping import region
-    from sarek.matrix_pattern import recognize
     from sarek.matrix_scheme import select
 
     gemm = recognize(original.kernel)
