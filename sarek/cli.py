@@ -394,8 +394,19 @@ def _launch_parser(sub: argparse._SubParsersAction[_Parser], name: str,
     return p
 
 
+def _version() -> str:
+    """The installed distribution's version (the source tree's when it is not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("sarek")
+    except PackageNotFoundError:
+        return "0.1.0 (not installed)"
+
+
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="sarek", description=__doc__)
+    p.add_argument("--version", action="version", version=f"sarek {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
     d = sub.add_parser("demo", help="simulate the bundled GEMM examples and check them")
     d.add_argument("--size", type=_triple, default=(70, 45, 33), help="M,N,K (default 70,45,33)")

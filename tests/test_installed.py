@@ -63,3 +63,18 @@ def test_an_installed_package_has_no_recorded_results_and_a_checkout_has(install
 
     assert recorded_results(installed / "sarek" / "examples") is None
     assert recorded_results(ROOT / "examples") == ROOT / "bench" / "results"
+
+
+def test_the_wheel_says_it_is_typed(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as z:
+        assert "sarek/py.typed" in z.namelist()
+        metadata = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        assert "Classifier: Typing :: Typed" in z.read(metadata).decode()
+
+
+@pytest.mark.parametrize("command", [["-m", "sarek", "--version"],
+                                     ["-m", "sarek.cli", "--version"]], ids=["module", "cli"])
+def test_python_m_sarek_prints_the_version(command: list[str]) -> None:
+    done = subprocess.run([sys.executable, *command], capture_output=True, text=True,
+                          cwd=ROOT)
+    assert done.returncode == 0 and done.stdout.startswith("sarek ")
