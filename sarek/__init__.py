@@ -6,16 +6,10 @@ Everything a user needs is here: the DSL (``kernel``, the element types, ``Globa
 ``rewrite_launch``), tile layouts and patterns (``layout``, ``tile``) and the errors.
 """
 
-from sarek import (
-    coopmat,
-    ir,
-    layout,
-    matrix_mapping,
-    matrix_pattern,
-    matrix_rewrite,
-    matrix_scheme,
-    tile,
-)
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from sarek import ir, layout, tile
 from sarek.dsl import (
     ArrayType,
     Global,
@@ -72,9 +66,29 @@ from sarek.errors import (
 )
 from sarek.launch import Launch
 from sarek.layout import S, TileLayout, laneid, warpid
-from sarek.matrix_pattern import NotAGemm
-from sarek.matrix_rewrite import RewriteError, rewrite_launch
 from sarek.targets import emit, simulate
+
+if TYPE_CHECKING:
+    from sarek import coopmat, matrix_mapping, matrix_pattern, matrix_rewrite, matrix_scheme
+    from sarek.gemm import NotAGemm
+    from sarek.matrix_rewrite import RewriteError, rewrite_launch
+
+# The recognizer, the rewrite and the device gate load on first use: a program that launches a
+# kernel whose compiled launch is cached (``sarek.dispatch``) never needs them, and they are a
+# third of the package's import.
+_LAZY_MODULES = frozenset({"coopmat", "matrix_mapping", "matrix_pattern", "matrix_rewrite",
+                           "matrix_scheme"})
+_LAZY_NAMES = {"NotAGemm": "sarek.gemm", "RewriteError": "sarek.matrix_rewrite",
+               "rewrite_launch": "sarek.matrix_rewrite"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY_MODULES:
+        return import_module(f"sarek.{name}")
+    if name in _LAZY_NAMES:
+        return getattr(import_module(_LAZY_NAMES[name]), name)
+    raise AttributeError(f"module 'sarek' has no attribute {name!r}")
+
 
 __all__ = [
     "ArrayType", "BarrierDivergence", "DslError", "Global", "IRError", "KernelFunction", "Launch",

@@ -37,6 +37,7 @@ from sarek.errors import LaunchError, SarekError
 from sarek.launch import Dim3, Launch, dim3
 
 if TYPE_CHECKING:
+    from backends.cuda.launch import Ready
     from backends.pipeline import Compiled, Precision
     from sarek.matrix_scheme import Lowering
     from sarek.schedule import Schedule
@@ -233,13 +234,14 @@ def _stand_in(sl: Slot, value: Any) -> Any:
 
 @dataclass
 class Memo:
-    """A kernel's parameter slots and its compiled launches, by (target, grid, block, shape
-    key) (one ``Memo`` per set of options); ``repeat`` holds, per thread, the last CUDA launch
-    (``backends.cuda.launch.Repeat``), which a call with the very same arguments launches
-    again without binding them."""
+    """A kernel's parameter slots, its compiled launches by (target, grid, block, shape key)
+    and CUDA's launch records likewise (one ``Memo`` per set of options); ``repeat`` holds,
+    per thread, the last CUDA launch (``backends.cuda.launch.Repeat``), which a call with the
+    very same arguments launches again without binding them."""
 
     plan: tuple[Slot, ...] | None = None
     entries: dict[tuple[Any, ...], Compiled] = field(default_factory=dict)
+    ready: dict[tuple[Any, ...], Ready] = field(default_factory=dict)  # CUDA's launch records
     lock: threading.Lock = field(default_factory=threading.Lock)
     repeat: threading.local = field(default_factory=threading.local)
 
@@ -262,6 +264,43 @@ def compiled(kernel: ir.Kernel, memo: Memo, target: str, grid: Dim3, block: Dim3
     with memo.lock:
         memo.entries[k] = made
     return made
+
+
+def cuda_ready(kernel: ir.Kernel, memo: Memo, grid: Dim3, block: Dim3, bound: Bound,
+               options: Options) -> Ready:
+    """The CUDA launch's ``Ready`` record: from the memo, else from the disk cache (a new
+    process launching what an earlier one launched runs neither the recognizer nor the rewrite
+    nor NVRTC), else from the whole pipeline."""
+    k = ("cuda", grid, block, bound.shape_key)
+    found = memo.ready.get(k)
+    if found is not None:
+        return found
+    from backends.cuda.launch import device_arch, ready_for
+    from sarek.cache import key
+
+    record = key("launch", code_fingerprint(), kernel.model_dump_json(), repr(grid),
+                 repr(block), repr(bound.shape_key), repr(options), device_arch())
+    made = ready_for(record, lambda: compiled(kernel, memo, "cuda", grid, block, bound,
+                                              options))
+    with memo.lock:
+        memo.ready[k] = made
+    return made
+
+
+@cache
+def code_fingerprint() -> str:
+    """A digest of the name, size and modification time of every module of sarek, backends
+    and sim: a launch record made by other code than this is never taken."""
+    import hashlib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for package in ("sarek", "backends", "sim"):
+        for path in sorted((root / package).rglob("*.py")):
+            st = path.stat()
+            h.update(f"{path.relative_to(root)}:{st.st_size}:{st.st_mtime_ns};".encode())
+    return h.hexdigest()
 
 
 def arguments(done: Compiled, bound: Bound, plan: tuple[Slot, ...]) -> list[Any]:
@@ -289,9 +328,9 @@ def launch(kernel: ir.Kernel, memo: Memo, grid: Any, block: Any, stream: Any,
         from backends.cuda.launch import ensure_driver, run_compiled
 
         ensure_driver()
-        done = compiled(kernel, memo, target, g, b, bound, options)
-        if all(done.launch.grid):  # an empty launch runs nothing and writes nothing
-            memo.repeat.last = run_compiled(done, bound.values, stream,
+        ready = cuda_ready(kernel, memo, g, b, bound, options)
+        if all(ready.grid):  # an empty launch runs nothing and writes nothing
+            memo.repeat.last = run_compiled(ready, bound.values, stream,
                                            (grid, block, tuple(args)))
         return
     if bound.device:

@@ -10,7 +10,11 @@ elsewhere.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -200,6 +204,12 @@ def test_a_stream_on_the_simulator_is_refused() -> None:
         SIM[GRID, BLOCK, 0](a, b, c, M, N, K)
 
 
+def _nvrtc_reason() -> str | None:
+    from backends.cuda.nvrtc import nvrtc_available
+
+    return nvrtc_available()
+
+
 def _cuda_reason() -> str | None:
     from backends.cuda.run import unavailable_reason
 
@@ -279,3 +289,63 @@ def test_a_repeated_launch_follows_a_changed_argument() -> None:
     SIM[GRID, BLOCK](a, b, want_17, M, N, 17)
     assert np.array_equal(cupy.asnumpy(first), want_k)
     assert np.array_equal(cupy.asnumpy(second), want_17)
+
+
+FIRST_LAUNCH = '''
+import sys
+import cupy
+import sarek
+from sarek import Global, block_dim, block_idx, f32, i32, thread_idx
+
+@sarek.kernel
+def matmul(a: Global[f32], b: Global[f32], c: Global[f32], m: i32, n: i32, k: i32):
+    row = block_idx.y * block_dim.y + thread_idx.y
+    col = block_idx.x * block_dim.x + thread_idx.x
+    if row < m and col < n:
+        acc = f32(0.0)
+        for p in range(k):
+            acc += a[row * k + p] * b[p * n + col]
+        c[row * n + col] = acc
+
+a, b = cupy.ones(64 * 32, cupy.float32), cupy.ones(32 * 48, cupy.float32)
+c = cupy.zeros(64 * 48, cupy.float32)
+matmul[(3, 4, 1), (16, 16, 1)](a, b, c, 64, 48, 32)
+assert float(c.sum()) == 64 * 48 * 32
+print("sarek.matrix_pattern" in sys.modules, "cuda.bindings.nvrtc" in sys.modules)
+'''
+
+
+@pytest.mark.device
+@needs_cuda
+def test_a_new_process_launches_a_cached_launch_without_the_rewrite_or_nvrtc(
+        tmp_path: Path) -> None:
+    pytest.importorskip("cupy")
+    script = tmp_path / "first_launch.py"
+    script.write_text(FIRST_LAUNCH)
+    env = {**os.environ, "SAREK_CACHE_DIR": str(tmp_path / "cache"), "SAREK_TARGET": "cuda"}
+
+    def run() -> str:
+        done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                              text=True, check=True)
+        return done.stdout.strip()
+
+    assert run() == "True True"  # the first process recognizes, rewrites and compiles
+    assert run() == "False False"  # the next takes the launch record and the cubin from disk
+
+
+@pytest.mark.skipif(_nvrtc_reason() is not None, reason=f"no NVRTC: {_nvrtc_reason()}")
+def test_a_launch_record_reads_back_as_it_was_written() -> None:
+    from backends import registry
+    from backends.cuda.launch import Ready
+    from backends.pipeline import compile_launch
+    from sarek.launch import Launch
+
+    a, b, c = operands()
+    launch = Launch(matmul.ir, dict(zip("abcmnk", (a, b, c, M, N, K), strict=True)), GRID,
+                    BLOCK)
+    done = compile_launch(registry.target("cuda"), launch)
+    record = Ready.of(done, "sm_90")
+    assert Ready.from_bytes(record.to_bytes()) == record
+    assert (record.grid, record.block, record.user_count) == ((1, 2, 1), (128, 1, 1), 6)
+    assert done.rewritten is not None
+    assert record.region == tuple(int(x) for x in done.rewritten.region.args)

@@ -17,8 +17,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -36,7 +39,7 @@ CUBINS = kernel_cache.Cache("cuda")
 """Cubins by ``cubin_key``."""
 
 _FUNCTIONS: dict[tuple[str, int], tuple[Any, int]] = {}  # (cubin key, device) -> (function, smem)
-_LOADED: dict[tuple[int, int], tuple[Compiled, Any, int]] = {}  # by id(compiled), device
+_LOADED: dict[tuple[int, int], tuple[Ready, Any, int]] = {}  # by id(record), device
 _LOADING = threading.Lock()
 
 
@@ -213,15 +216,83 @@ def cubin_key(text: str, arch: str, options: tuple[str, ...] = ()) -> str:
 
 def cubin(text: str, name: str, arch: str) -> tuple[str, bytes]:
     """The cubin of ``text`` for ``arch`` (compiled once, then from the cache) and its key."""
+    k = cubin_key(text, arch)
+    return k, CUBINS.get_or_make(k, lambda: _compile(text, name, arch))
+
+
+def _compile(text: str, name: str, arch: str) -> bytes:
     from backends.cuda.nvrtc import compile_cubin
 
-    k = cubin_key(text, arch)
-    return k, CUBINS.get_or_make(k, lambda: compile_cubin(text, arch, f"{name}.cu"))
+    return compile_cubin(text, arch, f"{name}.cu")
 
 
-def _function(done: Compiled, device: int) -> tuple[Any, int]:
+@dataclass(frozen=True)
+class Ready:
+    """What a CUDA launch needs of a compiled one (``backends.pipeline.Compiled``), small and
+    plain enough to keep on disk: the kernel's name, text and the key of its cubin (for the
+    architecture it was made for), the rewritten (or original) grid and block, every
+    parameter's element type, how many are the caller's, the region's values that follow them,
+    and the dynamic shared memory."""
+
+    name: str
+    text: str
+    arch: str
+    cubin_key: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    elems: tuple[str, ...]
+    user_count: int
+    region: tuple[int, ...]
+    shared: int
+
+    @classmethod
+    def of(cls, done: Compiled, arch: str) -> Ready:
+        from backends.cuda.shared import dynamic_bytes
+
+        params = done.launch.kernel.params
+        user = len(done.original.kernel.params)
+        return cls(done.lowered.name, done.text, arch, cubin_key(done.text, arch),
+                   done.launch.grid, done.launch.block, tuple(p.elem.value for p in params),
+                   user, tuple(int(done.launch.args[p.name]) for p in params[user:]),
+                   dynamic_bytes(done.lowered))
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(dataclasses.asdict(self)).encode()
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> Ready:
+        d = json.loads(raw)
+        return cls(**{**d, "grid": tuple(d["grid"]), "block": tuple(d["block"]),
+                      "elems": tuple(d["elems"]), "region": tuple(d["region"])})
+
+
+READY = kernel_cache.Cache("cuda-launch")
+"""``Ready`` records by the key ``dispatch`` derives from the kernel, the launch's shape, the
+options, the architecture and the fingerprint of sarek's own code."""
+
+
+def ready_for(key: str, compile_it: Callable[[], Compiled]) -> Ready:
+    """The ``Ready`` record under ``key``, from the cache, else made from ``compile_it()`` (the
+    whole pipeline) and stored. A record the cache cannot read back is made again."""
+    raw = READY.get(key)
+    if raw is not None:
+        try:
+            return Ready.from_bytes(raw)
+        except (ValueError, TypeError, KeyError):
+            pass  # an entry of another layout: made again below
+    made = Ready.of(compile_it(), _arch(0))
+    READY.put(key, made.to_bytes())
+    return made
+
+
+def device_arch(device: int = 0) -> str:
+    """``sm_XY`` of ``device``."""
+    return _arch(device)
+
+
+def _function(done: Ready, device: int) -> tuple[Any, int]:
     """The kernel's function loaded on ``device`` and its dynamic shared memory in bytes
-    (found by the compiled launch's identity first: its text is hashed once)."""
+    (found by the record's identity first)."""
     known = _LOADED.get((id(done), device))
     if known is not None and known[0] is done:
         return known[1], known[2]
@@ -230,13 +301,15 @@ def _function(done: Compiled, device: int) -> tuple[Any, int]:
     return function, shared
 
 
-def _load(done: Compiled, device: int) -> tuple[Any, int]:
+def _load(done: Ready, device: int) -> tuple[Any, int]:
     from cuda.bindings import driver as cu
 
-    from backends.cuda.shared import dynamic_bytes
-
-    kernel = done.lowered
-    k, binary = cubin(done.text, kernel.name, _arch(device))
+    arch = _arch(device)
+    if arch == done.arch:  # the record's cubin, compiled once and kept
+        k = done.cubin_key
+        binary = CUBINS.get_or_make(k, lambda: _compile(done.text, done.name, arch))
+    else:  # another GPU than the one the record was made on
+        k, binary = cubin(done.text, done.name, arch)
     found = _FUNCTIONS.get((k, device))
     if found is not None:
         return found
@@ -244,9 +317,9 @@ def _load(done: Compiled, device: int) -> tuple[Any, int]:
         if (k, device) not in _FUNCTIONS:
             _check(cu.cuCtxSetCurrent(_context(device)), "cuCtxSetCurrent")
             module = _check(cu.cuModuleLoadData(binary), "cuModuleLoadData")
-            function = _check(cu.cuModuleGetFunction(module, kernel.name.encode()),
+            function = _check(cu.cuModuleGetFunction(module, done.name.encode()),
                               "cuModuleGetFunction")
-            shared = dynamic_bytes(kernel)
+            shared = done.shared
             if shared:
                 _check(cu.cuFuncSetAttribute(
                     function,
@@ -287,26 +360,27 @@ class _Params:
     the slots' addresses that ``cuLaunchKernel`` takes, and a typed view of each scalar's
     slot."""
 
-    def __init__(self, done: Compiled, device: int) -> None:
+    def __init__(self, done: Ready, device: int) -> None:
         from sarek.dtypes import numpy_dtype
+        from sarek.ir import ElemType
 
         self.function, self.shared = _function(done, device)
-        params = done.launch.kernel.params
-        self.block = np.zeros(len(params), np.uint64)
+        dtypes = [numpy_dtype(ElemType(e)) for e in done.elems]
+        self.block = np.zeros(len(dtypes), np.uint64)
         base = self.block.ctypes.data
-        self.addresses = np.array([base + 8 * i for i in range(len(params))], np.uint64)
-        self.views = [self.block[i:i + 1].view(np.uint8)[:numpy_dtype(p.elem).itemsize].view(
-            numpy_dtype(p.elem)) for i, p in enumerate(params)]
-        for i in range(len(done.original.kernel.params), len(params)):
-            self.views[i][0] = done.launch.args[params[i].name]  # the region's values
-        self.grid, self.dims = done.launch.grid, done.launch.block
+        self.addresses = np.array([base + 8 * i for i in range(len(dtypes))], np.uint64)
+        self.views = [self.block[i:i + 1].view(np.uint8)[:dt.itemsize].view(dt)
+                      for i, dt in enumerate(dtypes)]
+        for i, value in enumerate(done.region, done.user_count):
+            self.views[i][0] = value  # the region's values
+        self.grid, self.dims = done.grid, done.block
 
 
 _THREADS = threading.local()
 
 
-def _params(done: Compiled, device: int) -> _Params:
-    table: dict[tuple[int, int], tuple[Compiled, _Params]] | None = getattr(
+def _params(done: Ready, device: int) -> _Params:
+    table: dict[tuple[int, int], tuple[Ready, _Params]] | None = getattr(
         _THREADS, "params", None)
     if table is None:
         table = _THREADS.params = {}
@@ -361,7 +435,7 @@ class Repeat:
                                         handle, self.addresses, 0), "cuLaunchKernel")
 
 
-def run_compiled(done: Compiled, values: list[Any], stream: Any,
+def run_compiled(done: Ready, values: list[Any], stream: Any,
                  call: tuple[Any, Any, tuple[Any, ...]] | None = None) -> Repeat | None:
     """Launches ``done`` with the caller's ``values`` (parameter order: NumPy arrays,
     ``DeviceArray``s and checked Python scalars); the region's values follow them. With
