@@ -159,9 +159,9 @@ def _dlpack_view(name: str, value: Any) -> Any:
 
 @cache
 def _driver_reason() -> str | None:
-    from backends.cuda.run import unavailable_reason
+    from backends.cuda.run import driver_reason
 
-    return unavailable_reason()
+    return driver_reason()
 
 
 def ensure_driver() -> None:
@@ -221,8 +221,14 @@ def cubin(text: str, name: str, arch: str) -> tuple[str, bytes]:
 
 
 def _compile(text: str, name: str, arch: str) -> bytes:
-    from backends.cuda.nvrtc import compile_cubin
+    """NVRTC's cubin (``SarekError`` with the reason where NVRTC cannot be loaded: a cached
+    kernel launches without it)."""
+    from backends.cuda.nvrtc import compile_cubin, nvrtc_available
 
+    reason = nvrtc_available()
+    if reason is not None:
+        raise SarekError(f"the cuda target cannot compile {name}: {reason} "
+                         "(pip install 'sarek[cuda]')")
     return compile_cubin(text, arch, f"{name}.cu")
 
 

@@ -13,9 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from backends.cuda.emit import emit
 from backends.cuda.nvrtc import compile_cubin, nvrtc_available
-from backends.cuda.shared import dynamic_bytes
 from sarek import ir
 from sarek.dtypes import numpy_dtype
 from sarek.errors import SarekError
@@ -35,6 +33,12 @@ def _check(result: Any, what: str) -> Any:
 def unavailable_reason() -> str | None:
     """None when a CUDA device can run kernels here (``cuda-bindings``, a driver, a device and
     NVRTC), else one line saying what is missing. Never raises."""
+    return driver_reason() or nvrtc_available()
+
+
+def driver_reason() -> str | None:
+    """None when the CUDA driver and a device are there (``cuda-bindings`` too), else one line
+    saying what is missing. Never raises."""
     try:
         from cuda.bindings import driver as cu
     except ImportError as e:
@@ -48,7 +52,7 @@ def unavailable_reason() -> str | None:
         return f"no CUDA driver ({type(e).__name__}: {e})".splitlines()[0]
     if int(err) != 0 or int(count) == 0:
         return "no CUDA device" + (f" ({err})" if int(err) != 0 else "")
-    return nvrtc_available()
+    return None
 
 
 def device_arch() -> str:
@@ -80,6 +84,9 @@ def run(kernel: ir.Kernel, args: Sequence[Any] | Mapping[str, Any], grid: tuple[
     device 0 and returns every array parameter's contents afterwards."""
     values = dict(zip([p.name for p in kernel.params], args, strict=True)) if not isinstance(
         args, Mapping) else dict(args)
+    from backends.cuda.emit import emit
+    from backends.cuda.shared import dynamic_bytes
+
     cubin = compile_cubin(emit(kernel), arch or device_arch(), f"{kernel.name}.cu")
     params: list[np.ndarray | np.generic] = []
     for p in kernel.params:
