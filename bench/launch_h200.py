@@ -16,7 +16,10 @@ Measured in one run, side by side (medians):
 
 Writes bench/results/launch_h200.json and prints a table. Targets (issue "Call it from
 Python"): warm overhead at most 1.5x CuPy's; a cached first call under 0.5 s; the GEMM within
-noise of the runner.
+noise of the runner. Run it where the packages are byte-compiled, as an installation leaves
+them: wheels installed with ``--no-compile`` and a fresh source tree recompile every module
+in every new process (0.4 to 0.5 s of the first call on the H200); ``python -m compileall``
+first.
 """
 
 from __future__ import annotations
