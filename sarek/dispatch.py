@@ -27,7 +27,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -53,7 +53,7 @@ class Options:
     target: str | None = None
     lowering: Lowering | None = None
     precision: Precision = "accurate"
-    schedule: Schedule | None = None
+    schedule: Schedule | Literal["autotune"] | None = None
     rewrite: bool = True
 
     def compile_options(self) -> dict[str, Any]:
@@ -259,8 +259,16 @@ def compiled(kernel: ir.Kernel, memo: Memo, target: str, grid: Dim3, block: Dim3
     plan = memo.plan or slots(kernel)
     base = "cuda" if target == "sim" else target.removeprefix("sim-")
     args = {sl.param.name: _stand_in(sl, v) for sl, v in zip(plan, bound.values, strict=True)}
-    made = compile_launch(registry.target(base), Launch(kernel, args, grid, block),
-                                         **options.compile_options())
+    launch = Launch(kernel, args, grid, block)
+    settings = options.compile_options()
+    if options.schedule == "autotune":
+        from backends.autotune import choose
+
+        user = [v if sl.array else sl.dtype.type(v) for sl, v in zip(plan, bound.values,
+                                                                      strict=True)]
+        settings["schedule"] = choose(target, launch, user, code_fingerprint(), **{
+            **settings, "schedule": None})
+    made = compile_launch(registry.target(base), launch, **settings)
     with memo.lock:
         memo.entries[k] = made
     return made
@@ -399,8 +407,9 @@ def configure(function: Any, config: Any) -> Configured:
 
 def with_options(options: Options, **changes: Any) -> Options:
     """``options`` with ``changes`` (the names of ``Options``; a lowering and a schedule may be
-    given by name, ``"F16_operands"``, ``"t128k64s2"``); ``LaunchError`` for another name or a
-    value the option does not take."""
+    given by name, ``"F16_operands"``, ``"t128k64s2"``, and the schedule as ``"autotune"``:
+    ``backends.autotune``); ``LaunchError`` for another name or a value the option does not
+    take."""
     from sarek.matrix_scheme import Lowering
     from sarek.schedule import Schedule
 
@@ -412,7 +421,7 @@ def with_options(options: Options, **changes: Any) -> Options:
     try:
         if isinstance(lowering, str):
             changes["lowering"] = Lowering(lowering)
-        if isinstance(schedule, str):
+        if isinstance(schedule, str) and schedule != "autotune":
             changes["schedule"] = Schedule.parse(schedule)
     except ValueError:
         raise LaunchError(f"lowering {lowering!r} is not one of "
@@ -422,7 +431,7 @@ def with_options(options: Options, **changes: Any) -> Options:
     checks = (("lowering", Lowering), ("schedule", Schedule), ("target", str))
     for name, kind in checks:
         value = changes.get(name)
-        if value is not None and not isinstance(value, kind):
+        if value is not None and value != "autotune" and not isinstance(value, kind):
             raise LaunchError(f"option {name} takes a {kind.__name__}, not {value!r}")
     if changes.get("precision", "accurate") not in ("accurate", "fast"):
         raise LaunchError(f"precision is 'accurate' or 'fast', not {changes['precision']!r}")

@@ -488,3 +488,38 @@ def run_compiled(done: Ready, values: list[Any], stream: Any,
     if copies or call is None:
         return None
     return Repeat(call, stream, p, [v for v in values if type(v) is DeviceArray][:1], device)
+
+
+def measure(done: Compiled, values: list[Any], repeats: int = 5
+            ) -> tuple[float, dict[str, np.ndarray]]:
+    """Median seconds of a launch of ``done`` (CUDA events, after a warm-up) and the arrays one
+    launch leaves, both on copies of ``values`` (device arrays copied to the host first): for
+    ``schedule="autotune"``, which must not write the caller's arrays."""
+    from backends.cuda.run import launch_cubin, time_cubin
+
+    cu = _driver()
+    host: list[Any] = []
+    for v in values:
+        if type(v) is DeviceArray:
+            copy = np.empty(v.size, _dtype_of(done, len(host)))
+            if copy.nbytes:
+                _check(cu.cuMemcpyDtoH(copy.ctypes.data, v.ptr, copy.nbytes), "cuMemcpyDtoH")
+            host.append(copy)
+        else:
+            host.append(v)
+    params = done.launch.kernel.params
+    host += [np.int32(done.launch.args[p.name]) for p in params[len(host):]]
+    record = Ready.of(done, _arch(0))
+    binary = CUBINS.get_or_make(record.cubin_key,
+                                lambda: _compile(record.text, record.name, record.arch))
+    out = launch_cubin(binary, record.name, host, record.grid, record.block, record.shared)
+    times = time_cubin(binary, record.name, host, record.grid, record.block, repeats,
+                       record.shared)
+    arrays = {p.name: a for p, a in zip(params, out, strict=True) if a is not None}
+    return float(np.median(times)), arrays
+
+
+def _dtype_of(done: Compiled, index: int) -> np.dtype[Any]:
+    from sarek.dtypes import numpy_dtype
+
+    return numpy_dtype(done.launch.kernel.params[index].elem)
