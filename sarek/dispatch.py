@@ -9,7 +9,8 @@ anything else runs as written), memoizes that per kernel, launch shape and optio
 * ``cuda`` (the default where a CUDA device exists): ``backends.cuda.launch`` takes device
   arrays (``__cuda_array_interface__`` or ``__dlpack__``: CuPy, PyTorch, ...) in place on
   their stream, and copies NumPy arrays in and back;
-* ``vulkan``, ``opencl``, ``opencl-nv``: NumPy arrays, run by the target's runner and copied
+* ``vulkan``, ``opencl``, ``opencl-nv``: NumPy arrays (and, for OpenCL, pyopencl arrays,
+  whose contents are read before and written after), run by the target's runner and copied
   back into the caller's arrays;
 * ``sim`` (``SAREK_TARGET=sim``): the same call in the simulator, running the kernel CUDA would
   run (lowered for CUDA, under its arithmetic model), written back into the NumPy arrays;
@@ -331,6 +332,10 @@ def launch(kernel: ir.Kernel, memo: Memo, grid: Any, block: Any, stream: Any,
     target = target_name(options)
     if memo.plan is None:
         memo.plan = slots(kernel)
+    opencl_arrays: dict[int, Any] = {}
+    if target in ("opencl", "opencl-nv"):  # pyopencl arrays: their contents, copied back below
+        opencl_arrays = {i: v for i, v in enumerate(args) if _is_pyopencl_array(v)}
+        args = [v.get() if i in opencl_arrays else v for i, v in enumerate(args)]
     bound = bind(kernel, args, memo.plan)
     if target == "cuda":
         from backends.cuda.launch import ensure_driver, run_compiled
@@ -364,6 +369,13 @@ def launch(kernel: ir.Kernel, memo: Memo, grid: Any, block: Any, stream: Any,
             raise SarekError(f"the {target} target cannot run here: {reason}")
         out = runner.run(done.launch.kernel, values, done.launch.grid, done.launch.block)
     _write_back(out, names, values)
+    for i, array in opencl_arrays.items():
+        array.set(values[i])
+
+
+def _is_pyopencl_array(value: Any) -> bool:
+    return type(value).__module__.startswith("pyopencl") and hasattr(value, "get") and hasattr(
+        value, "set")
 
 
 def _is_dim3(v: Any) -> bool:

@@ -349,3 +349,31 @@ def test_a_launch_record_reads_back_as_it_was_written() -> None:
     assert (record.grid, record.block, record.user_count) == ((1, 2, 1), (128, 1, 1), 6)
     assert done.rewritten is not None
     assert record.region == tuple(int(x) for x in done.rewritten.region.args)
+
+
+def _opencl_reason() -> str | None:
+    from backends.opencl.run import opencl_available
+
+    return opencl_available()
+
+
+@pytest.mark.skipif(_opencl_reason() is not None, reason=f"no OpenCL device: {_opencl_reason()}")
+def test_the_opencl_target_takes_numpy_and_pyopencl_arrays() -> None:
+    """The portable OpenCL rewrite built and run on the OpenCL device (PoCL on a CPU machine),
+    on NumPy arrays and on pyopencl arrays of the device's context, bit for bit what the
+    simulator gives for the same rewrite."""
+    import pyopencl
+    import pyopencl.array
+
+    from backends.opencl.run import find_device
+
+    a, b, c = operands()
+    run = matmul.with_options(target="opencl")
+    run[GRID, BLOCK](a, b, c, M, N, K)
+    want = np.zeros_like(c)
+    matmul.with_options(target="sim-opencl")[GRID, BLOCK](a, b, want, M, N, K)
+    assert np.array_equal(c, want)
+    queue = pyopencl.CommandQueue(pyopencl.Context([find_device()]))
+    ca, cb, cc = (pyopencl.array.to_device(queue, x) for x in (a, b, np.zeros_like(c)))
+    run[GRID, BLOCK](ca, cb, cc, M, N, K)
+    assert np.array_equal(cc.get(), want)
