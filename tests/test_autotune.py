@@ -10,24 +10,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_launch import matmul
 
 import sarek
 from backends import autotune, registry
-from sarek import Global, block_dim, block_idx, f32, i32, thread_idx
 from sarek.errors import LaunchError
 from sarek.matrix_scheme import Lowering
 from sarek.schedule import SEED
-
-
-@sarek.kernel
-def matmul(a: Global[f32], b: Global[f32], c: Global[f32], m: i32, n: i32, k: i32):
-    row = block_idx.y * block_dim.y + thread_idx.y
-    col = block_idx.x * block_dim.x + thread_idx.x
-    if row < m and col < n:
-        acc = f32(0.0)
-        for p in range(k):
-            acc += a[row * k + p] * b[p * n + col]
-        c[row * n + col] = acc
 
 
 def launch(m: int, n: int, k: int, kernel: sarek.KernelFunction) -> tuple[np.ndarray, ...]:
