@@ -29,13 +29,38 @@ def dim3(v: int | tuple[int, ...] | list[int]) -> Dim3:
 
 @dataclass(frozen=True)
 class Launch:
-    """One launch of ``kernel``: arguments by parameter name, grid and block as (x, y, z)."""
+    """One launch of ``kernel``: arguments by parameter name, grid and block as (x, y, z).
+
+    Taken where the meaning is clear: a ``@sarek.kernel`` function for its IR, the arguments
+    as a list or tuple in parameter order, grid and block as 1 to 3 integers. Anything else,
+    and a list of the wrong length, is a ``LaunchError`` saying what to pass."""
 
     kernel: ir.Kernel
     args: Mapping[str, Any]
     grid: Dim3
     block: Dim3
     notes: Mapping[str, Any] = field(default_factory=dict)  # e.g. the sizes the launch was made for
+
+    def __post_init__(self) -> None:
+        kernel = self.kernel
+        if not isinstance(kernel, ir.Kernel):
+            kernel = getattr(kernel, "ir", None)
+            if not isinstance(kernel, ir.Kernel):
+                raise LaunchError(f"a launch takes a kernel (sarek.ir.Kernel or a "
+                                  f"@sarek.kernel function), not {type(self.kernel).__name__}")
+            object.__setattr__(self, "kernel", kernel)
+        args = self.args
+        if isinstance(args, list | tuple):
+            names = [p.name for p in kernel.params]
+            if len(args) != len(names):
+                raise LaunchError(f"kernel {kernel.name!r} takes {len(names)} arguments "
+                                  f"({', '.join(names)}), got {len(args)}")
+            object.__setattr__(self, "args", dict(zip(names, args, strict=True)))
+        elif not isinstance(args, Mapping):
+            raise LaunchError("a launch's arguments are a dict by parameter name or a list in "
+                              f"parameter order, not {type(args).__name__}")
+        object.__setattr__(self, "grid", dim3(self.grid))
+        object.__setattr__(self, "block", dim3(self.block))
 
     def arg_list(self) -> list[Any]:
         """The arguments in parameter order; ``LaunchError`` names a missing one."""

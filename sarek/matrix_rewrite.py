@@ -926,6 +926,7 @@ def rewrite_launch(original: Launch, *, lowering: Lowering | None = None,
     from sarek.matrix_mapping import region
     from sarek.matrix_scheme import select
 
+    original.arg_list()  # a missing argument is named here, before any work
     gemm = recognize(original.kernel)
     reg = region(gemm, original.grid, original.block, dict(original.args))
     chosen = lowering if lowering is not None else select(gemm, precision)

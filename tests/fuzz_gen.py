@@ -854,7 +854,10 @@ def launch_case(rng: random.Random) -> Outcome:
         if gemm is REFUSED:
             return
         r.call("region", matrix_mapping.region, gemm, grid, block, args)
-        launch = Launch(kernel, args if isinstance(args, dict) else {}, grid, block)
+        launch = r.call("launch", Launch, kernel, args if isinstance(args, dict) else {}, grid,
+                        block)
+        if launch is REFUSED:
+            return
         r.call("rewrite", rewrite_launch, launch,
                lowering=rng.choice([*Lowering, None]),
                subgroup=rng.choice([32, 64, 48, 0, -32]), frag=rng.choice([16, 8, 4, 32, 0]),

@@ -377,3 +377,39 @@ def test_the_opencl_target_takes_numpy_and_pyopencl_arrays() -> None:
     ca, cb, cc = (pyopencl.array.to_device(queue, x) for x in (a, b, np.zeros_like(c)))
     run[GRID, BLOCK](ca, cb, cc, M, N, K)
     assert np.array_equal(cc.get(), want)
+
+
+# --------------------------------------------------------------------------- Launch objects
+
+
+def test_a_launch_takes_a_kernel_function_and_arguments_in_parameter_order() -> None:
+    from sarek.launch import Launch
+
+    a, b, c = operands()
+    run = Launch(matmul, [a, b, c, M, N, K], GRID, [16, 16])  # type: ignore[arg-type]
+    assert run.kernel is matmul.ir and run.block == (16, 16, 1)
+    assert list(run.args) == ["a", "b", "c", "m", "n", "k"]
+
+
+@pytest.mark.parametrize(("kernel", "args", "message"), [
+    ("matmul", {}, "a launch takes a kernel (sarek.ir.Kernel or a @sarek.kernel function), "
+                   "not str"),
+    (None, [1, 2], "kernel 'matmul' takes 6 arguments (a, b, c, m, n, k), got 2"),
+    (None, 7, "a launch's arguments are a dict by parameter name or a list in parameter order, "
+              "not int"),
+], ids=["kernel", "count", "args"])
+def test_a_launch_that_means_nothing_clear_is_a_launch_error(kernel, args, message) -> None:  # type: ignore[no-untyped-def]
+    from sarek.launch import Launch
+
+    with pytest.raises(LaunchError) as info:
+        Launch(kernel or matmul.ir, args, GRID, BLOCK)
+    assert info.value.reason == message
+
+
+def test_rewrite_launch_names_a_missing_argument_before_any_work() -> None:
+    from sarek.launch import Launch
+    from sarek.matrix_rewrite import rewrite_launch
+
+    a, b, c = operands()
+    with pytest.raises(LaunchError, match="has no argument for 'k'"):
+        rewrite_launch(Launch(matmul.ir, {"a": a, "b": b, "c": c, "m": M, "n": N}, GRID, BLOCK))
