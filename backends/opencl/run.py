@@ -64,7 +64,8 @@ def find_device(platform: str = "") -> Any:
     try:
         import pyopencl as cl
     except ImportError as e:
-        raise OpenCLError(f"pyopencl is not installed ({e})") from None
+        raise OpenCLError(f"pyopencl is not installed ({e}); pip install 'sarek[opencl]'"
+                          ) from None
     try:
         platforms = cl.get_platforms()
     except Exception as e:  # pyopencl raises its own LogicError when no ICD is found

