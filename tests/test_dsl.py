@@ -253,6 +253,12 @@ def error_of(src: str) -> DslError:
     ("x = print(n)\n", 6, "cannot be called in a kernel"),
     ("a + 1\n", 6, "has no effect"),
     ("x = thread_idx.w\n", 6, "components x, y and z"),
+    # what a numba.cuda user writes first, each refused with what to write instead
+    ("x = a.shape[0]\n", 6, "pass them as i32 parameters (m: i32, n: i32) and index flat"),
+    ("a[n, 0] = 1.0\n", 6, "a global array is indexed by one flat index, a[i * n + j]"),
+    ("i, j = n, n\n", 6, "assign one name at a time (i = ...; j = ...)"),
+    ("x = [1, 2]\n", 6, "use a local array, x = sarek.local(f32, n)"),
+    ("print(n)\n", 6, "print() does not run in a kernel; store the value in an output array"),
     ("if thread_idx.x < 4:\n    barrier()\n", 7, "barrier in divergent code"),
     ("for i in range(4):\n    i = 2\n", 7, "read-only"),
     ("x = 1\nx = a\n", 7, "array 'a' used as a value"),

@@ -262,7 +262,8 @@ class ExprTranslator:
                                       type=t), weak=va.weak and vb.weak)
             case ast.Call(func=func, args=args, keywords=[]):
                 return self.call(func, args, node)
-        self.fail(f"the expression {ast.unparse(node)!r} is not supported in a kernel", node)
+        self.fail(f"the expression {ast.unparse(node)!r} is not supported in a kernel"
+                  + instead(node), node)
 
     def name(self, name: str, node: ast.expr) -> Val:
         sym = self.lookup(name)
@@ -385,3 +386,20 @@ class ExprTranslator:
         if fn not in (MathFn.ABS, MathFn.MIN, MathFn.MAX) and rtype.is_int:
             rtype = ElemType.F32
         return Val(ir.Call(fn=fn, args=tuple(self.convert(a, rtype) for a in args), type=rtype))
+
+
+def instead(node: ast.expr) -> str:
+    """What to write in place of an expression a kernel cannot hold (after "; "), or ""."""
+    match node:
+        case ast.Attribute(attr="shape" | "size" | "ndim" | "dtype") | ast.Subscript(
+                value=ast.Attribute(attr="shape")) | ast.Call(func=ast.Name(id="len")):
+            return ("; arrays carry no sizes in a kernel: pass them as i32 parameters "
+                    "(m: i32, n: i32) and index flat, a[row * n + col]")
+        case ast.Tuple():
+            return ("; a global array is indexed by one flat index, a[i * n + j] (shared and "
+                    "local tiles declared with a layout take a[i, j])")
+        case ast.List() | ast.ListComp() | ast.Dict() | ast.Set() | ast.DictComp() | \
+                ast.SetComp() | ast.GeneratorExp():
+            return ("; use a local array, x = sarek.local(f32, n), and assign its elements, "
+                    "x[0] = ...")
+    return ""

@@ -109,6 +109,10 @@ class Translator(ExprTranslator):
             case ast.Break() | ast.Continue():
                 self.fail(f"'{type(s).__name__.lower()}' is not supported; use a while loop "
                           "with a condition")
+            case ast.Expr(value=ast.Call(func=ast.Name(id="print"))):
+                self.fail("print() does not run in a kernel; store the value in an output "
+                          "array and print it after the launch (sarek.simulate returns every "
+                          "array)")
             case ast.Expr():
                 self.fail("an expression statement has no effect (only barrier() stands alone)")
         self.fail(f"the statement {type(s).__name__} is not supported in a kernel")
@@ -144,6 +148,9 @@ class Translator(ExprTranslator):
                 storage, idx, elem = self.element(name, index, target)
                 return [ir.Store(array=storage, index=idx,
                                  value=self.convert(self.expr(value), elem), line=line)]
+        if isinstance(target, ast.Tuple):
+            self.fail(f"cannot assign to {ast.unparse(target)}: assign one name at a time "
+                      f"({'; '.join(f'{ast.unparse(t)} = ...' for t in target.elts)})")
         self.fail(f"cannot assign to {ast.unparse(target)}")
 
     def array_decl(self, name: str, call: ast.Call, line: int) -> ir.ArrayDecl:
