@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 import numpy as np
 
 from sarek import ir
-from sarek.dtypes import numpy_dtype
+from sarek.dtypes import int_range, numpy_dtype
 from sarek.errors import LaunchError, SarekError
 from sarek.launch import Dim3, Launch, dim3
 
@@ -42,10 +42,6 @@ if TYPE_CHECKING:
     from backends.pipeline import Compiled, Precision
     from sarek.matrix_scheme import Lowering
     from sarek.schedule import Schedule
-
-HOST_TARGETS = ("vulkan", "opencl", "opencl-nv")
-"""Targets whose runners take NumPy arrays and give back every array."""
-
 
 @dataclass(frozen=True)
 class Options:
@@ -100,14 +96,11 @@ class Slot:
 
 def slots(kernel: ir.Kernel) -> tuple[Slot, ...]:
     """The kernel's parameters as ``Slot``s."""
-    from sarek.dtypes import int_range
-
     out = []
     for p in kernel.params:
         dt = numpy_dtype(p.elem)
-        low, high = int_range(p.elem) if p.elem.is_int and not isinstance(
-            p, ir.ArrayParam) else (None, None)
         array = isinstance(p, ir.ArrayParam)
+        low, high = int_range(p.elem) if p.elem.is_int and not array else (None, None)
         out.append(Slot(p, array, dt, dt.str, low, high, p.elem.is_float and not array))
     return tuple(out)
 
@@ -143,11 +136,12 @@ def bind(kernel: ir.Kernel, args: Sequence[Any], plan: tuple[Slot, ...] | None =
                 x = host_array(sl.param.name, value, sl.dtype)
             else:
                 cai = getattr(value, "__cuda_array_interface__", None)
-                if cai is not None and _fast[0] is not None and cai["typestr"] == sl.typestr \
+                fast = _cuda_arrays()[1]
+                if cai is not None and fast is not None and cai["typestr"] == sl.typestr \
                         and cai.get("strides") is None:  # contiguous, of the right type
-                    x = _fast[0](sl.param.name, cai["data"][0], math.prod(cai["shape"]), kind)
+                    x = fast(sl.param.name, cai["data"][0], math.prod(cai["shape"]), kind)
                 else:
-                    x = _device_view(sl, value)
+                    x = _device_view(sl, value, cai)
                 device = True
             values.append(x)
             key.append(x.size)
@@ -164,23 +158,21 @@ def bind(kernel: ir.Kernel, args: Sequence[Any], plan: tuple[Slot, ...] | None =
     return Bound(values, tuple(key), device)
 
 
-def _device_view(sl: Slot, value: Any) -> Any:
-    global _device_array
-    if _device_array is None:
-        from backends.cuda.launch import device_array, fast_device_array, one_gpu
+@cache
+def _cuda_arrays() -> tuple[Any, Any]:
+    """``backends.cuda.launch``'s ``device_array`` and, on a machine of one GPU, its
+    ``fast_device_array`` (None elsewhere), imported on the first array that is not NumPy's."""
+    from backends.cuda.launch import device_array, fast_device_array, one_gpu
 
-        _device_array = device_array
-        _fast[0] = fast_device_array if one_gpu() else None
-    cai = getattr(value, "__cuda_array_interface__", None)
+    return device_array, fast_device_array if one_gpu() else None
+
+
+def _device_view(sl: Slot, value: Any, cai: dict[str, Any] | None) -> Any:
     if cai is None and not hasattr(value, "__dlpack__"):
         raise LaunchError(f"argument {sl.param.name!r}: expected an array of {sl.param.elem} "
                           f"(NumPy, CuPy, PyTorch or any __cuda_array_interface__ / __dlpack__ "
                           f"object), got {type(value).__name__}")
-    return _device_array(sl.param.name, value, sl.dtype, sl.typestr, cai)
-
-
-_device_array: Any = None  # backends.cuda.launch.device_array, imported on the first device array
-_fast: list[Any] = [None]  # backends.cuda.launch.fast_device_array on a machine of one GPU
+    return _cuda_arrays()[0](sl.param.name, value, sl.dtype, sl.typestr, cai)
 
 
 def host_array(name: str, value: np.ndarray, want: np.dtype[Any]) -> np.ndarray:
@@ -265,9 +257,7 @@ def compiled(kernel: ir.Kernel, memo: Memo, target: str, grid: Dim3, block: Dim3
     if options.schedule == "autotune":
         from backends.autotune import choose
 
-        user = [v if sl.array else sl.dtype.type(v) for sl, v in zip(plan, bound.values,
-                                                                      strict=True)]
-        settings["schedule"] = choose(target, launch, user, code_fingerprint(), **{
+        settings["schedule"] = choose(target, launch, typed(plan, bound), code_fingerprint(), **{
             **settings, "schedule": None})
     made = compile_launch(registry.target(base), launch, **settings)
     with memo.lock:
@@ -284,7 +274,8 @@ def cuda_ready(kernel: ir.Kernel, memo: Memo, grid: Dim3, block: Dim3, bound: Bo
     found = memo.ready.get(k)
     if found is not None:
         return found
-    from backends.cuda.launch import device_arch, ready_for
+    from backends.cuda.launch import ready_for
+    from backends.cuda.run import device_arch
     from sarek.cache import key
 
     record = key("launch", code_fingerprint(), kernel.model_dump_json(), repr(grid),
@@ -312,11 +303,16 @@ def code_fingerprint() -> str:
     return h.hexdigest()
 
 
+def typed(plan: tuple[Slot, ...], bound: Bound) -> list[Any]:
+    """The caller's values in parameter order, scalars as NumPy scalars of their types."""
+    return [v if sl.array else sl.dtype.type(v) for sl, v in zip(plan, bound.values,
+                                                                 strict=True)]
+
+
 def arguments(done: Compiled, bound: Bound, plan: tuple[Slot, ...]) -> list[Any]:
     """The rewritten (or original) kernel's arguments in parameter order: the caller's
     (scalars as NumPy scalars of their types), then the region's values."""
-    user = [v if sl.array else sl.dtype.type(v) for sl, v in zip(plan, bound.values,
-                                                                  strict=True)]
+    user = typed(plan, bound)
     extra = [done.launch.args[p.name] for p in done.launch.kernel.params[len(user):]]
     return [*user, *extra]
 

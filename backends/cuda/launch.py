@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from backends.cuda.run import CudaError
+from backends.cuda.run import _check, device_arch
 from sarek import cache as kernel_cache
 from sarek.errors import LaunchError, SarekError
 
@@ -173,26 +173,6 @@ def ensure_driver() -> None:
                          "the same launch in the simulator)")
 
 
-def _check(result: Any, what: str) -> Any:
-    err, *rest = result if isinstance(result, tuple) else (result,)
-    if int(err) != 0:
-        raise CudaError(f"{what} failed: {err}")
-    return rest[0] if len(rest) == 1 else tuple(rest)
-
-
-@cache
-def _arch(device: int) -> str:
-    from cuda.bindings import driver as cu
-
-    dev = _check(cu.cuDeviceGet(device), "cuDeviceGet")
-    attr = cu.CUdevice_attribute
-    major = _check(cu.cuDeviceGetAttribute(
-        attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "cuDeviceGetAttribute")
-    minor = _check(cu.cuDeviceGetAttribute(
-        attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), "cuDeviceGetAttribute")
-    return f"sm_{major}{minor}"
-
-
 @cache
 def _context(device: int) -> Any:
     from cuda.bindings import driver as cu
@@ -286,14 +266,9 @@ def ready_for(key: str, compile_it: Callable[[], Compiled]) -> Ready:
             return Ready.from_bytes(raw)
         except (ValueError, TypeError, KeyError):
             pass  # an entry of another layout: made again below
-    made = Ready.of(compile_it(), _arch(0))
+    made = Ready.of(compile_it(), device_arch(0))
     READY.put(key, made.to_bytes())
     return made
-
-
-def device_arch(device: int = 0) -> str:
-    """``sm_XY`` of ``device``."""
-    return _arch(device)
 
 
 def _function(done: Ready, device: int) -> tuple[Any, int]:
@@ -310,7 +285,7 @@ def _function(done: Ready, device: int) -> tuple[Any, int]:
 def _load(done: Ready, device: int) -> tuple[Any, int]:
     from cuda.bindings import driver as cu
 
-    arch = _arch(device)
+    arch = device_arch(device)
     if arch == done.arch:  # the record's cubin, compiled once and kept
         k = done.cubin_key
         binary = CUBINS.get_or_make(k, lambda: _compile(done.text, done.name, arch))
@@ -496,12 +471,13 @@ def measure(done: Compiled, values: list[Any], repeats: int = 5
     launch leaves, both on copies of ``values`` (device arrays copied to the host first): for
     ``schedule="autotune"``, which must not write the caller's arrays."""
     from backends.cuda.run import launch_cubin, time_cubin
+    from sarek.dtypes import numpy_dtype
 
     cu = _driver()
     host: list[Any] = []
     for v in values:
         if type(v) is DeviceArray:
-            copy = np.empty(v.size, _dtype_of(done, len(host)))
+            copy = np.empty(v.size, numpy_dtype(done.launch.kernel.params[len(host)].elem))
             if copy.nbytes:
                 _check(cu.cuMemcpyDtoH(copy.ctypes.data, v.ptr, copy.nbytes), "cuMemcpyDtoH")
             host.append(copy)
@@ -509,7 +485,7 @@ def measure(done: Compiled, values: list[Any], repeats: int = 5
             host.append(v)
     params = done.launch.kernel.params
     host += [np.int32(done.launch.args[p.name]) for p in params[len(host):]]
-    record = Ready.of(done, _arch(0))
+    record = Ready.of(done, device_arch(0))
     binary = CUBINS.get_or_make(record.cubin_key,
                                 lambda: _compile(record.text, record.name, record.arch))
     out = launch_cubin(binary, record.name, host, record.grid, record.block, record.shared)
@@ -518,8 +494,3 @@ def measure(done: Compiled, values: list[Any], repeats: int = 5
     arrays = {p.name: a for p, a in zip(params, out, strict=True) if a is not None}
     return float(np.median(times)), arrays
 
-
-def _dtype_of(done: Compiled, index: int) -> np.dtype[Any]:
-    from sarek.dtypes import numpy_dtype
-
-    return numpy_dtype(done.launch.kernel.params[index].elem)

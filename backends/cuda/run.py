@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -55,12 +56,13 @@ def driver_reason() -> str | None:
     return None
 
 
-def device_arch() -> str:
-    """``sm_XY`` of device 0."""
+@cache
+def device_arch(device: int = 0) -> str:
+    """``sm_XY`` of ``device`` (device 0 by default)."""
     from cuda.bindings import driver as cu
 
     _check(cu.cuInit(0), "cuInit")
-    dev = _check(cu.cuDeviceGet(0), "cuDeviceGet")
+    dev = _check(cu.cuDeviceGet(device), "cuDeviceGet")
     attr = cu.CUdevice_attribute
     major = _check(cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
                                            dev), "cuDeviceGetAttribute")
