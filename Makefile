@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test test-slow test-all docs bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,12 +20,28 @@ demo: $(STAMP)
 	$(VENV)/bin/sarek demo
 
 test: $(STAMP)
-	@# pytest-xdist: one worker process per core
+	@# pytest-xdist: one worker process per core; the long matrices are marked slow
+	$(PY) -m pytest -n auto -m "not slow"
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -n auto -m slow
+
+test-all: $(STAMP)
 	$(PY) -m pytest -n auto
+
+DOCS_STAMP := $(VENV)/.docs-installed
+
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	@# warnings are errors: a broken reference or a missing page fails the build
+	$(PY) -m mkdocs build --strict --site-dir site
 
 bench: $(STAMP)
 	$(PY) bench/sim_speed.py
 	$(PY) bench/recognize_speed.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis site
