@@ -530,7 +530,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "added schedule; no large schedules otherwise")
     parser.add_argument("--report", type=Path, metavar="PATH",
                         help="where the JSON report goes (default "
-                             "bench/results/conformance_<target>.json)")
+                             "conformance_<target>.json in the working directory)")
     parser.add_argument("--example", action="append", default=[], metavar="NAME",
                         help="only this example (gemm_f32, ...); may be repeated")
     parser.add_argument("--examples", type=Path, metavar="DIR",
@@ -559,7 +559,7 @@ def main(args: argparse.Namespace) -> int:
     except SarekError as e:
         print(f"sarek conformance: error: {e.reason}", file=sys.stderr)
         return EXIT_USAGE
-    path: Path = args.report or Path("bench", "results", f"conformance_{name}.json")
+    path: Path = args.report or Path(f"conformance_{name}.json")
     if not path.parent.is_dir():
         print(f"sarek conformance: error: the report's directory {path.parent} does not exist "
               "(create it or pass --report PATH)", file=sys.stderr)

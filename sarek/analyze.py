@@ -1,8 +1,8 @@
 """``sarek analyze FILE.py:KERNEL``: the recognized GEMM, its region, lowering and gate verdict.
 
 The launch comes from ``--grid``, ``--block`` and ``--args NAME=VALUE ...`` (scalars only: the
-region needs no array), or, when those are absent and the module defines ``make(m, n, k)``, from
-``make(*--size)``. Without a launch the region is skipped.
+region needs no array), or, when those are absent, from the module's ``make(*--size)`` or,
+without one, from the sizes alone (``matrix_mapping.launch_for_sizes``).
 
 The gate is the one of ``--target`` (a name of ``backends.registry``, as ``emit`` and
 ``conformance`` take it), asked about the configuration that target multiplies with; a device
@@ -86,7 +86,8 @@ def add_parser(subparsers: Any) -> None:
     a.add_argument("--args", type=_scalar, nargs="*", default=[], metavar="NAME=VALUE",
                    help="scalar arguments of the launch")
     a.add_argument("--size", type=_triple, default=(64, 64, 64),
-                   help="M,N,K for the module's make() when no launch is given (default 64)")
+                   help="M,N,K for the module's make(), or the sizes a launch is built from, "
+                   "when no launch is given (default 64,64,64)")
     a.add_argument("--precision", choices=("accurate", "fast"), default="accurate")
     a.add_argument("--frag", type=int,
                    help="fragment edge, 16 or 8 (default 16, or the target's own if it has not "
@@ -117,10 +118,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"{kern.name}: not a GEMM nest: {e.reason}")
         return 1
     print(gemm.describe())
-    launch = _launch(args, module, kern)
-    if launch is None:
-        print("region        (no launch: give --grid, --block and --args)")
-    else:
+    launch: tuple[Any, ...] | None = None
+    try:
+        launch = _launch(args, module, kern, gemm)
+    except matrix_mapping.RegionError as e:  # the sizes alone do not give a launch
+        print(f"region        (no launch: {e.reason})")
+    if launch is not None:
         grid, block, values = launch
         try:
             reg = matrix_mapping.region(gemm, grid, block, values)
@@ -190,14 +193,19 @@ def _config(target: Target, lowering: matrix_scheme.Lowering, operand: ir.ElemTy
     return matrix_scheme.config_of(lowering, operand, frag, deep)
 
 
-def _launch(args: argparse.Namespace, module: Any, kern: Any
-            ) -> tuple[tuple[int, int, int], tuple[int, int, int], Any] | None:
+def _launch(args: argparse.Namespace, module: Any, kern: Any, gemm: matrix_pattern.Gemm
+            ) -> tuple[tuple[int, int, int], tuple[int, int, int], Any]:
+    """The launch's grid, block and arguments: ``--grid``, ``--block`` and ``--args``, else
+    the module's ``make(*--size)``, else the sizes alone; ``RegionError`` when there is none."""
     if args.grid or args.block or args.args:
         if not (args.grid and args.block):
             raise SarekError("--args needs --grid and --block")
         return args.grid, args.block, dict(args.args)
     if hasattr(module, "make"):
         launch = module.make(*args.size)
-        if launch.kernel == kern.ir:
-            return launch.grid, launch.block, dict(launch.args)
-    return None
+        if launch.kernel != kern.ir:
+            raise matrix_mapping.RegionError("the module's make() launches another kernel; "
+                                             "give --grid, --block and --args")
+        return launch.grid, launch.block, dict(launch.args)
+    launch = matrix_mapping.launch_for_sizes(kern.ir, gemm, *args.size)
+    return launch.grid, launch.block, dict(launch.args)

@@ -1,5 +1,6 @@
-"""The ``sarek`` command line: ``sarek demo | simulate | analyze | rewrite | emit | conformance |
-ir | ir-schema``."""
+"""The ``sarek`` command line: ``sarek demo | examples | simulate | analyze | rewrite | emit |
+conformance | ir | ir-schema``. Wherever a command takes ``FILE.py:KERNEL``, a bundled
+example's name may stand for the file (``gemm_f32:matmul``; ``sarek examples`` lists them)."""
 
 from __future__ import annotations
 
@@ -187,10 +188,22 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _launch_of(args: argparse.Namespace) -> tuple[ModuleType, KernelFunction, Launch]:
+def _launch_of(args: argparse.Namespace, *, data: bool = True
+               ) -> tuple[ModuleType, KernelFunction, Launch]:
     """The launch the command line describes: ``--inputs`` with ``--grid``/``--block``, or
-    the module's own ``make(m, n, k)`` at ``--size``."""
+    the module's own ``make(m, n, k)`` at ``--size``; without either, and when no ``data``
+    is needed (a command that prints), a launch built from ``--size`` alone
+    (``matrix_mapping.launch_for_sizes``; ``--block`` chooses its block)."""
     module, kern = load_kernel(args.kernel)
+    if not args.inputs and not hasattr(module, "make") and not data:
+        from sarek.matrix_mapping import launch_for_sizes
+        from sarek.matrix_pattern import recognize
+
+        if args.grid:
+            raise SarekError("--grid goes with --inputs; from --size the grid is the one that "
+                             "covers the sizes")
+        gemm = recognize(kern.ir)
+        return module, kern, launch_for_sizes(kern.ir, gemm, *args.size, block=args.block)
     if args.inputs:
         if not (args.grid and args.block):
             raise SarekError("--inputs needs --grid and --block")
@@ -210,7 +223,8 @@ def _launch_of(args: argparse.Namespace) -> tuple[ModuleType, KernelFunction, La
                              "pass --inputs, --grid and --block")
     else:
         raise SarekError(f"{args.kernel}: give --inputs FILE.npz with --grid and --block "
-                         "(the module has no make(m, n, k) to build a launch)")
+                         "(the module has no make(m, n, k) to build the arrays; sarek emit, "
+                         "and sarek rewrite without --check, work from --size alone)")
     return module, kern, launch
 
 
@@ -265,7 +279,7 @@ def _cmd_rewrite(args: argparse.Namespace) -> int:
     from sarek.matrix_rewrite import rewrite_launch
     from sarek.matrix_scheme import Lowering
 
-    _, _, launch = _launch_of(args)
+    _, _, launch = _launch_of(args, data=args.check)
     lowering = Lowering(args.lowering) if args.lowering else None
     rw = rewrite_launch(launch, lowering=lowering, precision=args.precision,
                         subgroup=args.subgroup, frag=args.frag,
@@ -318,7 +332,7 @@ def _cmd_emit(args: argparse.Namespace) -> int:
                              "--frag and --schedule choose a rewrite")
         text = target.emit(load_kernel(args.kernel)[1].ir)
     else:
-        _, _, launch = _launch_of(args)
+        _, _, launch = _launch_of(args, data=False)
         # the pair asked for is checked as given; otherwise the target's usual pair, so that a
         # refusal names what the target lacks at the configuration it would run
         compiled = compile_launch(target,
@@ -354,6 +368,17 @@ def _conformance(argv: list[str]) -> int:
     return conformance.main(p.parse_args(argv))
 
 
+def _cmd_examples(args: argparse.Namespace) -> int:
+    from sarek.loader import bundled_examples
+
+    print(f"The bundled examples ({examples_dir()}); name one as NAME:KERNEL, e.g. "
+          "sarek simulate gemm_f32:matmul --size 64,48,32\n")
+    for name, about, kernels in bundled_examples():
+        print(f"  {name}:{','.join(kernels)}")
+        print(f"      {about.replace('``', '')}")
+    return 0
+
+
 def _cmd_ir(args: argparse.Namespace) -> int:
     _, kern = load_kernel(args.kernel)
     print(kern.ir.model_dump_json(indent=2))
@@ -377,7 +402,9 @@ def _launch_parser(sub: argparse._SubParsersAction[_Parser], name: str,
     p = sub.add_parser(name, help=description)
     p.add_argument("kernel", help="FILE.py:KERNEL")
     p.add_argument("--size", type=_triple, default=(64, 64, 64),
-                   help="M,N,K for the module's make() (default 64,64,64)")
+                   help="M,N,K: the module's make(m, n, k) builds the launch at these sizes; "
+                   "without make(), commands that only print build it from the sizes "
+                   "(default 64,64,64)")
     p.add_argument("--inputs", help=".npz with every parameter by name (instead of make())")
     p.add_argument("--grid", type=_triple)
     p.add_argument("--block", type=_triple)
@@ -412,6 +439,9 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--size", type=_triple, default=(70, 45, 33), help="M,N,K (default 70,45,33)")
     d.add_argument("--examples", help="folder of gemm_*.py examples (default: the bundled ones)")
     d.set_defaults(run=_cmd_demo)
+    x = sub.add_parser("examples", help="list the bundled examples (usable as NAME:KERNEL "
+                       "wherever FILE.py:KERNEL is taken)")
+    x.set_defaults(run=_cmd_examples)
     s = _launch_parser(sub, "simulate", "simulate FILE.py:KERNEL")
     s.add_argument("--out", help="write the arrays after the launch to this .npz")
     s.set_defaults(run=_cmd_simulate)

@@ -62,9 +62,10 @@ def user_error(e: BaseException) -> str:
 
 def load_kernel(spec: str) -> tuple[ModuleType, KernelFunction]:
     """The module and kernel that ``FILE.py:KERNEL`` names; with no ``:KERNEL`` the file must
-    define exactly one kernel."""
+    define exactly one kernel. ``FILE`` may also be a bundled example's name (``gemm_f32``,
+    as ``sarek examples`` lists them) where no such file exists."""
     path, _, name = spec.partition(":")
-    module = load_module(path)
+    module = load_module(resolve(path))
     kernels = {k: v for k, v in vars(module).items() if isinstance(v, KernelFunction)}
     if name:
         if name not in kernels:
@@ -74,6 +75,36 @@ def load_kernel(spec: str) -> tuple[ModuleType, KernelFunction]:
     if len(kernels) != 1:
         raise SarekError(f"{path} defines {len(kernels)} kernels; name one as {path}:KERNEL")
     return module, next(iter(kernels.values()))
+
+
+def resolve(path: str) -> Path:
+    """``path`` as given when it names a file; else the bundled example of that name
+    (``gemm_f32`` or ``gemm_f32.py``) when there is one; else ``path`` as given, which
+    ``load_module`` refuses naming it and the bundled examples."""
+    given = Path(path)
+    if given.is_file() or given.parent != Path() or given.name in ("", ".", ".."):
+        return given
+    try:
+        bundled = examples_dir() / f"{given.name.removesuffix('.py')}.py"
+    except SarekError:
+        return given
+    if bundled.is_file():
+        return bundled
+    raise SarekError(f"no such file: {path} (nor a bundled example of that name; "
+                     "sarek examples lists them)")
+
+
+def bundled_examples() -> list[tuple[str, str, list[str]]]:
+    """Each bundled example: its name (what ``FILE`` may be on the command line), the first
+    sentence of its docstring and the kernels it defines."""
+    out = []
+    for path in sorted(examples_dir().glob("*.py")):
+        module = load_module(path)
+        paragraph = " ".join((module.__doc__ or "").strip().split("\n\n")[0].split())
+        sentence = paragraph.split(". ")[0].removesuffix(".")
+        kernels = sorted(k for k, v in vars(module).items() if isinstance(v, KernelFunction))
+        out.append((path.stem, sentence, kernels))
+    return out
 
 
 def examples_dir() -> Path:

@@ -21,7 +21,10 @@ from sarek.dtypes import numpy_dtype
 from sarek.errors import SarekError
 from sarek.gemm import BATCH, COL, ROW, Access, Gemm, GlobalIndex, Mapping1D, Mapping2D
 from sarek.ir import BinOp, ElemType, MathFn, UnOp
-from sarek.launch import Dim3
+from sarek.ir_build import binary
+from sarek.ir_format import format_expr
+from sarek.ir_walk import subexpressions
+from sarek.launch import Dim3, Launch
 
 _I32_MAX = 2**31 - 1
 
@@ -266,6 +269,131 @@ def region(gemm: Gemm, grid: object, block: object,
         raise RegionError(f"the region {reg.args} does not fit the i32 region parameters")
     _check_distinct(gemm.c, reg, ev)
     return reg
+
+
+DEFAULT_BLOCK_EDGE = {"2-D": 16, "1-D": 256}
+"""The block a sized launch (``launch_for_sizes``) gives an index of the form ``block_idx.a *
+block_dim.a + thread_idx.a`` along its axis: 16x16 for a 2-D mapping, 256 for a 1-D one."""
+
+
+def launch_for_sizes(kernel: ir.Kernel, gemm: Gemm, m: int, n: int, k: int, *,
+                     batches: int = 1, block: Dim3 | None = None) -> Launch:
+    """A launch of ``kernel`` that covers an ``m`` x ``n`` output (``batches`` of them) with
+    reduction depth ``k``, built from the sizes alone: what printing a rewrite needs, without
+    data. The scalar parameters the kernel bounds its rows, columns, batches and reduction by
+    get the sizes (a bound such as ``m * n`` is solved for its one unknown); the block is
+    ``block``, else the one the kernel's indices need (its shared-memory tiles' block, the
+    tile it multiplies ``block_idx`` by), else 16x16 (256 for a 1-D mapping); the grid is the
+    fewest blocks that cover the output. Arrays are empty placeholders (the launch's
+    ``notes["sizes"]`` says so): it prints, it does not run. A scalar parameter that indexes
+    the arrays but is none of the sizes, or a launch whose region would not be exactly the
+    sizes, is a ``RegionError`` naming it."""
+
+    if min(m, n, k, batches) < 0:
+        raise RegionError(f"sizes are not negative, got {m},{n},{k} and {batches} batches")
+    values: dict[str, int] = {}
+    scalars = {p.name: p for p in kernel.params if isinstance(p, ir.ScalarParam)}
+
+    def unknown(e: ir.Expr) -> set[str]:
+        return {x.name for x in subexpressions(e) if isinstance(x, ir.Var)
+                and x.name in scalars and x.name not in values}
+
+    k_extent = binary(BinOp.SUB, gemm.k_stop, gemm.k_start)
+    wanted: list[tuple[str, ir.Expr | None, int]] = [
+        ("rows", gemm.m, m), ("columns", gemm.n, n), ("batches", gemm.batches, batches),
+        ("reduction", k_extent, k)]
+    if isinstance(gemm.mapping, Mapping1D):
+        by = n if gemm.mapping.order == "row-major" else m
+        wanted += [("1-D divisor", gemm.mapping.divisor, by),
+                   ("1-D bound", gemm.linear_bound, m * n * batches)]
+    pending = [(what, e, v) for what, e, v in wanted if e is not None]
+    while pending:
+        solvable = [(what, e, v) for what, e, v in pending if len(unknown(e)) == 1]
+        if not solvable:
+            break
+        what, e, v = solvable[0]
+        (name,) = unknown(e)
+        values[name] = _solve(gemm, e, name, v, values, what)
+        pending = [x for x in pending if unknown(x[1])]
+    indexing = [gemm.a.offset, gemm.a.row_stride, gemm.a.col_stride, gemm.a.batch_stride,
+                gemm.a.red_stride, gemm.b.offset, gemm.b.row_stride, gemm.b.col_stride,
+                gemm.b.batch_stride, gemm.b.red_stride, gemm.c.offset, gemm.c.row_stride,
+                gemm.c.col_stride, gemm.c.batch_stride, *(e for _, e, _ in wanted if e is not None)]
+    missing = sorted(set().union(*(unknown(e) for e in indexing)))
+    if missing:
+        raise RegionError(f"kernel {kernel.name!r} indexes its arrays with "
+                          f"{', '.join(map(repr, missing))}, which the sizes m, n, k do not "
+                          "give; launch it with its arguments (sarek emit --inputs FILE.npz "
+                          "--grid ... --block ...)")
+    args: dict[str, Any] = {}
+    for p in kernel.params:
+        if isinstance(p, ir.ScalarParam):  # one the indices do not use (an epilogue's alpha)
+            args[p.name] = numpy_dtype(p.elem).type(values.get(p.name, 0))
+        else:
+            args[p.name] = np.zeros(0, numpy_dtype(p.elem))
+    blk = _sized_block(gemm) if block is None else block
+    grid = [1, 1, 1]
+    extents = _extents(gemm, m, n, batches)
+    for ix, extent in extents:
+        axis = "xyz".index(ix.axis)
+        if ix.uses_block:
+            one = [1, 1, 1]
+            per_block = _reached(ix, (one[0], one[1], one[2]), blk)
+            grid[axis] = -(-extent // per_block) if per_block else 0
+    launch = Launch(kernel, args, (grid[0], grid[1], grid[2]), blk,
+                    {"sizes": (m, n, k, batches),
+                     "data": "none: empty placeholder arrays, to print, not to run"})
+    reg = region(gemm, launch.grid, launch.block, values | {
+        name: args[name] for name in scalars})
+    if (reg.me, reg.ne, reg.ze, reg.d) != (m, n, batches, k) and m * n * batches > 0:
+        raise RegionError(f"a launch of grid {launch.grid} and block {launch.block} covers "
+                          f"{reg.me}x{reg.ne}x{reg.ze} outputs with reduction {reg.d}, not the "
+                          f"sizes {m}x{n}x{batches} with {k}; launch it with its arguments")
+    return launch
+
+
+def _solve(gemm: Gemm, e: ir.Expr, name: str, want: int, known: dict[str, int],
+           what: str) -> int:
+    """The value of ``name`` that makes ``e`` (affine in it, the other names ``known``) equal
+    ``want``; ``RegionError`` when there is none."""
+    def at(v: int) -> int:
+        return int(IndexEvaluator(gemm, {**known, name: v}, {}).scalar(e))
+
+    base, step = at(0), at(1) - at(0)
+    value = (want - base) // step if step else None
+    if value is None or at(value) != want:
+        raise RegionError(f"cannot give the kernel's {what} ({format_expr(e)}) the size "
+                          f"{want} through {name!r}; launch it with its arguments")
+    return value
+
+
+def _sized_block(gemm: Gemm) -> Dim3:
+    """The block ``launch_for_sizes`` gives ``gemm``'s kernel when none is asked for."""
+    if gemm.staging is not None:
+        return gemm.staging.block
+    block = [1, 1, 1]
+    edge = DEFAULT_BLOCK_EDGE["2-D" if isinstance(gemm.mapping, Mapping2D) else "1-D"]
+    for ix in _used_axes(gemm):
+        a = "xyz".index(ix.axis)
+        if ix.split is not None:
+            rows = next((j.tile for j in _used_axes(gemm) if j.split is not None
+                         and j.split.part == "div" and j.tile is not None), 1)
+            block["xyz".index(ix.split.axis)] = ix.split.width * rows
+        elif ix.tile is not None:
+            block[a] = ix.tile
+        elif ix.uses_thread and ix is not gemm.mapping.batch:
+            block[a] = edge
+    return block[0], block[1], block[2]
+
+
+def _extents(gemm: Gemm, m: int, n: int, batches: int) -> list[tuple[GlobalIndex, int]]:
+    """Each global index of the mapping and how far it must reach to cover the sizes."""
+    z = [(gemm.mapping.batch, batches)] if gemm.mapping.batch is not None else []
+    match gemm.mapping:
+        case Mapping2D(row=r, col=c):
+            return [(r, m), (c, n), *z]
+        case Mapping1D(linear=lin):
+            return [(lin, m * n), *z]
 
 
 def _check_distinct(c: Access, reg: Region, ev: IndexEvaluator) -> None:

@@ -1,7 +1,10 @@
-"""Shared fixtures: the bundled examples, loaded once per session."""
+"""Shared fixtures: the bundled examples, loaded once per session; the built wheel."""
 
 from __future__ import annotations
 
+import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -10,7 +13,8 @@ import pytest
 from sarek import memo
 from sarek.loader import load_module
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
 GEMM_EXAMPLES = sorted(p.stem for p in EXAMPLES.glob("gemm_*.py"))
 
 
@@ -29,3 +33,16 @@ def fresh_memos() -> None:
     """Each test computes its own checks and lowerings (``sarek.memo``): one that plants a
     fault in a lowering must not be handed another test's result for the same kernel."""
     memo.forget_all()
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The package built as a wheel (``pip wheel``), as a user would install it."""
+    out = tmp_path_factory.mktemp("wheel")
+    # without hatchling here, pip fetches the build backend as the install itself did
+    isolation = ["--no-build-isolation"] if importlib.util.find_spec("hatchling") else []
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation,
+                           "-w", str(out), str(ROOT)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    (built,) = out.glob("sarek-*.whl")
+    return built

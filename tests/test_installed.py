@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -14,18 +13,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE_EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.py"))
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    # without hatchling here, pip fetches the build backend as the install itself did
-    isolation = ["--no-build-isolation"] if importlib.util.find_spec("hatchling") else []
-    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation,
-                           "-w", str(out), str(ROOT)], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    (built,) = out.glob("sarek-*.whl")
-    return built
 
 
 @pytest.fixture(scope="module")
