@@ -34,7 +34,7 @@ import numpy as np
 
 from sarek import ir
 from sarek.dtypes import int_range, numpy_dtype
-from sarek.errors import LaunchError, SarekError
+from sarek.errors import LaunchError, SarekError, user_facing
 from sarek.launch import Dim3, Launch, dim3
 
 if TYPE_CHECKING:
@@ -394,6 +394,7 @@ class Configured:
     def __init__(self, function: Any, grid: Any, block: Any, stream: Any) -> None:
         self.function, self.grid, self.block, self.stream = function, grid, block, stream
 
+    @user_facing
     def __call__(self, *args: Any) -> None:
         f = self.function
         last = getattr(f.memo.repeat, "last", None)

@@ -7,6 +7,18 @@ invocation ids) so that tools can report them without parsing the message.
 
 from __future__ import annotations
 
+import functools
+import os
+import types
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+OWN_PACKAGES = ("sarek", "sim", "backends")
+"""The top-level packages whose frames a user-facing error leaves out of its traceback."""
+
 
 class SarekError(Exception):
     """Base of every error sarek raises on bad input."""
@@ -95,3 +107,41 @@ class LimitError(LaunchError):
 class SubgroupDivergence(SimError):
     """A subgroup operation (on fragments) that only some lanes of a subgroup reached, or whose
     operands differ between the lanes."""
+
+
+def _is_own(tb: types.TracebackType) -> bool:
+    name = tb.tb_frame.f_globals.get("__name__")
+    return isinstance(name, str) and name.split(".")[0] in OWN_PACKAGES
+
+
+def outside_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """``tb`` without the frames of sarek's own packages: what is left is the caller's code
+    (and any of the user's functions sarek called back, a module's ``make``, say)."""
+    kept: list[types.TracebackType] = []
+    while tb is not None:
+        if not _is_own(tb):
+            kept.append(tb)
+        tb = tb.tb_next
+    out: types.TracebackType | None = None
+    for t in reversed(kept):
+        out = types.TracebackType(out, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return out
+
+
+def user_facing(fn: Callable[P, R]) -> Callable[P, R]:
+    """Marks a public entry point: a ``SarekError`` leaving it carries a traceback without
+    sarek's own frames (as numba and Triton report errors), so that the user's line is the
+    last before the message, which names the problem and what to write instead. With
+    ``SAREK_TRACEBACK=1`` in the environment the whole traceback is kept."""
+
+    @functools.wraps(fn)
+    def entry(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except SarekError as error:
+            if os.environ.get("SAREK_TRACEBACK"):
+                raise
+            hidden = outside_frames(error.__traceback__)
+            raise error.with_traceback(hidden) from error.__cause__  # SAREK_TRACEBACK=1: all
+
+    return entry

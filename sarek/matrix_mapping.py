@@ -18,7 +18,7 @@ import numpy as np
 
 from sarek import ir
 from sarek.dtypes import numpy_dtype
-from sarek.errors import SarekError
+from sarek.errors import SarekError, user_facing
 from sarek.gemm import BATCH, COL, ROW, Access, Gemm, GlobalIndex, Mapping1D, Mapping2D
 from sarek.ir import BinOp, ElemType, MathFn, UnOp
 from sarek.ir_build import binary
@@ -197,6 +197,7 @@ def _used_axes(gemm: Gemm) -> list[GlobalIndex]:
     return out + ([z] if z is not None else [])
 
 
+@user_facing
 def region(gemm: Gemm, grid: object, block: object,
            args: Sequence[object] | Mapping[str, object]) -> Region:
     """The region one launch of the original kernel covers.

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from sarek import ir
+from sarek.errors import user_facing
 
 if TYPE_CHECKING:
     from sim.fragments import Model
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 # first runs ``sarek/__init__``, which imports this module while theirs is still half made.
 
 
+@user_facing
 def simulate(kernel: ir.Kernel, args: Any, grid: Any = (1, 1, 1), block: Any = (1, 1, 1),
              *, target: str | None = None, arith: str | None = None,
              **options: Any) -> dict[str, np.ndarray]:
@@ -39,6 +41,7 @@ def simulate(kernel: ir.Kernel, args: Any, grid: Any = (1, 1, 1), block: Any = (
     return sim.simulate(kernel, args, grid, block, arith=model, **options)
 
 
+@user_facing
 def emit(kernel: ir.Kernel, target: str) -> str:
     """``kernel`` (original or rewritten) validated, lowered for ``target`` and printed as
     that target's source text; ``backends.registry.names()`` lists the targets."""

@@ -12,7 +12,7 @@ from typing import Any
 
 from sarek import dispatch, ir, ir_check
 from sarek.dsl.statements import Translator
-from sarek.errors import DslError
+from sarek.errors import DslError, user_facing
 from sarek.ir_check import MAX_EXPR_DEPTH
 
 
@@ -31,11 +31,13 @@ class KernelFunction:
     def __repr__(self) -> str:
         return f"<sarek kernel {self.name} ({len(self.ir.params)} parameters)>"
 
+    @user_facing
     def __getitem__(self, config: Any) -> dispatch.Configured:
         """``kernel[grid, block]`` or ``kernel[grid, block, stream]``: the original kernel's
         grid and block; call the result with the arguments to launch."""
         return dispatch.configure(self, config)
 
+    @user_facing
     def with_options(self, **options: Any) -> KernelFunction:
         """This kernel launched with other options: ``target`` (``cuda``, ``vulkan``,
         ``opencl``, ``opencl-nv``, ``sim``, ``sim-T``), ``lowering``, ``precision``
@@ -47,6 +49,7 @@ class KernelFunction:
         return other
 
 
+@user_facing
 def kernel(fn: Callable[..., Any]) -> KernelFunction:
     """Decorator: parse ``fn`` as a kernel; raises ``DslError`` naming the file, line and
     construct when it uses Python the DSL does not support."""

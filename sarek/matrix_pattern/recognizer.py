@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from sarek import ir, ir_check
 from sarek.affine import Poly
+from sarek.errors import user_facing
 from sarek.gemm import Gemm, NotAGemm
 from sarek.ir_walk import distinct_subexpressions
 from sarek.matrix_pattern.assemble import Assembler
@@ -20,6 +21,7 @@ from sarek.matrix_pattern.structure import Nest, Structure
 from sarek.matrix_pattern.vocabulary import TOO_DEEP, Refusal
 
 
+@user_facing
 def recognize(kernel: ir.Kernel | object) -> Gemm:
     """The GEMM nest of ``kernel`` (an ``ir.Kernel`` or a ``@sarek.kernel`` function).
 
