@@ -78,9 +78,10 @@ def add_parser(subparsers: Any) -> None:
     """Adds the ``analyze`` command to the CLI's subparsers."""
     from backends import registry
 
-    a = subparsers.add_parser("analyze", help="recognize FILE.py:KERNEL's GEMM nest and show its "
-                              "region, lowering and device gate verdict")
-    a.add_argument("kernel", help="FILE.py:KERNEL")
+    about = ("recognize FILE.py:KERNEL's GEMM nest and show its region, lowering and device "
+             "gate verdict")
+    a = subparsers.add_parser("analyze", help=about, description=about)
+    a.add_argument("kernel", help="FILE.py:KERNEL, or a bundled example NAME:KERNEL")
     a.add_argument("--grid", type=_triple, help="X,Y,Z blocks")
     a.add_argument("--block", type=_triple, help="X,Y,Z invocations per block")
     a.add_argument("--args", type=_scalar, nargs="*", default=[], metavar="NAME=VALUE",
@@ -88,7 +89,8 @@ def add_parser(subparsers: Any) -> None:
     a.add_argument("--size", type=_triple, default=(64, 64, 64),
                    help="M,N,K for the module's make(), or the sizes a launch is built from, "
                    "when no launch is given (default 64,64,64)")
-    a.add_argument("--precision", choices=("accurate", "fast"), default="accurate")
+    a.add_argument("--precision", choices=("accurate", "fast"), default="accurate",
+                   help="how the lowering is selected (default accurate)")
     a.add_argument("--frag", type=int,
                    help="fragment edge, 16 or 8 (default 16, or the target's own if it has not "
                    "16)")

@@ -399,15 +399,18 @@ def _lowerings() -> list[Lowering]:
 def _launch_parser(sub: argparse._SubParsersAction[_Parser], name: str,
                    description: str) -> argparse.ArgumentParser:
     """A command taking ``FILE.py:KERNEL`` and a launch (``_launch_of``)."""
-    p = sub.add_parser(name, help=description)
-    p.add_argument("kernel", help="FILE.py:KERNEL")
-    p.add_argument("--size", type=_triple, default=(64, 64, 64),
-                   help="M,N,K: the module's make(m, n, k) builds the launch at these sizes; "
+    p = sub.add_parser(name, help=description, description=description)
+    p.add_argument("kernel", help=KERNEL_HELP)
+    p.add_argument("--size", type=_triple, default=(64, 64, 64), metavar="M,N,K",
+                   help="the module's make(m, n, k) builds the launch at these sizes; "
                    "without make(), commands that only print build it from the sizes "
                    "(default 64,64,64)")
-    p.add_argument("--inputs", help=".npz with every parameter by name (instead of make())")
-    p.add_argument("--grid", type=_triple)
-    p.add_argument("--block", type=_triple)
+    p.add_argument("--inputs", metavar="FILE.npz",
+                   help="every parameter by name (instead of make())")
+    p.add_argument("--grid", type=_triple, metavar="X,Y,Z",
+                   help="the launch's blocks (with --inputs)")
+    p.add_argument("--block", type=_triple, metavar="X,Y,Z",
+                   help="invocations per block (with --inputs; from --size, the block to use)")
     limits = Limits()
     p.add_argument("--max-memory", type=_count, metavar="BYTES",
                    help=f"memory the simulator and make() may use (default "
@@ -431,25 +434,39 @@ def _version() -> str:
         return "0.1.0 (not installed)"
 
 
+DESCRIPTION = ("Recognize the GEMM nests of GPU kernels written in sarek's Python DSL, rewrite "
+               "them onto matrix units, print them for CUDA, OpenCL C, SPIR-V (Vulkan) and "
+               "Metal, and simulate every kernel bit-exactly as printed. Wherever a command "
+               "takes FILE.py:KERNEL, a bundled example's name may stand for the file "
+               "(gemm_f32:matmul); 'sarek examples' lists them. 'sarek COMMAND --help' "
+               "describes each command.")
+KERNEL_HELP = "FILE.py:KERNEL, or a bundled example NAME:KERNEL (':KERNEL' may be left out " \
+              "when the file defines one kernel)"
+
+
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="sarek", description=__doc__)
+    p = _Parser(prog="sarek", description=DESCRIPTION)
     p.add_argument("--version", action="version", version=f"sarek {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
-    d = sub.add_parser("demo", help="simulate the bundled GEMM examples and check them")
+    demo_help = "simulate the bundled GEMM examples and check them"
+    d = sub.add_parser("demo", help=demo_help, description=demo_help)
     d.add_argument("--size", type=_triple, default=(70, 45, 33), help="M,N,K (default 70,45,33)")
     d.add_argument("--examples", help="folder of gemm_*.py examples (default: the bundled ones)")
     d.set_defaults(run=_cmd_demo)
-    x = sub.add_parser("examples", help="list the bundled examples (usable as NAME:KERNEL "
-                       "wherever FILE.py:KERNEL is taken)")
+    examples_help = ("list the bundled examples (usable as NAME:KERNEL wherever FILE.py:KERNEL "
+                     "is taken)")
+    x = sub.add_parser("examples", help=examples_help, description=examples_help)
     x.set_defaults(run=_cmd_examples)
     s = _launch_parser(sub, "simulate", "simulate FILE.py:KERNEL")
     s.add_argument("--out", help="write the arrays after the launch to this .npz")
     s.set_defaults(run=_cmd_simulate)
     r = _launch_parser(sub, "rewrite", "rewrite FILE.py:KERNEL's GEMM onto matrix fragments")
-    r.add_argument("--lowering", choices=[x.value for x in _lowerings()])
-    r.add_argument("--precision", choices=("accurate", "fast"), default="accurate")
-    r.add_argument("--subgroup", type=int, default=32)
-    r.add_argument("--frag", type=int, default=16)
+    r.add_argument("--lowering", choices=[x.value for x in _lowerings()],
+                   help="the rewrite's lowering (default: the one selected for the operands)")
+    r.add_argument("--precision", choices=("accurate", "fast"), default="accurate",
+                   help="how the lowering is selected when none is given (default accurate)")
+    r.add_argument("--subgroup", type=int, default=32, help="lanes per subgroup (default 32)")
+    r.add_argument("--frag", type=int, default=16, help="fragment edge (default 16)")
     r.add_argument("--schedule", help=SCHEDULE_HELP)
     r.add_argument("--check", action="store_true",
                    help="simulate original and rewritten and compare them")
@@ -473,10 +490,12 @@ def parser() -> argparse.ArgumentParser:
     e.set_defaults(run=_cmd_emit)
     # listed here for --help; main() hands its arguments to the engine (_conformance)
     sub.add_parser("conformance", help=CONFORMANCE_HELP, add_help=False)
-    i = sub.add_parser("ir", help="print FILE.py:KERNEL's IR as JSON")
-    i.add_argument("kernel")
+    i = sub.add_parser("ir", help="print FILE.py:KERNEL's IR as JSON",
+                       description="print FILE.py:KERNEL's IR as JSON")
+    i.add_argument("kernel", help=KERNEL_HELP)
     i.set_defaults(run=_cmd_ir)
-    sc = sub.add_parser("ir-schema", help="print the JSON schema of the kernel IR")
+    sc = sub.add_parser("ir-schema", help="print the JSON schema of the kernel IR",
+                        description="print the JSON schema of the kernel IR")
     sc.set_defaults(run=_cmd_schema)
     from sarek import analyze  # imported here: it pulls in the recognizer and the gate
 
