@@ -115,13 +115,16 @@ class Pointer:
 
 @dataclass(frozen=True)
 class ArraySym:
-    """An array: its variable, storage class and element type."""
+    """An array: its variable, storage class and element type; ``quad``: held as 16-byte
+    words (``backends.spirv.lower.quad_arrays``), ``binding``: a storage buffer's binding."""
 
     var: str
     storage: str  # StorageBuffer, Workgroup, Function
     elem: ElemType
     size: int | None  # None for a runtime-sized storage buffer
     align: int
+    quad: bool = False
+    binding: int | None = None
 
 
 @dataclass(frozen=True)

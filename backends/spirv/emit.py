@@ -29,6 +29,7 @@ control flow. The text keeps the IR's semantics exactly (``specs/backends.md``, 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 from backends.cstyle import EmitError
@@ -47,12 +48,16 @@ from backends.spirv.builder import (
     short_loop,
 )
 from backends.spirv.expressions import ExpressionPrinter
-from sarek import ir, ir_check
-from sarek.ir import ElemType, FragUse, MemSpace
+from backends.spirv.lower import per_quad, quad_arrays
+from sarek import ir, ir_check, stage_copy
+from sarek.ir import BinOp, ElemType, FragUse, MemSpace
+from sarek.ir_build import add, binary, const, is_literal, mul, var
 
 
 class _Module(ExpressionPrinter):
     """Prints one kernel: statements, fragments and the module's header sections."""
+
+    quads: frozenset[str] = frozenset()  # the shared arrays held as 16-byte words
 
     # ------------------------------------------------------------------ statements
 
@@ -108,17 +113,18 @@ class _Module(ExpressionPrinter):
                 self.do("OpStore", frag.var, whole)
             case ir.FragLoad(frag=name, array=array, offset=off, stride=stride, layout=layout):
                 frag, arr = self.frag(name), self.array(array)
-                ptr = self.element(arr, self.value(off))
+                ptr, step = self.fragment_place(arr, off, stride)
                 loaded = self.op(frag.type, "OpCooperativeMatrixLoadKHR", ptr,
-                                 self.u32(LAYOUT[layout]), self.value(stride),
-                                 *self.access(arr))
+                                 self.u32(LAYOUT[layout]), step, *self.access(arr))
                 self.do("OpStore", frag.var, loaded)
             case ir.FragStore(frag=name, array=array, offset=off, stride=stride, layout=layout):
                 frag, arr = self.frag(name), self.array(array)
-                ptr = self.element(arr, self.value(off))
+                ptr, step = self.fragment_place(arr, off, stride)
                 whole = self.op(frag.type, "OpLoad", frag.var)
                 self.do("OpCooperativeMatrixStoreKHR", ptr, whole, self.u32(LAYOUT[layout]),
-                        self.value(stride), *self.access(arr))
+                        step, *self.access(arr))
+            case ir.StageCopy():
+                self.stage_copy(s)
             case ir.FragMulAdd(d=d, a=a, b=b, c=c):
                 self.mul_add(d, a, b, c)
             case ir.FragAdd(d=d, a=a, b=b):
@@ -193,21 +199,165 @@ class _Module(ExpressionPrinter):
         self.start(merge)
 
     def array_decl(self, s: ir.ArrayDecl) -> None:
-        elem = self.type_of(memory_type(s.elem))
-        arr_t = self.declare(("array", elem, s.size), f"%arr_{elem.lstrip('%')}_{s.size}",
-                             f"{{id}} = OpTypeArray {elem} {self.u32(s.size)}")
+        quad = s.name in self.quads
+        elem = self.quad_type() if quad else self.type_of(memory_type(s.elem))
+        size = s.size // per_quad(s.elem) if quad else s.size
+        arr_t = self.declare(("array", elem, size), f"%arr_{elem.lstrip('%')}_{size}",
+                             f"{{id}} = OpTypeArray {elem} {self.u32(size)}")
         if s.space is MemSpace.SHARED:
             var = self.fresh(s.name)
             self.globals.append(f"{var} = OpVariable {self.pointer('Workgroup', arr_t)} "
                                 "Workgroup")
             self.interface.append(var)
-            self.scope[s.name] = ArraySym(var, "Workgroup", s.elem, s.size, s.align)
+            self.scope[s.name] = ArraySym(var, "Workgroup", s.elem, s.size, s.align, quad)
         else:
             var = self.fresh(s.name)
             self.fn_vars.append(f"{var} = OpVariable {self.pointer('Function', arr_t)} "
                                 "Function")
             self.scope[s.name] = ArraySym(var, "Function", s.elem, s.size, s.align)
         self.names.append(f'OpName {var} "{s.name}"')
+
+    # ------------------------------------------------------------------ 16-byte words
+
+    def quad_type(self) -> str:
+        """``uvec4``: the 16-byte word staged tiles move in."""
+        u32 = self.type_of(T.U32)
+        return self.declare(("v4",), "%v4u32", f"{{id}} = OpTypeVector {u32} 4")
+
+    def in_quads(self, e: ir.Expr, per: int) -> str:
+        """``e / per`` for ``e`` a multiple of ``per`` (a power of two): an index in words."""
+        if isinstance(e, ir.Const):
+            return self.const(int(e.value) // per, T.I32)
+        return self.op(self.type_of(T.I32), "OpShiftRightArithmetic", self.value(e),
+                       self.const(per.bit_length() - 1, T.I32))
+
+    def fragment_place(self, arr: ArraySym, offset: ir.Expr, stride: ir.Expr
+                       ) -> tuple[str, str]:
+        """The pointer and stride of a cooperative-matrix load or store at ``offset``: in
+        elements, or for an array of 16-byte words in words (the load reinterprets them)."""
+        if not arr.quad:
+            return self.element(arr, self.value(offset)), self.value(stride)
+        per = per_quad(memory_type(arr.elem))
+        ptr = self.op(self.pointer(arr.storage, self.quad_type()), "OpAccessChain", arr.var,
+                      self.in_quads(offset, per))
+        return ptr, self.in_quads(stride, per)
+
+    def quad_view(self, name: str) -> str:
+        """A second variable on the binding of storage buffer ``name``, as 16-byte words."""
+        arr = self.array(name)
+        key = ("quad_view", name)
+        if key in self.ids:
+            return self.ids[key]
+        v4 = self.quad_type()
+        rta = self.declare(("rta", v4), "%rta_v4u32", f"{{id}} = OpTypeRuntimeArray {v4}")
+        block = self.declare(("block", rta), "%buffer_v4u32", f"{{id}} = OpTypeStruct {rta}")
+        if ("block_decorated", block) not in self.ids:
+            self.ids[("block_decorated", block)] = block
+            self.decorations += [f"OpDecorate {rta} ArrayStride 16", f"OpDecorate {block} Block",
+                                 f"OpMemberDecorate {block} 0 Offset 0"]
+        view = self.fresh(f"{name}_words")
+        self.ids[key] = view
+        self.globals.append(f"{view} = OpVariable {self.pointer('StorageBuffer', block)} "
+                            "StorageBuffer")
+        self.decorations += [f"OpDecorate {view} DescriptorSet 0",
+                             f"OpDecorate {view} Binding {arr.binding}",
+                             f"OpDecorate {view} NonWritable"]
+        self.interface.append(view)
+        return view
+
+    def stage_copy(self, s: ir.StageCopy) -> None:
+        """``s`` in 16-byte words: each invocation takes whole words of the tile (word ``w =
+        trip * threads + thread``, row ``w / words per row``), reads each as one ``uvec4``
+        load where the word lies inside the limits, its source elements are consecutive and
+        the first is 16-byte aligned, else element by element (the fill outside the limits)
+        packed into a word, and stores it with one ``uvec4`` store; every load of the copy
+        comes before its first store, so that the loads are in flight together."""
+        assert self.kernel.block is not None
+        dst = self.array(s.dst)
+        elem = memory_type(s.fill.type)
+        per = per_quad(elem)
+        threads = math.prod(self.kernel.block)
+        across = s.cols // per
+        thread = stage_copy.linear_thread(self.kernel.block)
+        words: list[tuple[str, str]] = []
+        self.scope = self.scope.new_child()
+        for trip in range(s.rows * s.cols // per // threads):
+            number = add(const(trip * threads), thread)
+            row = self.value(binary(BinOp.DIV, number, const(across)))
+            col = self.value(mul(binary(BinOp.REM, number, const(across)), const(per)))
+            self.scope["sk copy row"], self.scope["sk copy col"] = row, col
+            r, c = var("sk copy row"), var("sk copy col")
+            at = self.value(add(mul(r, const(s.dst_pitch)), c))
+            words.append((at, self.word(s, r, c, per)))
+        self.scope = self.scope.parents
+        offset = self.value(s.dst_offset)
+        i32, v4 = self.type_of(T.I32), self.quad_type()
+        shift = self.const(per.bit_length() - 1, T.I32)
+        for at, word in words:
+            index = self.op(i32, "OpShiftRightArithmetic", self.op(i32, "OpIAdd", offset, at),
+                            shift)
+            ptr = self.op(self.pointer("Workgroup", v4), "OpAccessChain", dst.var, index)
+            self.do("OpStore", ptr, word, *self.access(dst))
+
+    def word(self, s: ir.StageCopy, row: ir.Expr, col: ir.Expr, per: int) -> str:
+        """The 16-byte word of tile row ``row`` from column ``col`` (see ``stage_copy``)."""
+        v4 = self.quad_type()
+        first = stage_copy.source_index(s, row, col)
+        if not is_literal(s.src_col_stride, 1):
+            return self.packed(s, row, col, per)
+        start = self.value(first)
+        self.scope["sk copy at"] = start
+        at = var("sk copy at")
+        whole = binary(BinOp.LAND, binary(BinOp.LT, row, s.row_limit), binary(
+            BinOp.LE, add(col, const(per)), s.col_limit))
+        aligned = binary(BinOp.EQ, binary(BinOp.AND, at, const(per - 1)), const(0))
+        cond = self.value(binary(BinOp.LAND, whole, aligned))
+        fast, slow, merge = self.fresh("words"), self.fresh("elements"), self.fresh("word_end")
+        self.do("OpSelectionMerge", merge, "None")
+        self.do("OpBranchConditional", cond, fast, slow)
+        self.start(fast)
+        view = self.quad_view(s.src)
+        ptr = self.op(self.pointer("StorageBuffer", v4), "OpAccessChain", view,
+                      self.const(0, T.I32), self.in_quads(at, per))
+        loaded, end_fast = self.op(v4, "OpLoad", ptr), self.label
+        self.branch(merge)
+        self.start(slow)
+        packed, end_slow = self.packed(s, row, col, per), self.label
+        self.branch(merge)
+        self.start(merge)
+        return self.op(v4, "OpPhi", loaded, end_fast, packed, end_slow)
+
+    def packed(self, s: ir.StageCopy, row: ir.Expr, col: ir.Expr, per: int) -> str:
+        """The word of ``per`` elements from (``row``, ``col``), each read inside the limits
+        and the fill outside, packed least significant first."""
+        elem = s.fill.type
+        bits = memory_type(elem).bits
+        u32 = self.type_of(T.U32)
+        parts: list[str] = []
+        for w in range(4):
+            word = ""
+            for i in range(32 // bits):
+                c = add(col, const(w * (32 // bits) + i))
+                value = self.value(ir.Select(
+                    cond=stage_copy.inside(s, row, c),
+                    a=ir.Load(array=s.src, index=stage_copy.source_index(s, row, c), type=elem),
+                    b=s.fill, type=elem))
+                part = self.unsigned_bits(value, elem)
+                if i:
+                    part = self.op(u32, "OpShiftLeftLogical", part, self.u32(i * bits))
+                word = self.op(u32, "OpBitwiseOr", word, part) if word else part
+            parts.append(word)
+        return self.op(self.quad_type(), "OpCompositeConstruct", *parts)
+
+    def unsigned_bits(self, value: str, elem: ElemType) -> str:
+        """The bits of ``value`` (of ``elem``) zero-extended to 32 bits."""
+        mt = memory_type(elem)
+        unsigned = {8: T.U8, 16: T.U16, 32: T.U32}[mt.bits]
+        if mt is not unsigned:
+            value = self.op(self.type_of(unsigned), "OpBitcast", value)
+        if mt.bits < 32:
+            value = self.op(self.type_of(T.U32), "OpUConvert", value)
+        return value
 
     # ------------------------------------------------------------------ fragments
 
@@ -295,7 +445,8 @@ class _Module(ExpressionPrinter):
                     self.decorations.append(f"OpDecorate {var} NonWritable")
                 self.names.append(f'OpName {var} "{p.name}"')
                 self.interface.append(var)
-                self.scope[p.name] = ArraySym(var, "StorageBuffer", p.elem, None, 16)
+                self.scope[p.name] = ArraySym(var, "StorageBuffer", p.elem, None, 16,
+                                              binding=binding)
                 binding += 1
             else:
                 wire = push_constant_type(p.elem)
@@ -336,6 +487,7 @@ class _Module(ExpressionPrinter):
         return out
 
     def render(self) -> str:
+        self.quads = quad_arrays(self.kernel)
         self.parameters()
         self.scope = self.scope.new_child()
         self.block(self.kernel.body)

@@ -16,11 +16,14 @@ the gate's decision (``sarek.coopmat``), not the printer's.
 
 from __future__ import annotations
 
+import math
+import typing
+
 from backends.cstyle import EmitError
 from backends.cuda.lower import divisor
 from sarek import ir, packed_store, stage_copy
-from sarek.ir import ElemType, FragLayout, FragUse
-from sarek.ir_walk import walk
+from sarek.ir import ElemType, FragLayout, FragUse, MemSpace
+from sarek.ir_walk import replace_statements, subexpressions, walk
 from sarek.memo import remembered
 from sarek.schedule import Schedule
 from sarek.staging import Staging
@@ -54,12 +57,73 @@ _LANE_EXPLICIT = (ir.Ldmatrix, ir.Mma, ir.Wgmma, ir.WgmmaWait, ir.AsyncProxyFenc
                   ir.TensorView, ir.CpAsync)
 
 
+QUAD_BYTES = 16
+"""Staged tiles move in 16-byte words (``uvec4``): one load from a storage buffer and one
+store into workgroup memory per word, as Vulkan's cooperative-matrix kernels stage them."""
+
+_EXPRESSIONS = typing.get_args(typing.get_args(ir.Expr)[0])
+
+
+def per_quad(elem: ElemType) -> int:
+    """Elements of ``elem`` in one 16-byte word."""
+    return QUAD_BYTES * 8 // elem.bits
+
+
+def quad_arrays(kernel: ir.Kernel) -> frozenset[str]:
+    """The shared arrays printed as arrays of 16-byte words: those of 8-, 16- or 32-bit
+    elements that only ``StageCopy`` writes and only fragment loads and stores read or write,
+    each copy spreading its whole words evenly over the block (tile rows and pitch whole
+    words, offset a multiple of a word) and each fragment access at whole words (offset and
+    stride). Every other array keeps its elements, and copies into it are element copies."""
+    if kernel.block is None:
+        return frozenset()
+    threads = math.prod(kernel.block)
+    words = {s.name: s for s in walk(kernel.body) if isinstance(s, ir.ArrayDecl)
+             and s.space is MemSpace.SHARED and s.elem.bits in (8, 16, 32)
+             and s.elem is not ElemType.BOOL and (s.size * s.elem.bits) % (QUAD_BYTES * 8) == 0}
+    bad: set[str] = set()
+    for s in walk(kernel.body):
+        match s:
+            case ir.StageCopy(dst=name) if name in words:
+                per = per_quad(words[name].elem)
+                if (s.cols % per or s.dst_pitch % per or divisor(s.dst_offset) % per
+                        or (s.rows * s.cols // per) % threads):
+                    bad.add(name)
+            case ir.FragLoad(array=name) | ir.FragStore(array=name) if name in words:
+                per = per_quad(words[name].elem)
+                if divisor(s.offset) % per or divisor(s.stride) % per:
+                    bad.add(name)
+            case ir.Store(array=name) | ir.StorePacked(array=name):
+                bad.add(name)
+        for field in type(s).model_fields:
+            value = getattr(s, field)
+            if isinstance(value, _EXPRESSIONS):
+                bad.update(x.array for x in subexpressions(value) if isinstance(x, ir.Load))
+    return frozenset(words.keys() - bad)
+
+
+def staged_copies(kernel: ir.Kernel) -> ir.Kernel:
+    """``kernel`` with every ``StageCopy`` into an array of ``quad_arrays`` kept (the printer
+    copies it in 16-byte words), every other one an element copy, and the group statements
+    dropped: Vulkan's copies complete as they are issued."""
+    if kernel.block is None:
+        return kernel
+    quads, block = quad_arrays(kernel), kernel.block
+
+    def synchronous(s: ir.Stmt) -> list[ir.Stmt] | None:
+        if isinstance(s, ir.StageCopy) and s.dst not in quads:
+            return [stage_copy.element_copy(s, block)]
+        return [] if isinstance(s, (ir.StageCommit, ir.StageWait)) else None
+
+    return kernel.model_copy(update={"body": replace_statements(kernel.body, synchronous)})
+
+
 @remembered(128)  # the printer and the simulator both lower the same kernel object
 def lower(kernel: ir.Kernel) -> ir.Kernel:
     """``kernel`` checked for SPIR-V and returned with its fragment statements unchanged
     (subgroup fixed to 32 when a fragment kernel names none); ``EmitError`` with the reason
     for anything a cooperative matrix cannot express."""
-    kernel = stage_copy.synchronous(kernel)  # Vulkan copies complete as they are issued
+    kernel = staged_copies(kernel)
     kernel = packed_store.elements(kernel)  # logical addressing has no wider pointers
     stmts = list(walk(kernel.body))
     for s in stmts:
