@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from sarek.errors import SarekError
 
 
@@ -13,14 +15,23 @@ class NvrtcError(SarekError):
         self.log = log
 
 
+INSTALL = "pip install 'sarek[cuda]'"
+"""What installs NVRTC's Python bindings and library (``cuda-bindings``, ``nvidia-cuda-nvrtc``)."""
+
+
+@functools.cache
 def nvrtc_available() -> str | None:
-    """None when NVRTC can be loaded, else the reason it cannot."""
+    """None when NVRTC can be loaded, else the reason it cannot and what installs it (found
+    once per process)."""
     try:
         from cuda.bindings import nvrtc
-
+    except ImportError:
+        return f"NVRTC's Python bindings (cuda-bindings) are not installed: {INSTALL}"
+    try:
         err, *_ = nvrtc.nvrtcVersion()
-    except Exception as e:
-        return f"NVRTC cannot be loaded ({type(e).__name__}: {e})"
+    except Exception as e:  # the bindings found no NVRTC library
+        return (f"the NVRTC library cannot be loaded ({type(e).__name__}: "
+                f"{' '.join(str(e).split())[:160]}): {INSTALL}")
     return None if int(err) == 0 else f"NVRTC reports {err}"
 
 
@@ -37,6 +48,8 @@ def compile_logged(source: str, arch: str = "sm_80", name: str = "kernel.cu",
                    options: tuple[str, ...] = ()) -> tuple[bytes, str]:
     """``compile_cubin``'s cubin and NVRTC's log (with ``--ptxas-options=-v`` among
     ``options``, ptxas's register and spill counts)."""
+    if (reason := nvrtc_available()) is not None:
+        raise NvrtcError(reason)
     from cuda.bindings import nvrtc
 
     if "wgmma." in source:
