@@ -128,66 +128,6 @@ def _check_size(args: argparse.Namespace) -> None:
                          f"{size_text(limit)}; {hint}")
 
 
-def _cmd_demo(args: argparse.Namespace) -> int:
-    examples = Path(args.examples) if args.examples else examples_dir()
-    size = "x".join(map(str, args.size))
-    rows = demo.run(examples, args.size)
-    print(f"1. Every bundled GEMM example simulated at m x n x k = {size} and compared bit for "
-          "bit with an independent NumPy computation:\n")
-    print(demo.table(rows))
-    rewrites = demo.run_rewrites(examples, args.size)
-    print("\n2. Every example rewritten onto matrix fragments (64x64 tiles, four waves) under "
-          "each lowering that\n   takes its operands, simulated, and compared with the original: "
-          "'exact' is bit-identical,\n   a number the largest difference relative to max|C| "
-          "(sequential f32 accumulation model):\n")
-    print(demo.rewrite_table(rewrites))
-    print("\n3. CUDA: every example printed as CUDA C++ and compiled by NVRTC, and its rewrite "
-          "onto tensor cores\n   (the selected lowering, subgroup 32, fragment 16):\n")
-    print(demo.render(("example", "original", "NVRTC sm_80 / sm_90", "rewritten",
-                       "NVRTC sm_90"), demo.cuda_rows(examples)))
-    print("\n   OpenCL: every example printed as OpenCL C and run on the first OpenCL device "
-          "(PoCL on a CPU),\n   against the simulator:\n")
-    print(demo.render(("example", "OpenCL C", "device vs simulator"), demo.opencl_rows(examples)))
-    opencl, same, ran, device = demo.opencl_rewrite_rows(examples, args.size)
-    print("\n   Portable OpenCL: every example rewritten under every lowering at subgroups 32 and "
-          "64 and\n   fragments 16 and 8 (fragments emulated lane by lane in local memory), run "
-          "on the same device\n   against the simulator running the same lowered kernel:\n")
-    print(demo.render(("example", "lowering", *(f"sg {s} frag {f}" for s, f in demo.CONFIGS)),
-                      opencl))
-    print(f"\n   {same} of {ran} rewritten kernels run on {device} bit-identical to the "
-          "simulator.")
-    print("\n   Metal: every example printed as Metal Shading Language and its rewrite onto "
-          "simdgroup matrices\n   (the selected lowering, subgroup 32, fragment 8), each "
-          "checked by clang as C++ against a stand-in\n   <metal_stdlib>: a syntax and type "
-          "check, not Apple's compiler (no Metal compiler or device\n   exists off macOS):\n")
-    print(demo.render(("example", "original", "check", "rewritten", "check"),
-                      demo.metal_rows(examples)))
-    spirv, valid, modules = demo.spirv_rows(examples)
-    print("\n   SPIR-V: every example printed as SPIR-V assembly for Vulkan compute, and "
-          "rewritten onto cooperative\n   matrices under every lowering at subgroups 32 and 64 "
-          "and fragments 16 and 8, each module assembled\n   by spirv-as and validated by "
-          "spirv-val --target-env vulkan1.3:\n")
-    print(demo.render(("example", "original", "spirv-val", "rewritten", "spirv-val"), spirv))
-    print(f"\n   {valid} of {modules} SPIR-V modules valid.")
-    results = demo.recorded_results(examples)
-    if results is None:
-        print("\n4. Conformance recorded on real devices: not part of an installed package "
-              "(bench/results in a\n   source checkout).")
-    else:
-        print(f"\n4. Conformance recorded on real devices ({results.relative_to(examples.parent)}"
-              ", rerun on a GPU with sarek conformance --target cuda,\n   "
-              "bench/tile_patterns_h200.py and bench/tensor_core_h200.py):\n")
-        print(demo.render(("check", "device", "cases", "result"),
-                          demo.recorded_conformance(results)))
-    failed = [r.example for r in rows if not r.ok] + [r.example for r in rewrites if not r.ok]
-    failed += ["portable OpenCL"] if same < ran else []
-    print(f"\n{len(rows) - sum(not r.ok for r in rows)} of {len(rows)} examples agree with "
-          f"NumPy; {sum(r.ok for r in rewrites)} of {len(rewrites)} rewrites keep their promise "
-          "(int32 and f16 operands exact, f32 within\na sanity bound per lowering: bf16x3 1e-5, "
-          "f16 4e-3, bf16 3e-2 of max|C|).")
-    return 1 if failed else 0
-
-
 def _launch_of(args: argparse.Namespace, *, data: bool = True
                ) -> tuple[ModuleType, KernelFunction, Launch]:
     """The launch the command line describes: ``--inputs`` with ``--grid``/``--block``, or
@@ -448,11 +388,15 @@ def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="sarek", description=DESCRIPTION)
     p.add_argument("--version", action="version", version=f"sarek {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
-    demo_help = "simulate the bundled GEMM examples and check them"
+    demo_help = ("a few bundled GEMM examples taken through every stage, each checked, in "
+                 "well under a minute (sarek conformance runs the full matrix)")
     d = sub.add_parser("demo", help=demo_help, description=demo_help)
-    d.add_argument("--size", type=_triple, default=(70, 45, 33), help="M,N,K (default 70,45,33)")
+    d.add_argument("--size", type=_triple, default=demo.SIZE, help="M,N,K (default 70,45,33)")
     d.add_argument("--examples", help="folder of gemm_*.py examples (default: the bundled ones)")
-    d.set_defaults(run=_cmd_demo)
+    d.add_argument("--example", action="append", metavar="NAME",
+                   help="only this example; may be repeated (default: "
+                   f"{', '.join(demo.FEATURED)})")
+    d.set_defaults(run=demo.main)
     examples_help = ("list the bundled examples (usable as NAME:KERNEL wherever FILE.py:KERNEL "
                      "is taken)")
     x = sub.add_parser("examples", help=examples_help, description=examples_help)

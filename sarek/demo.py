@@ -1,6 +1,12 @@
-"""The demo: every bundled GEMM example simulated and checked against its NumPy reference,
-then rewritten onto matrix fragments under every applicable lowering, subgroup and fragment
-size, and compared with the original.
+"""``sarek demo``: a few bundled GEMM examples taken through every stage, in well under a minute.
+
+Each example is simulated and compared bit for bit with its NumPy reference, recognized,
+rewritten onto matrix fragments, lowered and printed for every target and simulated as
+printed under the target's arithmetic model, then handed to the compilers, validators and
+devices installed here. A missing one is named once, with what installs it, and its checks are
+skipped. Last come the device checks recorded in ``bench/results``, each difference with its
+documented reason. The full matrix (every example, size, lowering, subgroup and fragment) is
+``sarek conformance``'s.
 
 Each example module (``examples/gemm_*.py``) defines one kernel, ``make(m, n, k, seed)``
 returning a ``Launch`` and ``reference(launch)`` returning the expected arrays.
@@ -8,31 +14,70 @@ returning a ``Launch`` and ``reference(launch)`` returning the expected arrays.
 
 from __future__ import annotations
 
+import argparse
+import sys
+import textwrap
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sarek.ir import ElemType
+from sarek.demo_records import recorded_results, records
+from sarek.errors import SarekError
+from sarek.ir_format import format_expr
+from sarek.launch import Launch
 from sarek.loader import load_module
 from sarek.matrix_pattern import recognize
-from sarek.matrix_rewrite import rewrite_launch
-from sarek.matrix_scheme import Lowering, lowerings_taking
+from sarek.matrix_scheme import Lowering
 
+if TYPE_CHECKING:
+    from backends.pipeline import Compiled
 
-@dataclass(frozen=True)
-class Row:
-    """One checked example."""
+FEATURED = ("gemm_epilogue", "gemm_f16", "gemm_i8", "gemm_i32")
+"""The examples the demo takes through every stage: f32 operands (Bf16x3) with a fused
+epilogue, f16 operands, int8 operands with an i32 accumulator and a bias, int32 operands (byte
+planes)."""
 
-    example: str
-    kernel: str
-    size: tuple[int, int, int]
-    invocations: int
-    seconds: float
-    verdict: str  # "bit-identical", or how the results differ
-    ok: bool
+SIZE = (70, 45, 33)
+"""The demo's m x n x k: no extent a multiple of a tile."""
+
+PRINTERS = ("cuda", "opencl-nv", "opencl", "spirv", "metal")
+"""The targets every example is printed for (``vulkan`` prints what ``spirv`` prints)."""
+
+MATRIX_OPERATION = {"cuda": "mma.sync.aligned", "opencl-nv": "mma.sync.aligned",
+                    "spirv": "OpCooperativeMatrixMulAddKHR ",
+                    "metal": "simdgroup_multiply_accumulate("}
+"""What each printer's text multiplies fragments with (the portable OpenCL target emulates
+fragments in local memory and has none)."""
+
+SANITY = {Lowering.BF16X3_OPERANDS: 1e-5, Lowering.F16_OPERANDS: 4e-3,
+          Lowering.BF16_OPERANDS: 3e-2}
+"""Largest difference from the f32 original, relative to max|C|, that the demo accepts for f32
+operands (the tests check the rigorous per-element bounds): a few units of each lowering's
+operand rounding. Every other lowering must be bit-identical."""
+
+ROUNDING = {Lowering.BF16X3_OPERANDS: "each f32 operand carried as three bf16 terms",
+            Lowering.F16_OPERANDS: "f32 operands rounded to f16",
+            Lowering.BF16_OPERANDS: "f32 operands rounded to bf16"}
+"""Why a lowering of f32 operands is not bit-identical to the original."""
+
+FULL_MATRIX = ("The demo shows a few examples at one size. Every example at every size under "
+               "every lowering,\nsubgroup and fragment: sarek conformance --target sim-cuda "
+               "(the simulator alone), or --target\ncuda, opencl or vulkan on a device "
+               "(sarek conformance --help lists the targets).")
+"""The demo's last words: where the long matrices are."""
+
+WIDTH = 100
+"""Where the lines saying why are wrapped."""
+
+Refused = str
+"""A target's reason for not rewriting an example."""
 
 
 def compare(got: np.ndarray, want: np.ndarray) -> tuple[bool, str]:
@@ -51,213 +96,359 @@ def compare(got: np.ndarray, want: np.ndarray) -> tuple[bool, str]:
     return False, f"{int(bad.sum())} of {g.size} differ, max |diff| {diff:.3g}"
 
 
-def check_example(path: Path, size: tuple[int, int, int], seed: int = 0) -> Row:
-    module = load_module(path)
-    launch = module.make(*size, seed=seed)
-    start = time.perf_counter()
-    out = launch.simulate()
-    seconds = time.perf_counter() - start
-    ok, verdict = True, "bit-identical"
-    for name, want in module.reference(launch).items():
-        same, how = compare(out[name], want)
+def compare_all(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray]) -> str | None:
+    """None when every array of ``want`` is bit-identical in ``got``, else how the first that
+    is not differs."""
+    for name, expected in want.items():
+        same, how = compare(got[name], expected)
         if not same:
-            ok, verdict = False, f"{name}: {how}"
-    invocations = int(np.prod(launch.grid) * np.prod(launch.block))
-    return Row(path.stem, launch.kernel.name, size, invocations, seconds, verdict, ok)
-
-
-def run(examples: Path, size: tuple[int, int, int] = (70, 45, 33)) -> list[Row]:
-    """Checks every ``gemm_*.py`` example in ``examples`` at ``size`` (m, n, k)."""
-    return [check_example(p, size) for p in sorted(examples.glob("gemm_*.py"))]
-
-
-CONFIGS = ((32, 16), (32, 8), (64, 16), (64, 8))  # (subgroup, fragment)
-# Largest difference from the f32 original, relative to max|C|, that the demo accepts for f32
-# operands (the tests check the rigorous per-element bounds): a few units of each lowering's
-# operand rounding.
-SANITY = {Lowering.BF16X3_OPERANDS: 1e-5, Lowering.F16_OPERANDS: 4e-3,
-          Lowering.BF16_OPERANDS: 3e-2}
+            return f"{name}: {how}"
+    return None
 
 
 @dataclass(frozen=True)
-class RewriteRow:
-    """One example under one lowering: per (subgroup, fragment) how the rewritten kernel's
-    output compares with the original's (``"exact"`` or the normwise relative difference)."""
+class Row:
+    """One line of a table: ``why`` says why it is not bit-identical (printed under it),
+    ``failure`` what failed (a difference no documented reason covers, or an error)."""
 
-    example: str
-    lowering: str
-    results: tuple[str, ...]
-    ok: bool
+    cells: tuple[str, ...]
+    why: tuple[str, ...] = ()
+    failure: str | None = None
 
 
-def rewrite_example(path: Path, size: tuple[int, int, int], seed: int = 0) -> list[RewriteRow]:
+@dataclass(frozen=True)
+class Example:
+    """A bundled example's module and its launch at the demo's size."""
+
+    path: Path
+    module: ModuleType
+    launch: Launch
+
+    @property
+    def name(self) -> str:
+        return self.path.stem
+
+
+def load(path: Path, size: tuple[int, int, int]) -> Example:
+    """The example at ``path`` with its launch at ``size`` (m, n, k)."""
     module = load_module(path)
-    original = module.make(*size, seed=seed)
-    gemm = recognize(original.kernel)
-    want = original.simulate()[gemm.c.array]
-    exact_lowering = gemm.operand_elt in (ElemType.I32, ElemType.F16)
-    rows = []
-    for lowering in lowerings_taking(gemm.operand_elt):
-        results, ok = [], True
-        for subgroup, frag in CONFIGS:
-            rw = rewrite_launch(original, lowering=lowering, subgroup=subgroup, frag=frag)
-            got = rw.launch.simulate(subgroup=subgroup)[gemm.c.array]
-            same, _ = compare(got, want)
-            if same:
-                results.append("exact")
-                continue
-            scale = float(np.abs(want.astype(np.float64)).max()) or 1.0
-            diff = float(np.abs(got.astype(np.float64) - want.astype(np.float64)).max())
-            results.append(f"{diff / scale:.1e}")
-            # int32 and f16 operands must come out exact, f32 within a sanity bound
-            ok = ok and not exact_lowering and diff / scale <= SANITY[lowering]
-        rows.append(RewriteRow(path.stem, lowering.value, tuple(results), ok))
-    return rows
+    return Example(path, module, module.make(*size))
 
 
-def run_rewrites(examples: Path, size: tuple[int, int, int] = (70, 45, 33)) -> list[RewriteRow]:
-    """Rewrites every example under each lowering that takes its operands, in every
-    (subgroup, fragment) configuration, and compares with the original (both simulated)."""
-    return [row for p in sorted(examples.glob("gemm_*.py")) for row in rewrite_example(p, size)]
+def _reason(e: Exception) -> str:
+    text = e.reason if isinstance(e, SarekError) else f"{type(e).__name__}: {e}"
+    return text.splitlines()[0] if text else type(e).__name__
 
 
-def cuda_rows(examples: Path) -> list[tuple[str, ...]]:
-    """Each example's kernel printed as CUDA and compiled by NVRTC for sm_80 and sm_90, and
-    its rewrite as the CUDA target compiles it (the selected lowering, subgroup 32, fragment
-    16, CUDA's staging) for sm_90."""
-    from backends.cuda import compile_cubin, emit, nvrtc_available
+def guarded(prefix: tuple[str, ...], width: int, make: Callable[[], Row]) -> Row:
+    """``make()``'s row, or, when it raises, a row of ``width`` cells starting with ``prefix``
+    that says what went wrong: a failure, not the end of the demo."""
+    try:
+        return make()
+    except Exception as e:
+        cells = (*prefix, "ERROR", *["-"] * (width - len(prefix) - 1))
+        return Row(cells, (_reason(e),), f"{' '.join(prefix)}: {_reason(e)}")
+
+
+# --------------------------------------------------------------------------- 1. against NumPy
+
+
+def numpy_row(ex: Example) -> Row:
+    """The example as written, simulated, against its NumPy reference."""
+    launch = ex.launch
+    start = time.perf_counter()
+    out = launch.simulate()
+    seconds = time.perf_counter() - start
+    how = compare_all(out, ex.module.reference(launch))
+    invocations = int(np.prod(launch.grid) * np.prod(launch.block))
+    cells = (ex.name, launch.kernel.name, str(invocations), f"{seconds * 1e3:.1f} ms",
+             "bit-identical" if how is None else f"DIFFERS ({how})")
+    return Row(cells, failure=None if how is None else f"{ex.name} vs NumPy: {how}")
+
+
+# --------------------------------------------------------------------------- 2. rewritten
+
+
+def rewrite_row(ex: Example) -> Row:
+    """The recognized nest, and its rewrite under the selected lowering (subgroup 32,
+    fragment 16) simulated against the original."""
+    from sarek.matrix_rewrite import rewrite_launch
+
+    gemm = recognize(ex.launch.kernel)
+    a, b, c = gemm.a, gemm.b, gemm.c
+    rw = rewrite_launch(ex.launch)
+    want = ex.launch.simulate()[c.array]
+    got = rw.launch.simulate(subgroup=rw.subgroup)[c.array]
+    head = (ex.name, f"{a.array} {a.elem} x {b.array} {b.elem} -> {c.array} {c.elem}",
+            f"{c.array} = {format_expr(gemm.epilogue)}", str(rw.lowering))
+    if compare(got, want)[0]:
+        return Row((*head, "bit-identical"))
+    wide_got, wide_want = got.astype(np.float64), want.astype(np.float64)
+    relative = float(np.abs(wide_got - wide_want).max()) / (float(np.abs(wide_want).max())
+                                                            or 1.0)
+    bound = SANITY.get(rw.lowering)
+    if bound is None or relative > bound:
+        promise = "bit-identical" if bound is None else f"within {bound:.0e} of max|C|"
+        return Row((*head, f"{relative:.1e} of max|C|: FAILS"),
+                   (f"{rw.lowering} promises {promise}",),
+                   f"{ex.name} rewritten under {rw.lowering}: {relative:.1e} of max|C| from "
+                   f"the original, promised {promise}")
+    return Row((*head, f"{relative:.1e} of max|C|"),
+               (f"{ROUNDING[rw.lowering]}: within {bound:.0e} of max|C|, the bound the demo "
+                "accepts (specs/matrix-pattern-rewrite.md gives the per-element bounds)",))
+
+
+# --------------------------------------------------------------------------- 3. every target
+
+
+def compile_for(ex: Example, name: str) -> Compiled | Refused:
+    """The example compiled for target ``name`` (its own lowering, subgroup, fragment and
+    staging), or the target's reason for refusing it."""
     from backends.pipeline import compile_launch
     from backends.registry import target
 
-    cuda = target("cuda")
-    missing = nvrtc_available()
-    rows: list[tuple[str, ...]] = []
-    for path in [*sorted(examples.glob("gemm_*.py")), examples / "ldmatrix_interleaved.py"]:
-        module = load_module(path)
-        gemm = path.stem.startswith("gemm")
-        launch = module.make(70, 45, 33) if gemm else module.make()
-        src = emit(launch.kernel)
-        rw = compile_launch(cuda, launch).text if gemm else ""
-        if missing:
-            rows.append((path.stem, f"{len(src.splitlines())} lines", missing, "", ""))
-            continue
-        sizes = [len(compile_cubin(src, arch)) for arch in ("sm_80", "sm_90")]
-        rows.append((path.stem, f"{len(src.splitlines())} lines",
-                     f"cubin {sizes[0]} / {sizes[1]} bytes",
-                     f"{rw.count('mma.sync.aligned')} mma.sync" if gemm else "-",
-                     f"cubin {len(compile_cubin(rw, 'sm_90'))} bytes" if gemm else "-"))
-    return rows
+    try:
+        return compile_launch(target(name), ex.launch)
+    except SarekError as e:
+        return e.reason
 
 
-def recorded_results(examples: Path) -> Path | None:
-    """``bench/results`` of the source checkout that holds ``examples``, where the device
-    checks are recorded; None outside a checkout (an installed package carries no results)."""
-    results = examples.parent / "bench" / "results"
-    return results if results.is_dir() else None
+def target_row(ex: Example, name: str, compiled: Compiled | Refused) -> Row:
+    """What target ``name`` prints of the rewrite, and the printed kernel simulated lane by
+    lane under the target's model against the neutral rewrite under the same model."""
+    from backends.registry import target
+
+    if isinstance(compiled, str):
+        return Row((ex.name, name, "refused", "-", "-", "-"), (compiled,))
+    rw = compiled.rewritten
+    if rw is None:
+        raise SarekError(f"not rewritten: {compiled.not_rewritten}")
+    text = compiled.text
+    operation = MATRIX_OPERATION.get(name)
+    ops = (f"{text.count(operation)} {operation.strip('( ')}" if operation else
+           "fragments in local memory")
+    arith = target(name).arith
+    lowered = compiled.launch.simulate(target=name)
+    neutral = compiled.launch.simulate(arith=arith, subgroup=rw.subgroup)
+    how = compare_all(lowered, neutral)
+    cells = (ex.name, name, f"{len(text.splitlines())} lines",
+             f"{rw.lowering}, sg {rw.subgroup} frag {rw.frag}: {ops}", arith,
+             "bit-identical" if how is None else f"DIFFERS ({how})")
+    return Row(cells, failure=None if how is None else f"{ex.name} lowered for {name}: {how}")
 
 
-def recorded_conformance(results: Path) -> list[tuple[str, str, str, str]]:
-    """The device checks recorded in ``bench/results`` (never rerun by the demo): which check,
-    on which device, how many cases and whether all were bit-exact."""
-    import json
+# --------------------------------------------------------------------------- 4. real tools
 
-    rows = []
-    for name, what in (("conformance_cuda.json", "examples and rewrites, CUDA vs simulator"),
-                       ("tile_patterns_h200.json", "ldmatrix/stmatrix vs simulator"),
-                       ("tensor_core_h200.json", "mma.sync outputs vs the h200 model"),
-                       ("arith_h200.json", "operations and conversions (exact ones)"),
-                       ("conformance_opencl_nvidia.json", "OpenCL examples and probes"),
-                       ("conformance_opencl-nv.json",
-                        "examples and rewrites, OpenCL inline PTX vs simulator"),
-                       ("conformance_opencl.json",
-                        "examples and rewrites, portable OpenCL vs simulator"),
-                       ("conformance_vulkan.json", "examples and rewrites, Vulkan vs simulator"),
-                       ("vulkan_coopmat_h200.json", "Vulkan cooperative matrices vs h200 model"),
-                       ("vulkan_arith_h200.json", "Vulkan operations and conversions")):
-        path = results / name
-        if not path.is_file():
-            rows.append((what, "-", "-", f"not recorded ({name} missing)"))
-            continue
-        data = json.loads(path.read_text())
-        if "h200_model_bit_exact" in data:  # the tensor-core check counts outputs
-            cases = sum(r["outputs"] for r in data["rows"])
-            exact = data["h200_model_bit_exact"]
-        elif "bit_exact_models" in data:  # the Vulkan cooperative-matrix probe, likewise
-            cases = sum(r.get("outputs", 0) for r in data["rows"])
-            exact = "h200" in data["bit_exact_models"]
-        elif "all_exact_operations_bit_exact" in data:
-            transcendental = {"exp", "log", "sin", "cos", "tanh"}
-            cases = sum(r["what"] not in transcendental for r in data["rows"])
-            exact = data["all_exact_operations_bit_exact"]
+
+Check = Callable[["Example", "Compiled | Refused | None"], Row]
+"""A tool's check of one example: its original and the rewrite the tool's target printed
+(a refusal's reason, or None when compiling failed, which section 3 reported)."""
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A compiler, validator or device that checks what a target prints."""
+
+    name: str  # as the tables name it
+    about: str  # what it does with the text
+    target: str  # the printer whose text it checks
+    missing: Callable[[], str | None]  # why it cannot be used here (None: it can)
+    install: str | None  # what installs it, said when the reason does not say
+    check: Check
+    needs: str | None = None  # a tool it cannot work without: missing for the same reason
+
+
+def _both(ex: Example, compiled: Compiled | Refused | None, original: str,
+          one: Callable[[str, str], tuple[str, str | None]]) -> Row:
+    """The original's text and the rewrite's, each checked by ``one(text, name)``, which
+    returns the cell and the problem found (None when there is none)."""
+    texts: list[tuple[str, str]] = [(original, ex.name)]
+    if compiled is not None and not isinstance(compiled, str):
+        texts.append((compiled.text, f"{ex.name}_rewritten"))
+    cells, problems = [], []
+    for text, name in texts:
+        cell, problem = one(text, name)
+        cells.append(cell)
+        if problem:
+            problems.append(f"{name}: {problem}")
+    refused = (compiled,) if isinstance(compiled, str) else ()
+    if len(cells) == 1:
+        cells.append("refused" if refused else "-")
+    return Row((ex.name, *cells), (*problems, *refused), problems[0] if problems else None)
+
+
+def _nvrtc(ex: Example, compiled: Compiled | Refused | None) -> Row:
+    from backends.cuda import NvrtcError, compile_cubin
+    from backends.registry import emit
+
+    def one(text: str, name: str) -> tuple[str, str | None]:
+        try:
+            return f"cubin {len(compile_cubin(text, 'sm_90', f'{name}.cu'))} bytes", None
+        except NvrtcError as e:
+            return "REJECTED", _reason(e)
+
+    return _both(ex, compiled, emit(ex.launch.kernel, "cuda"), one)
+
+
+def _spirv_val(ex: Example, compiled: Compiled | Refused | None) -> Row:
+    from backends.registry import emit
+    from backends.spirv import check
+
+    def one(text: str, name: str) -> tuple[str, str | None]:
+        try:
+            check(text)
+        except SarekError as e:
+            return "INVALID", _reason(e)
+        return "valid", None
+
+    return _both(ex, compiled, emit(ex.launch.kernel, "spirv"), one)
+
+
+def _metal_check(text: str, name: str) -> tuple[str, str | None]:
+    """clang's verdict on Metal ``text`` (printed as ``name``.metal), and its first complaint."""
+    from backends.metal import MetalCheckError, syntax_check
+
+    try:
+        syntax_check(text, f"{name}.metal")
+    except MetalCheckError as e:
+        return "REJECTED by clang", _reason(e)
+    return "clang: no error", None
+
+
+def _clang(ex: Example, compiled: Compiled | Refused | None) -> Row:
+    from backends.registry import emit
+
+    return _both(ex, compiled, emit(ex.launch.kernel, "metal"), _metal_check)
+
+
+def _on_device(name: str) -> Check:
+    """Runs the original and the rewrite for target ``name`` on its device, each against the
+    simulator running the same lowered kernel."""
+
+    def check(ex: Example, compiled: Compiled | Refused | None) -> Row:
+        from backends.registry import target
+
+        t = target(name)
+        if name == "vulkan":  # the device's gate decides what runs, not the printer's list
+            compiled = compile_for(ex, name)
+        launches: list[Launch | str] = [ex.launch]
+        if compiled is None:
+            launches.append("-")
         else:
-            cases, exact = len(data["cases"]), data["all_bit_exact"]
-        where = data.get("arch") or data.get("platform", "")
-        device = data.get("opencl_device") or (  # OpenCL reports name their device
-            f"{data['device']} ({where})" if where else data["device"])
-        rows.append((what, device, str(cases),
-                     "all bit-exact" if exact else "MISMATCHES"))
-    return rows
+            launches.append(compiled if isinstance(compiled, str) else compiled.launch)
+        cells, problems, refusals = [], [], []
+        for launch in launches:
+            if isinstance(launch, str):
+                cells.append("-" if launch == "-" else "refused")
+                refusals += [launch] if launch != "-" else []
+                continue
+            refusal = t.run_refusal(launch.kernel, launch.block)
+            if refusal:
+                cells.append("refused")
+                refusals.append(refusal)
+                continue
+            assert t.run is not None  # a tool runs on a device target
+            try:
+                got = t.run(launch.kernel, dict(launch.args), launch.grid, launch.block)
+            except Exception as e:
+                cells.append("ERROR")
+                problems.append(_reason(e))
+                continue
+            how = compare_all(got, launch.simulate(target=name))
+            cells.append("bit-identical" if how is None else f"DIFFERS ({how})")
+            if how:
+                problems.append(f"not a documented difference: {how}")
+        return Row((ex.name, *cells), (*problems, *refusals),
+                   f"{ex.name} on {name}: {problems[0]}" if problems else None)
+
+    return check
 
 
-def opencl_rows(examples: Path) -> list[tuple[str, ...]]:
-    """Each example printed as OpenCL C and run on the first OpenCL device (PoCL on a CPU),
-    compared bit for bit with the simulator."""
-    from backends.opencl import emit, opencl_available, run
+def _device_label(name: str) -> str:
+    """``, the device's name`` for a device target, else nothing."""
+    from backends.conformance import DEVICE_NAMES
 
-    missing = opencl_available()
-    rows: list[tuple[str, ...]] = []
-    for path in sorted(examples.glob("gemm_*.py")):
-        launch = load_module(path).make(70, 45, 33)
-        src = emit(launch.kernel)
-        if missing:
-            rows.append((path.stem, f"{len(src.splitlines())} lines", missing))
+    named = DEVICE_NAMES.get(name)
+    try:
+        return f", {named()}" if named else ""
+    except Exception:  # the device was found: only its name is missing
+        return ""
+
+
+def _device_reason(name: str) -> Callable[[], str | None]:
+    def reason() -> str | None:
+        from backends.registry import target
+
+        return target(name).device_reason()
+
+    return reason
+
+
+def _nvrtc_missing() -> str | None:
+    from backends.cuda import nvrtc_available
+
+    return nvrtc_available()
+
+
+def _spirv_missing() -> str | None:
+    from backends.spirv import tools_reason
+
+    return tools_reason()
+
+
+def _clang_missing() -> str | None:
+    from backends.metal import clang_unavailable
+
+    return clang_unavailable()
+
+
+TOOLS = (
+    Tool("NVRTC", "each CUDA text compiled for sm_90", "cuda", _nvrtc_missing,
+         "pip install 'sarek[cuda]'", _nvrtc),
+    Tool("a CUDA device", "each CUDA kernel run, against the simulator running it (h200 model)",
+         "cuda", _device_reason("cuda"), None, _on_device("cuda"), needs="NVRTC"),
+    Tool("an OpenCL device", "each portable OpenCL kernel run, against the simulator running it",
+         "opencl", _device_reason("opencl"),
+         "pip install 'sarek[opencl]' (pyopencl, and PoCL: a CPU device)", _on_device("opencl")),
+    Tool("NVIDIA's OpenCL", "each OpenCL kernel with inline PTX run, against the simulator "
+         "running it", "opencl-nv", _device_reason("opencl-nv"), None, _on_device("opencl-nv"),
+         needs="an OpenCL device"),
+    Tool("spirv-val", "each SPIR-V module assembled and validated (--target-env vulkan1.3)",
+         "spirv", _spirv_missing, "pip install 'sarek[spirv]'", _spirv_val),
+    Tool("a Vulkan device", "each SPIR-V kernel run through Vulkan, against the simulator "
+         "running it", "vulkan", _device_reason("vulkan"), None, _on_device("vulkan"),
+         needs="spirv-val"),
+    Tool("clang", "each Metal text checked as C++ against a stand-in <metal_stdlib> (syntax "
+         "and types: no Metal compiler exists off macOS)", "metal", _clang_missing,
+         "install clang", _clang),
+)
+"""What checks the printed text here, when it is installed; in the order the demo shows them."""
+
+
+def missing_tools(tools: Sequence[Tool] = TOOLS) -> dict[str, str]:
+    """Per tool that cannot be used here, why, with what installs it where the reason does not
+    say. A tool whose ``needs`` is missing is missing for the same reason."""
+    missing: dict[str, str] = {}
+    for tool in tools:
+        if tool.needs in missing:
+            missing[tool.name] = missing[tool.needs]
             continue
-        want = launch.simulate()
-        got = run(launch.kernel, dict(launch.args), launch.grid, launch.block)
-        same = all(compare(got[k], want[k])[0] for k in want)
-        rows.append((path.stem, f"{len(src.splitlines())} lines",
-                     "bit-identical" if same else "DIFFERS"))
-    return rows
+        try:
+            reason = tool.missing()
+        except Exception as e:  # a probe that crashes: the tool cannot be used
+            reason = _reason(e)
+        if reason:
+            said = tool.install is None or "install" in reason
+            missing[tool.name] = reason if said else f"{reason}; {tool.install}"
+    return missing
 
 
-def opencl_rewrite_rows(examples: Path, size: tuple[int, int, int] = (70, 45, 33)
-                        ) -> tuple[list[tuple[str, ...]], int, int, str]:
-    """Each example rewritten under every lowering that takes its operands at subgroups 32 and
-    64 and fragments 16 and 8, printed as portable OpenCL C (fragments emulated in local
-    memory), run on the first OpenCL device (PoCL on a CPU) and compared bit for bit with the
-    simulator running the same lowered kernel: the rows, how many were bit-identical of how
-    many ran (none ran when there is no device: the rows say why), and the device."""
-    from backends.opencl import opencl_available
-    from backends.opencl.run import device_label
-    from backends.pipeline import compile_launch
-    from backends.registry import target
-
-    opencl = target("opencl")
-    missing = opencl_available()
-    rows: list[tuple[str, ...]] = []
-    same_count = ran = 0
-    for path in sorted(examples.glob("gemm_*.py")):
-        launch = load_module(path).make(*size)
-        for lowering in lowerings_taking(recognize(launch.kernel).operand_elt):
-            cells = []
-            for subgroup, frag in CONFIGS:
-                compiled = compile_launch(opencl, launch, lowering=lowering, subgroup=subgroup,
-                                          frag=frag)
-                if missing:
-                    cells.append(f"{len(compiled.text.splitlines())} lines")
-                    continue
-                rw = compiled.launch
-                assert opencl.run is not None
-                got = opencl.run(rw.kernel, dict(rw.args), rw.grid, rw.block)
-                want = rw.simulate(target="opencl")
-                same = all(compare(got[k], want[k])[0] for k in want)
-                ran += 1
-                same_count += same
-                cells.append("bit-identical" if same else "DIFFERS")
-            rows.append((path.stem, lowering.value, *cells))
-    if missing:
-        rows.append(("(not run)", missing, "", "", "", ""))
-    return rows, same_count, ran, "no OpenCL device" if missing else device_label()
+def skipped_lines(missing: Mapping[str, str]) -> list[str]:
+    """One line per missing component: the tools it takes away, and why."""
+    by_reason: dict[str, list[str]] = {}
+    for name, reason in missing.items():
+        by_reason.setdefault(reason, []).append(name)
+    return [f"{' and '.join(names)}: {reason}" for reason, names in by_reason.items()]
 
 
 def metal_rows(examples: Path) -> list[tuple[str, ...]]:
@@ -265,100 +456,197 @@ def metal_rows(examples: Path) -> list[tuple[str, ...]]:
     matrices (the selected lowering, subgroup 32, fragment 8, or Metal's reason for refusing
     it), each checked by clang as C++ against the stand-in <metal_stdlib>: a syntax and type
     check, not Apple's compiler."""
-    from backends.metal import MetalCheckError, clang_unavailable, emit, syntax_check
+    from backends.metal import clang_unavailable, emit
     from backends.pipeline import compile_launch
     from backends.registry import target
-    from sarek.errors import SarekError
     from sarek.matrix_scheme import select
 
-    metal = target("metal")
     missing = clang_unavailable()
 
     def checked(text: str, name: str) -> str:
-        if missing:
-            return f"not checked: {missing}"
-        try:
-            syntax_check(text, name)
-        except MetalCheckError:
-            return "REJECTED by clang"
-        return "clang: no error"
+        return f"not checked: {missing}" if missing else _metal_check(text, name)[0]
 
     rows: list[tuple[str, ...]] = []
     for path in sorted(examples.glob("gemm_*.py")):
-        launch = load_module(path).make(70, 45, 33)
+        launch = load_module(path).make(*SIZE)
         src = emit(launch.kernel)
         try:
-            compiled = compile_launch(metal, launch, subgroup=32, frag=8)
+            compiled = compile_launch(target("metal"), launch, subgroup=32, frag=8)
         except SarekError as e:
             # the refusal does not say which lowering it refused: the one compile selects
             lowering = select(recognize(launch.kernel))
             rewritten, verdict = f"{lowering}: refused", e.reason.split(": ")[-1]
         else:
-            rw = compiled.text
             done = compiled.rewritten
-            rewritten = (f"{done.lowering}: {rw.count('simdgroup_multiply_accumulate(')} "
-                         "simdgroup_multiply_accumulate" if done else "not rewritten")
-            verdict = checked(rw, f"{path.stem}_rewritten.metal") if done else str(
+            rewritten = (f"{done.lowering}: {compiled.text.count('simdgroup_multiply_accumulate(')}"
+                         " simdgroup_multiply_accumulate" if done else "not rewritten")
+            verdict = checked(compiled.text, f"{path.stem}_rewritten") if done else str(
                 compiled.not_rewritten)
-        rows.append((path.stem, f"{len(src.splitlines())} lines",
-                     checked(src, f"{path.stem}.metal"), rewritten, verdict))
+        rows.append((path.stem, f"{len(src.splitlines())} lines", checked(src, path.stem),
+                     rewritten, verdict))
     return rows
 
 
-def spirv_rows(examples: Path) -> tuple[list[tuple[str, ...]], int, int]:
-    """Each example printed as SPIR-V, and rewritten under every lowering that takes its
-    operands at subgroups 32 and 64 and fragments 16 and 8, each module assembled by spirv-as
-    and validated by ``spirv-val --target-env vulkan1.3``: the rows, and how many modules
-    validated of how many."""
-    from backends.pipeline import compile_launch
-    from backends.registry import target
-    from backends.spirv import check, emit, tools_reason
-    from sarek.errors import SarekError
-
-    spirv = target("spirv")
-    missing = tools_reason()
-    rows: list[tuple[str, ...]] = []
-    passed = total = 0
-    for path in sorted(examples.glob("gemm_*.py")):
-        launch = load_module(path).make(70, 45, 33)
-        modules = [emit(launch.kernel)]
-        for lowering in lowerings_taking(recognize(launch.kernel).operand_elt):
-            for subgroup, frag in CONFIGS:
-                modules.append(compile_launch(spirv, launch, lowering=lowering, subgroup=subgroup,
-                                             frag=frag).text)
-        ok = []
-        for text in modules:
-            try:
-                if not missing:
-                    check(text)
-                ok.append(not missing)
-            except SarekError:
-                ok.append(False)
-        passed, total = passed + sum(ok), total + len(ok)
-        rewrites = sum(m.count("OpCooperativeMatrixMulAddKHR ") > 0 for m in modules[1:])
-        rows.append((path.stem, f"{len(modules[0].splitlines())} lines",
-                     missing or ("valid" if ok[0] else "INVALID"),
-                     f"{rewrites} cooperative-matrix modules",
-                     missing or f"{sum(ok[1:])} of {len(ok) - 1} valid"))
-    return rows, passed, total
+# --------------------------------------------------------------------------- running, printing
 
 
-def render(head: tuple[str, ...], body: Sequence[tuple[str, ...]]) -> str:
-    """A plain text table."""
-    widths = [max(len(x) for x in col) for col in zip(head, *body, strict=True)]
+def render(head: tuple[str, ...], body: Sequence[Row | tuple[str, ...]], indent: str = "") -> str:
+    """A plain text table; a row's ``why`` lines are printed under it."""
+    rows = [r if isinstance(r, Row) else Row(r) for r in body]
+    widths = [max(len(x) for x in col)
+              for col in zip(head, *(r.cells for r in rows), strict=True)]
 
     def line(cells: tuple[str, ...]) -> str:
-        return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+        return indent + "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
 
-    return "\n".join([line(head), line(tuple("-" * w for w in widths)), *map(line, body)])
+    lines = [line(head), line(tuple("-" * w for w in widths))]
+    for r in rows:
+        lines += [line(r.cells), *(textwrap.fill(why, WIDTH, initial_indent=f"{indent}    why: ",
+                                                 subsequent_indent=f"{indent}         ",
+                                                 break_on_hyphens=False) for why in r.why)]
+    return "\n".join(lines)
 
 
-def table(rows: list[Row]) -> str:
-    head = ("example", "kernel", "m x n x k", "invocations", "sim time", "vs NumPy reference")
-    return render(head, [(r.example, r.kernel, "x".join(map(str, r.size)), str(r.invocations),
-                          f"{r.seconds * 1e3:.1f} ms", r.verdict) for r in rows])
+class Steps:
+    """The demo's steps, shown on the terminal as a spinner, a bar and the step running, so
+    that the screen is never silent while a step runs (rich, on stderr: the tables on stdout
+    stay plain text; nothing is drawn when stderr is not a terminal)."""
+
+    def __init__(self, total: int) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        console = Console(stderr=True)
+        self._bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                             MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                             transient=True, redirect_stdout=sys.stdout.isatty(),
+                             redirect_stderr=False, disable=not console.is_terminal)
+        self._task = self._bar.add_task("starting", total=total)
+        self.done = -1
+
+    def __call__(self, what: str) -> None:
+        """Marks the step before done and shows ``what`` as the one running."""
+        self.done += 1
+        self._bar.update(self._task, completed=self.done, description=what)
+
+    def add(self, count: int) -> None:
+        """Counts ``count`` more steps to run."""
+        total = self._bar.tasks[0].total or 0
+        self._bar.update(self._task, total=total + count)
+
+    @contextmanager
+    def shown(self) -> Iterator[Steps]:
+        with self._bar:
+            yield self
 
 
-def rewrite_table(rows: list[RewriteRow]) -> str:
-    head = ("example", "lowering", *(f"sg {s} frag {f}" for s, f in CONFIGS))
-    return render(head, [(r.example, r.lowering, *r.results) for r in rows])
+def run_demo(examples: Path, names: Sequence[str] = FEATURED,
+             size: tuple[int, int, int] = SIZE, out: Callable[[str], None] = print) -> int:
+    """Takes the examples ``names`` of the folder ``examples`` through every stage at ``size``
+    (m, n, k), printing what each stage found; returns 0 when every check passed or differs
+    for a documented reason, else 1."""
+    paths = [examples / f"{n}.py" for n in names]
+    absent = [p.name for p in paths if not p.is_file()]
+    if absent:
+        raise SarekError(f"{examples} has no {', '.join(absent)}")
+    failures: list[str] = []
+
+    def section(text: str, rows: Sequence[Row] = (), head: tuple[str, ...] = ()) -> None:
+        failures.extend(r.failure for r in rows if r.failure)
+        out(text + (f"\n\n{render(head, rows, '   ')}" if rows else ""))
+
+    m, n, k = size
+    steps = Steps(2 + len(paths) * (2 + 2 * len(PRINTERS)))  # tools are added when found
+    with steps.shown():
+        steps("loading the examples")
+        cases = [load(p, size) for p in paths]
+        out(f"sarek demo: {len(cases)} bundled GEMM kernels at m x n x k = {m}x{n}x{k}, taken "
+            "through every stage.\n")
+        rows = []
+        for ex in cases:
+            steps(f"{ex.name}: simulating, comparing with NumPy")
+            rows.append(guarded((ex.name,), 5, partial(numpy_row, ex)))
+        section("1. Simulated: each kernel as written, every invocation of its launch run by the "
+                "simulator,\n   compared bit for bit with an independent NumPy computation:",
+                rows, ("example", "kernel", "invocations", "sim time", "vs NumPy"))
+
+        rows = []
+        for ex in cases:
+            steps(f"{ex.name}: recognizing and rewriting")
+            rows.append(guarded((ex.name,), 5, partial(rewrite_row, ex)))
+        section("\n2. Recognized and rewritten: the GEMM nest found in each kernel, rewritten "
+                "onto matrix\n   fragments (64x64 tiles, four waves, subgroup 32, fragment 16) "
+                "under the lowering selected\n   for its operands, simulated and compared with "
+                "the original:",
+                rows, ("example", "A x B -> C", "epilogue", "lowering", "rewritten vs original"))
+
+        compiled: dict[tuple[str, str], Compiled | Refused | None] = {}
+        rows = []
+        for ex in cases:
+            for name in PRINTERS:
+                steps(f"{ex.name}: lowering and printing for {name}")
+                try:
+                    result = compile_for(ex, name)
+                except Exception as e:
+                    compiled[ex.name, name] = None
+                    rows.append(Row((ex.name, name, "ERROR", "-", "-", "-"), (_reason(e),),
+                                    f"{ex.name} printed for {name}: {_reason(e)}"))
+                    continue
+                compiled[ex.name, name] = result
+                steps(f"{ex.name}: simulating what {name} prints")
+                rows.append(guarded((ex.name, name), 6, partial(target_row, ex, name, result)))
+        section("\n3. Printed for each target: the rewrite lowered lane by lane for the target "
+                "(its own subgroup,\n   fragment and staging), printed, and run by the simulator "
+                "as printed under the target's\n   arithmetic model, against the neutral rewrite "
+                "under the same model (sarek emit FILE.py\n   --target T prints any of them):",
+                rows, ("example", "target", "printed", "matrix operations", "model",
+                       "lowered vs neutral"))
+
+        steps("looking for compilers, validators and devices")
+        missing = missing_tools()
+        present = [t for t in TOOLS if t.name not in missing]
+        steps.add(len(present) * len(cases))
+        out("\n4. Checked by the compilers, validators and devices here:")
+        for tool in present:
+            rows = []
+            for ex in cases:
+                steps(f"{ex.name}: {tool.name}")
+                rows.append(guarded((ex.name,), 3, partial(
+                    tool.check, ex, compiled.get((ex.name, tool.target)))))
+            section(f"\n   {tool.name}{_device_label(tool.target)}: {tool.about}:", rows,
+                    ("example", "original", "rewritten"))
+        if missing:
+            out("\n   Not here, so not checked:\n" + "\n".join(
+                textwrap.fill(line, WIDTH, initial_indent="   - ", subsequent_indent="     ",
+                              break_on_hyphens=False) for line in skipped_lines(missing)))
+        results = recorded_results(examples)
+
+    if results is None:
+        out("\n5. Conformance recorded on real devices: not part of an installed package "
+            "(bench/results in a\n   source checkout).")
+    else:
+        section(f"\n5. Conformance recorded on real devices ({results.parent.name}/"
+                f"{results.name}, not rerun here):",
+                [Row((r.what, r.device, str(r.cases), r.result), r.why, r.failure)
+                 for r in records(results)], ("check", "device", "cases", "result"))
+    if failures:
+        out(f"\nFAILED, {len(failures)} checks:\n" + "\n".join(f"  {f}" for f in failures))
+    else:
+        out("\nEvery check passed: each difference shown is a documented one.")
+    out(FULL_MATRIX)
+    return 1 if failures else 0
+
+
+def main(args: argparse.Namespace) -> int:
+    """``sarek demo`` (``--size``, ``--examples``, ``--example``)."""
+    from sarek.loader import examples_dir
+
+    examples = Path(args.examples) if args.examples else examples_dir()
+    return run_demo(examples, args.example or FEATURED, args.size)
