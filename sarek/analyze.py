@@ -16,8 +16,8 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from sarek import coopmat, ir, matrix_mapping, matrix_pattern, matrix_scheme
+from sarek.cli_args import apple_family, compute_capability, scalar, triple
 from sarek.errors import SarekError
-from sarek.launch import dim3
 from sarek.loader import load_kernel
 
 if TYPE_CHECKING:
@@ -33,47 +33,6 @@ DEVICE_OPTIONS: dict[str, tuple[str, ...]] = {
 """Each device option and the targets whose device it describes."""
 
 
-def _triple(text: str) -> tuple[int, int, int]:
-    try:
-        return dim3([int(x) for x in text.split(",")])
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected X[,Y[,Z]] integers, got {text!r}") from None
-
-
-def _scalar(text: str) -> tuple[str, int | float]:
-    name, eq, value = text.partition("=")
-    if not eq or not name:
-        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
-    try:
-        return name, int(value)
-    except ValueError:
-        try:
-            return name, float(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
-
-
-def _compute_capability(text: str) -> tuple[int, int]:
-    """``8.0``, ``sm_80`` or ``80`` as (major, minor)."""
-    digits = text.strip().lower().removeprefix("sm_")
-    major, dot, minor = digits.partition(".")
-    if not dot:
-        major, minor = digits[:-1], digits[-1:]
-    if not (major.isdigit() and minor.isdigit()):
-        raise argparse.ArgumentTypeError(f"expected a compute capability such as 8.0 or sm_80, "
-                                         f"got {text!r}")
-    return int(major), int(minor)
-
-
-def _apple_family(text: str) -> int:
-    """``7`` or ``apple7``."""
-    family = text.strip().lower().removeprefix("apple")
-    if not family.isdigit():
-        raise argparse.ArgumentTypeError(f"expected an Apple GPU family such as 7 or apple7, "
-                                         f"got {text!r}")
-    return int(family)
-
-
 def add_parser(subparsers: Any) -> None:
     """Adds the ``analyze`` command to the CLI's subparsers."""
     from backends import registry
@@ -82,11 +41,11 @@ def add_parser(subparsers: Any) -> None:
              "gate verdict")
     a = subparsers.add_parser("analyze", help=about, description=about)
     a.add_argument("kernel", help="FILE.py:KERNEL, or a bundled example NAME:KERNEL")
-    a.add_argument("--grid", type=_triple, help="X,Y,Z blocks")
-    a.add_argument("--block", type=_triple, help="X,Y,Z invocations per block")
-    a.add_argument("--args", type=_scalar, nargs="*", default=[], metavar="NAME=VALUE",
+    a.add_argument("--grid", type=triple, help="X,Y,Z blocks")
+    a.add_argument("--block", type=triple, help="X,Y,Z invocations per block")
+    a.add_argument("--args", type=scalar, nargs="*", default=[], metavar="NAME=VALUE",
                    help="scalar arguments of the launch")
-    a.add_argument("--size", type=_triple, default=(64, 64, 64),
+    a.add_argument("--size", type=triple, default=(64, 64, 64),
                    help="M,N,K for the module's make(), or the sizes a launch is built from, "
                    "when no launch is given (default 64,64,64)")
     a.add_argument("--precision", choices=("accurate", "fast"), default="accurate",
@@ -100,10 +59,10 @@ def add_parser(subparsers: Any) -> None:
     a.add_argument("--device", choices=("h200",),
                    help="vulkan, spirv: the cooperative-matrix list recorded on the H200, even "
                    "where a Vulkan device is here")
-    a.add_argument("--compute-capability", type=_compute_capability, metavar="X.Y",
+    a.add_argument("--compute-capability", type=compute_capability, metavar="X.Y",
                    help="cuda, opencl-nv: an NVIDIA GPU of this compute capability (8.0, "
                    "sm_90; default 9.0)")
-    a.add_argument("--apple-family", type=_apple_family, metavar="N",
+    a.add_argument("--apple-family", type=apple_family, metavar="N",
                    help="metal: an Apple GPU of family N (7 or apple7; default 7)")
     a.set_defaults(run=run)
 

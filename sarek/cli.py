@@ -14,18 +14,19 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from sarek import demo, ir
+from sarek.cli_args import Parser, count, triple
 from sarek.dsl import KernelFunction
-from sarek.errors import LaunchError, SarekError
+from sarek.errors import SarekError
 from sarek.ir_walk import walk
-from sarek.launch import Launch, dim3
+from sarek.launch import Launch
 from sarek.loader import examples_dir, load_kernel, user_error
 from sarek.schedule import Schedule
-from sim.launch import MAX_DIM, Limits, size_text
+from sim.launch import Limits, size_text
 
 if TYPE_CHECKING:
     from sarek.matrix_scheme import Lowering
@@ -36,37 +37,6 @@ the value, which argparse would otherwise read as an option, so that it is refus
 
 _MAKE_BYTES_PER_ELEMENT = 8
 """What the ``--size`` check counts per element of the arrays ``make(m, n, k)`` builds."""
-
-
-class _Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line on stderr (exit status 2)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-def _triple(text: str) -> tuple[int, int, int]:
-    try:
-        values = [int(x) for x in text.split(",")]
-        triple = dim3(values)
-    except (ValueError, LaunchError):
-        raise argparse.ArgumentTypeError(f"expected X[,Y[,Z]] integers, got {text!r}") from None
-    if min(triple) < 0 or max(triple) > MAX_DIM:
-        raise argparse.ArgumentTypeError(f"expected integers from 0 to {MAX_DIM}, got {text!r}")
-    return triple
-
-
-def _count(text: str) -> int:
-    """A positive integer, with an optional binary suffix K, M, G or T (``16G``)."""
-    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(text[-1:].upper(), 1)
-    try:
-        value = int(text[:-1] if scale > 1 else text) * scale
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer such as 1000 or 16G, got "
-                                         f"{text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
 
 def _limits(args: argparse.Namespace) -> Limits:
@@ -303,7 +273,7 @@ def _conformance(argv: list[str]) -> int:
     runs; imported only for this command (it pulls in rich and the device runners)."""
     from backends import conformance
 
-    p = _Parser(prog="sarek conformance", description=CONFORMANCE_HELP)
+    p = Parser(prog="sarek conformance", description=CONFORMANCE_HELP)
     conformance.add_arguments(p)
     return conformance.main(p.parse_args(argv))
 
@@ -336,30 +306,30 @@ def _lowerings() -> list[Lowering]:
     return list(Lowering)
 
 
-def _launch_parser(sub: argparse._SubParsersAction[_Parser], name: str,
+def _launch_parser(sub: argparse._SubParsersAction[Parser], name: str,
                    description: str) -> argparse.ArgumentParser:
     """A command taking ``FILE.py:KERNEL`` and a launch (``_launch_of``)."""
     p = sub.add_parser(name, help=description, description=description)
     p.add_argument("kernel", help=KERNEL_HELP)
-    p.add_argument("--size", type=_triple, default=(64, 64, 64), metavar="M,N,K",
+    p.add_argument("--size", type=triple, default=(64, 64, 64), metavar="M,N,K",
                    help="the module's make(m, n, k) builds the launch at these sizes; "
                    "without make(), commands that only print build it from the sizes "
                    "(default 64,64,64)")
     p.add_argument("--inputs", metavar="FILE.npz",
                    help="every parameter by name (instead of make())")
-    p.add_argument("--grid", type=_triple, metavar="X,Y,Z",
+    p.add_argument("--grid", type=triple, metavar="X,Y,Z",
                    help="the launch's blocks (with --inputs)")
-    p.add_argument("--block", type=_triple, metavar="X,Y,Z",
+    p.add_argument("--block", type=triple, metavar="X,Y,Z",
                    help="invocations per block (with --inputs; from --size, the block to use)")
     limits = Limits()
-    p.add_argument("--max-memory", type=_count, metavar="BYTES",
+    p.add_argument("--max-memory", type=count, metavar="BYTES",
                    help=f"memory the simulator and make() may use (default "
                    f"{size_text(limits.memory)}; 16G is 16 GiB)")
-    p.add_argument("--max-invocations", type=_count, metavar="N",
+    p.add_argument("--max-invocations", type=count, metavar="N",
                    help=f"invocations a simulated launch may have (default {limits.invocations})")
-    p.add_argument("--max-loop-trips", type=_count, metavar="N",
+    p.add_argument("--max-loop-trips", type=count, metavar="N",
                    help="trips one execution of a loop may run in the simulator (default 2^20)")
-    p.add_argument("--max-trips", type=_count, metavar="N",
+    p.add_argument("--max-trips", type=count, metavar="N",
                    help=f"trips all loops of a simulated launch may run (default {limits.trips})")
     return p
 
@@ -385,13 +355,13 @@ KERNEL_HELP = "FILE.py:KERNEL, or a bundled example NAME:KERNEL (':KERNEL' may b
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="sarek", description=DESCRIPTION)
+    p = Parser(prog="sarek", description=DESCRIPTION)
     p.add_argument("--version", action="version", version=f"sarek {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
     demo_help = ("a few bundled GEMM examples taken through every stage, each checked, in "
                  "well under a minute (sarek conformance runs the full matrix)")
     d = sub.add_parser("demo", help=demo_help, description=demo_help)
-    d.add_argument("--size", type=_triple, default=demo.SIZE, help="M,N,K (default 70,45,33)")
+    d.add_argument("--size", type=triple, default=demo.SIZE, help="M,N,K (default 70,45,33)")
     d.add_argument("--examples", help="folder of gemm_*.py examples (default: the bundled ones)")
     d.add_argument("--example", action="append", metavar="NAME",
                    help="only this example; may be repeated (default: "
