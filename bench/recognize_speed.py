@@ -2,7 +2,7 @@
 
 The kernel is a naive GEMM whose index arithmetic, initial value and epilogue are spread over
 many temporaries (as generated or macro-expanded kernels are). Prints a table and writes
-``bench/results/recognize_speed.json``. Target (DESIGN): under 50 ms.
+``bench/results/recognize_speed.json``. Target: under 50 ms.
 """
 
 from __future__ import annotations

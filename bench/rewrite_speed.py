@@ -10,7 +10,7 @@ tables and writes bench/results/rewrite_speed.json.
 
 Targets (reported, never asserted): the rewritten F16 kernel at 256^3 simulates in at most 3x
 the original's time (issue 4); a 128^3 GEMM, original or rewritten, simulates in under 0.09 s
-(DESIGN); recognize + rewrite + emit every target under 1 s (DESIGN; measured for CUDA, the
+; recognize + rewrite + emit every target under 1 s (measured for CUDA, the
 slowest printer, as ``compile_launch``: the rewrite under CUDA's staging, lowered and printed).
 """
 

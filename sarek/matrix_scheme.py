@@ -32,7 +32,8 @@ class LoweringError(SarekError):
 
 
 class Lowering(Enum):
-    """How the operands reach the matrix unit (values print as DESIGN's names)."""
+    """How the operands reach the matrix unit; each value is the lowering's name as the CLI,
+    the reports and the rewritten kernels' names spell it."""
 
     INT32_BYTE_PLANES = "Int32_byte_planes"
     F16_OPERANDS = "F16_operands"

@@ -14,8 +14,8 @@ when the largest exponent is found. NaN or infinite terms give the IEEE result o
 a NaN always as the pattern 0x7FFFFFFF.
 
 This follows the published models (Fasi, Higham, Mikaitis and Pranesh 2021; Khattak and
-Mikaitis 2025; MMA-Sim 2025) with Hopper's parameters, and reproduces the probes recorded in
-DESIGN.md (1 + sixteen products of 2^-25 gives 1 + 2^-21; 1 + 2^-24 + 2^-23 gives 1 + 2^-23);
+Mikaitis 2025; MMA-Sim 2025) with Hopper's parameters, and reproduces what the H200 gives on
+two probes (1 + sixteen products of 2^-25 gives 1 + 2^-21; 1 + 2^-24 + 2^-23 gives 1 + 2^-23);
 ``bench/tensor_core_h200.py`` checks it against the device bit for bit.
 
 How it is computed (the same numbers, fewer and smaller arrays): a term's value ``s * 2^e`` is

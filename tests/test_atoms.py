@@ -1,5 +1,5 @@
 """The hardware facts of ``sarek.atoms`` against the formulas of the PTX ISA and the Metal
-specification (as DESIGN.md records them, written out here independently), and the ldmatrix
+specification (written out here independently of the module), and the ldmatrix
 plans the CUDA lowering derives from them: loading those blocks with ldmatrix's semantics must
 give each lane exactly the elements the atom's lane layout says it holds."""
 

@@ -33,7 +33,7 @@ from sarek.ir import ElemType
 from sarek.matrix_rewrite import rewrite_launch
 from sarek.matrix_scheme import Lowering, config_of
 
-# The H200's list as DESIGN.md records it (Vulkan, driver 580, subgroup scope), written here as
+# The H200's list as its driver reported it (Vulkan, driver 580, subgroup scope), written here as
 # the VkCooperativeMatrixPropertiesKHR records a probe returns: component codes F16 0, F32 1,
 # S8 3, S32 5, U8 7, U32 9, BF16 1000141000; scope SUBGROUP 3.
 F16, F32, S8, S32, U8, U32, BF16 = 0, 1, 3, 5, 7, 9, 1000141000

@@ -206,7 +206,7 @@ def h200_single(a_row: list[float], b_col: list[float], c0: float) -> np.float32
 
 
 def test_h200_model_keeps_products_below_the_addends_last_place() -> None:
-    # Measured on the H200 (DESIGN.md): C = 1 plus sixteen products of 2^-25 gives 1 + 2^-21.
+    # Measured on the H200: C = 1 plus sixteen products of 2^-25 gives 1 + 2^-21.
     assert h200_single([2.0**-13] * 16, [2.0**-12] * 16, 1.0) == np.float32(1 + 2.0**-21)
 
 
