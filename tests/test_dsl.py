@@ -255,6 +255,8 @@ def error_of(src: str) -> DslError:
     ("x = thread_idx.w\n", 6, "components x, y and z"),
     # what a numba.cuda user writes first, each refused with what to write instead
     ("x = a.shape[0]\n", 6, "pass them as i32 parameters (m: i32, n: i32) and index flat"),
+    ("x = len(a)\n", 6, "pass them as i32 parameters (m: i32, n: i32) and index flat"),
+    ("x = a.size\n", 6, "pass them as i32 parameters (m: i32, n: i32) and index flat"),
     ("a[n, 0] = 1.0\n", 6, "a global array is indexed by one flat index, a[i * n + j]"),
     ("i, j = n, n\n", 6, "assign one name at a time (i = ...; j = ...)"),
     ("x = [1, 2]\n", 6, "use a local array, x = sarek.local(f32, n)"),

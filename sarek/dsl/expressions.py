@@ -372,7 +372,8 @@ class ExprTranslator:
         if target in (shared, local):
             self.fail(f"{target!r}(T, size) can only be assigned to a new name at the top "
                       "level of a statement", node)
-        self.fail(f"the function {ast.unparse(func)} cannot be called in a kernel", node)
+        self.fail(f"the function {ast.unparse(func)} cannot be called in a kernel"
+                  f"{instead(node)}", node)
 
     def math(self, fn: MathFn, args: list[Val], node: ast.expr) -> Val:
         if fn in (MathFn.MIN, MathFn.MAX) and len(args) > 2:
