@@ -231,6 +231,10 @@ class ExprTranslator:
                 return Val(const(f, ElemType.F32), weak=True)
             case ast.Name(id=name):
                 return self.name(name, node)
+            case ast.Attribute(value=ast.Name(id=name), attr=attr) if self.lookup(
+                    name) is not None:
+                self.fail(f"{name}.{attr}: the kernel's values have no attributes"
+                          f"{instead(node)}", node)
             case ast.Attribute(value=base, attr=attr):
                 obj = self.python_value(base)
                 if isinstance(obj, Dim3):
