@@ -30,7 +30,9 @@ def offsets(kernel: ir.Kernel) -> dict[str, int] | None:
         end = start + decl.size * dtypes.numpy_dtype(decl.elem).itemsize
     if end > MAX_BYTES:
         raise EmitError(f"kernel {kernel.name!r} needs {end} bytes of shared memory; a CUDA "
-                        f"block has at most {MAX_BYTES}")
+                        f"block has at most {MAX_BYTES}: choose a schedule with smaller tiles, "
+                        "a shallower step or fewer stages (left out, the target's policy "
+                        "chooses one that fits)")
     return out if end > STATIC_BYTES else None
 
 
