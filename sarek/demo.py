@@ -15,6 +15,7 @@ returning a ``Launch`` and ``reference(launch)`` returning the expected arrays.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import textwrap
 import time
@@ -75,6 +76,9 @@ FULL_MATRIX = ("The demo shows a few examples at one size. Every example at ever
 
 WIDTH = 100
 """Where the lines saying why are wrapped."""
+
+COMMAND = re.compile(r"pip install '[^']*'")
+"""A command the reader may copy: never wrapped."""
 
 Refused = str
 """A target's reason for not rewriting an example."""
@@ -138,6 +142,14 @@ def load(path: Path, size: tuple[int, int, int]) -> Example:
 def _reason(e: Exception) -> str:
     text = e.reason if isinstance(e, SarekError) else f"{type(e).__name__}: {e}"
     return text.splitlines()[0] if text else type(e).__name__
+
+
+def wrap(text: str, first: str, rest: str) -> str:
+    """``text`` wrapped at ``WIDTH``, its first line after ``first``, the others after
+    ``rest``; a command stays on one line."""
+    kept = COMMAND.sub(lambda m: m.group().replace(" ", "\xa0"), text)
+    return textwrap.fill(kept, WIDTH, initial_indent=first, subsequent_indent=rest,
+                         break_on_hyphens=False).replace("\xa0", " ")
 
 
 def guarded(prefix: tuple[str, ...], width: int, make: Callable[[], Row]) -> Row:
@@ -501,9 +513,8 @@ def render(head: tuple[str, ...], body: Sequence[Row | tuple[str, ...]], indent:
 
     lines = [line(head), line(tuple("-" * w for w in widths))]
     for r in rows:
-        lines += [line(r.cells), *(textwrap.fill(why, WIDTH, initial_indent=f"{indent}    why: ",
-                                                 subsequent_indent=f"{indent}         ",
-                                                 break_on_hyphens=False) for why in r.why)]
+        lines += [line(r.cells), *(wrap(why, f"{indent}    why: ", f"{indent}         ")
+                                   for why in r.why)]
     return "\n".join(lines)
 
 
@@ -567,7 +578,8 @@ def run_demo(examples: Path, names: Sequence[str] = FEATURED,
     with steps.shown():
         steps("loading the examples")
         cases = [load(p, size) for p in paths]
-        out(f"sarek demo: {len(cases)} bundled GEMM kernels at m x n x k = {m}x{n}x{k}, taken "
+        kernels = "kernel" if len(cases) == 1 else "kernels"
+        out(f"sarek demo: {len(cases)} bundled GEMM {kernels} at m x n x k = {m}x{n}x{k}, taken "
             "through every stage.\n")
         rows = []
         for ex in cases:
@@ -620,12 +632,12 @@ def run_demo(examples: Path, names: Sequence[str] = FEATURED,
                 steps(f"{ex.name}: {tool.name}")
                 rows.append(guarded((ex.name,), 3, partial(
                     tool.check, ex, compiled.get((ex.name, tool.target)))))
-            section(f"\n   {tool.name}{_device_label(tool.target)}: {tool.about}:", rows,
+            title = f"{tool.name}{_device_label(tool.target)}: {tool.about}:"
+            section("\n" + wrap(title, "   ", "   "), rows,
                     ("example", "original", "rewritten"))
         if missing:
             out("\n   Not here, so not checked:\n" + "\n".join(
-                textwrap.fill(line, WIDTH, initial_indent="   - ", subsequent_indent="     ",
-                              break_on_hyphens=False) for line in skipped_lines(missing)))
+                wrap(line, "   - ", "     ") for line in skipped_lines(missing)))
         results = recorded_results(examples)
 
     if results is None:
