@@ -130,6 +130,7 @@ class Example:
 
     @property
     def name(self) -> str:
+        """The example's module name (``gemm_f16``)."""
         return self.path.stem
 
 
@@ -377,14 +378,25 @@ def _on_device(name: str) -> Check:
 
 
 def _device_label(name: str) -> str:
-    """``, the device's name`` for a device target, else nothing."""
-    from backends.conformance import DEVICE_NAMES
-
-    named = DEVICE_NAMES.get(name)
+    """``, the device's name`` for device target ``name`` (one that was found), else
+    nothing."""
     try:
-        return f", {named()}" if named else ""
+        match name:
+            case "cuda":
+                from backends.cuda.run import device_arch, device_name
+
+                return f", {device_name()} ({device_arch()})"
+            case "opencl" | "opencl-nv":
+                from backends.opencl.run import NVIDIA, device_label
+
+                return f", {device_label(NVIDIA if name == 'opencl-nv' else None)}"
+            case "vulkan":
+                from backends.spirv.device import device_name as vulkan_name
+
+                return f", {vulkan_name()}"
     except Exception:  # the device was found: only its name is missing
         return ""
+    return ""
 
 
 def _device_reason(name: str) -> Callable[[], str | None]:
@@ -502,9 +514,8 @@ def metal_rows(examples: Path) -> list[tuple[str, ...]]:
 # --------------------------------------------------------------------------- running, printing
 
 
-def render(head: tuple[str, ...], body: Sequence[Row | tuple[str, ...]], indent: str = "") -> str:
+def render(head: tuple[str, ...], rows: Sequence[Row], indent: str = "") -> str:
     """A plain text table; a row's ``why`` lines are printed under it."""
-    rows = [r if isinstance(r, Row) else Row(r) for r in body]
     widths = [max(len(x) for x in col)
               for col in zip(head, *(r.cells for r in rows), strict=True)]
 
@@ -566,7 +577,8 @@ def run_demo(examples: Path, names: Sequence[str] = FEATURED,
     paths = [examples / f"{n}.py" for n in names]
     absent = [p.name for p in paths if not p.is_file()]
     if absent:
-        raise SarekError(f"{examples} has no {', '.join(absent)}")
+        raise SarekError(f"{examples} has no {', '.join(absent)}: name the examples to show "
+                         "with --example NAME")
     failures: list[str] = []
 
     def section(text: str, rows: Sequence[Row] = (), head: tuple[str, ...] = ()) -> None:
