@@ -1,22 +1,22 @@
-"""Where the time of the rewritten F16 GEMM goes through Vulkan: variants of the printed module
-that leave one stage out, timed with GPU timestamps beside the module as printed.
+"""Where the time of a rewritten GEMM goes through Vulkan: variants of the printed module that
+leave one stage out, timed with GPU timestamps beside the module as printed.
 
-At 4096^3 (``--n``), for each schedule (``--schedules``), the kernel the ``vulkan`` target
-builds is printed as SPIR-V and timed (``backends.spirv.run.time_kernel(text=...)``, median of
-10 dispatches) as printed, and after ``spirv-opt`` (its ``-O`` list, and only the passes that
-promote Function variables to SSA values); on the schedules named by ``--strip``, the
-optimized module is timed again without one stage at a time:
+At 4096^3 (``--n``), under one lowering (``--lowering``, on its bundled example), for each
+schedule (``--schedules``), the kernel the ``vulkan`` target builds is printed as SPIR-V and
+timed (``backends.spirv.run.time_kernel(text=...)``, median of 10 dispatches) as printed; on
+the schedules named by ``--strip`` it is timed again without one stage at a time:
 
-* ``no global loads``: staged elements read as the fill value instead of from the buffers;
+* ``no global loads``: staged words (elements) made of zeros (undefined) instead of loaded;
 * ``no staging``: nothing stored into the staged tiles (so no global loads either);
 * ``no fragment loads``: A and B fragments made of a constant instead of loaded;
 * ``no multiply-adds``: the accumulators passed through unchanged (fragment loads then die);
-* ``no barriers``: every ``OpControlBarrier`` removed;
-* ``no float controls``: the float-controls execution modes left out (a diagnostic).
+* ``no barriers``: every ``OpControlBarrier`` removed.
 
-The stripped variants compute garbage; only their times mean something. The same schedules
-through CUDA are timed in the same run. Writes bench/results/vulkan_profile_h200.json (``--out``)
-and prints a table.
+The stripped variants compute garbage; only their times mean something. With ``--variants``
+the module is also timed after ``spirv-opt`` (``-O``, and only the passes that promote Function
+variables to SSA values). The same schedules through CUDA are timed in the same run, and each
+Vulkan output is compared bit for bit with CUDA's. Writes bench/results/vulkan_profile_h200.json
+(``--out``) and prints a table.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from backends_speed_h200 import EXAMPLES  # noqa: E402
 from gpu_speed_h200 import REPEATS, kernel_output, kernel_seconds  # noqa: E402
 
 from backends.cuda.run import device_arch  # noqa: E402
@@ -77,14 +78,15 @@ def _chains(text: str, pointer: str) -> set[str]:
 
 
 def no_global_loads(text: str) -> str:
-    ptrs = _chains(text, r"%p_st_f16 %\w+_[ab]")
-    return re.sub(r"^(\s*%\w+) = OpLoad %f16 (%\w+)$",
-                  lambda m: f"{m[1]} = OpCopyObject %f16 %c_f16_0x0_0p_0" if m[2] in ptrs
+    ptrs = _chains(text, r"%p_st_(?:f16|f32|i8|u16|v4u32) %\w+")
+    zero = {"%v4u32": "OpCompositeConstruct %v4u32 %c_u32_0 %c_u32_0 %c_u32_0 %c_u32_0"}
+    return re.sub(r"^(\s*%\w+) = OpLoad (%\w+) (%\w+)$",
+                  lambda m: f"{m[1]} = {zero.get(m[2], 'OpUndef ' + m[2])}" if m[3] in ptrs
                   else m[0], text, flags=re.M)
 
 
 def no_staging(text: str) -> str:
-    ptrs = _chains(text, r"%p_wo_f16 %\w+_sk_(?:a|b|ra|rb)")
+    ptrs = _chains(text, r"%p_wo_(?:f16|v4u32) %\w+_sk_(?:a|b|ra|rb)")
     return re.sub(r"^\s*OpStore (%\w+) %\w+ NonPrivatePointer\n",
                   lambda m: "" if m[1] in ptrs else m[0], text, flags=re.M)
 
@@ -103,13 +105,8 @@ def no_barriers(text: str) -> str:
     return re.sub(r"^\s*OpControlBarrier .*\n", "", text, flags=re.M)
 
 
-def no_float_controls(text: str) -> str:
-    return re.sub(r"^OpExecutionMode %main (?:DenormPreserve|SignedZeroInfNanPreserve|"
-                  r"RoundingModeRTE) .*\n", "", text, flags=re.M)
-
-
 STRIPS: dict[str, Callable[[str], str]] = {
-    "no float controls": no_float_controls, "no global loads": no_global_loads,
+    "no global loads": no_global_loads,
     "no staging": no_staging,
     "no fragment loads": no_fragment_loads, "no multiply-adds": no_multiply_adds,
     "no barriers": no_barriers}
@@ -118,6 +115,9 @@ STRIPS: dict[str, Callable[[str], str]] = {
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=4096)
+    parser.add_argument("--lowering", default="F16_operands", choices=[x.value for x in Lowering])
+    parser.add_argument("--variants", action="store_true",
+                        help="also time the module after spirv-opt (-O, and the SSA passes)")
     parser.add_argument("--schedules", nargs="+",
                         default=["t64k16", "t128k16", "t64k32s2", "t128k32s2"])
     parser.add_argument("--strip", nargs="*", default=["t64k16", "t128k32s2"])
@@ -125,14 +125,15 @@ def main(argv: list[str] | None = None) -> int:
     opts = parser.parse_args(argv)
     n, flops = opts.n, 2.0 * opts.n ** 3
     arch = device_arch()
-    original = load_module(ROOT / "examples" / "gemm_f16.py").make(n, n, n)
+    lowering = Lowering(opts.lowering)
+    original = load_module(ROOT / "examples" / f"{EXAMPLES[lowering]}.py").make(n, n, n)
     rows: list[dict[str, Any]] = []
 
     def row(**r: Any) -> None:
         if "median_s" in r:
             r["tflops"] = flops / r["median_s"] / 1e12
         rows.append(r)
-        print(f"{r['schedule']:10} {r['variant']:38} "
+        print(f"{lowering.value:17} {r['schedule']:13} {r['variant']:34} "
               + (f"{r['median_s'] * 1e3:9.3f} ms {r['tflops']:8.2f} TFLOP/s"
                  + (f"  same bits as printed: {r['same_bits']}" if "same_bits" in r else "")
                  + (f"  as CUDA's: {r['bit_identical_to_cuda']}"
@@ -141,25 +142,26 @@ def main(argv: list[str] | None = None) -> int:
 
     for name in opts.schedules:
         schedule = Schedule.parse(name)
-        compiled = compile_launch(target("vulkan"), original, lowering=Lowering.F16_OPERANDS,
+        compiled = compile_launch(target("vulkan"), original, lowering=lowering,
                                   schedule=schedule)
         launch = compiled.launch
         c = compiled.gemm.c.array if compiled.gemm else "c"
         want: np.ndarray | None = None
         try:
-            cuda = compile_launch(target("cuda"), original, lowering=Lowering.F16_OPERANDS,
+            cuda = compile_launch(target("cuda"), original, lowering=lowering,
                                   schedule=schedule)
             row(schedule=name, variant="CUDA", median_s=kernel_seconds(cuda, arch))
             want = kernel_output(cuda, arch, c)
         except Exception as e:  # the Vulkan rows still mean something
             row(schedule=name, variant="CUDA", error=str(e)[:300])
         printed = runnable(emit(launch.kernel, "spirv"), device())
-        variants = {"Vulkan as printed": printed,
-                    "Vulkan, spirv-opt -O": optimized(printed, ("-O",)),
-                    "Vulkan, spirv-opt SSA passes": optimized(printed, SSA_PASSES)}
+        variants = {"Vulkan as printed": printed}
+        if opts.variants:
+            variants["Vulkan, spirv-opt -O"] = optimized(printed, ("-O",))
+            variants["Vulkan, spirv-opt SSA passes"] = optimized(printed, SSA_PASSES)
         if name in opts.strip:
             for label, strip in STRIPS.items():
-                variants[f"Vulkan -O, {label}"] = optimized(strip(printed), ("-O",))
+                variants[f"Vulkan, {label}"] = strip(printed)
         reference: np.ndarray | None = None
         for label, text in variants.items():
             try:
@@ -178,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
                 extra["bit_identical_to_cuda"] = bool(np.array_equal(bits, want))
             row(schedule=name, variant=label, median_s=statistics.median(times), **extra)
     (ROOT / "bench" / "results" / opts.out).write_text(json.dumps(
-        {"device": device_name(), "n": n, "repeats": REPEATS, "rows": rows}, indent=2) + "\n")
+        {"device": device_name(), "n": n, "lowering": lowering.value, "repeats": REPEATS,
+         "rows": rows}, indent=2) + "\n")
     return 0
 
 

@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from backends.cstyle import EmitError
+from backends.cuda.lower import divisor
 from backends.spirv.builder import (
     BARRIER_SEMANTICS,
     LAYOUT,
@@ -52,12 +54,26 @@ from backends.spirv.lower import per_quad, quad_arrays
 from sarek import ir, ir_check, stage_copy
 from sarek.ir import BinOp, ElemType, FragUse, MemSpace
 from sarek.ir_build import add, binary, const, is_literal, mul, var
+from sarek.ir_walk import walk
+
+
+@dataclass(frozen=True)
+class Held:
+    """The registers of a copy in flight: (word, word index) Function variables per word of
+    an invocation, and a bool variable that says whether they wait to land."""
+
+    words: tuple[tuple[str, str], ...]
+    flag: str
 
 
 class _Module(ExpressionPrinter):
     """Prints one kernel: statements, fragments and the module's header sections."""
 
-    quads: frozenset[str] = frozenset()  # the shared arrays held as 16-byte words
+    def __init__(self, kernel: ir.Kernel) -> None:
+        super().__init__(kernel)
+        self.quads = quad_arrays(kernel)
+        self.held: dict[tuple[str, int, int], Held] = {}  # registers of copies in flight
+        self.issued: dict[str, int] = {}  # copies per destination since the last commit
 
     # ------------------------------------------------------------------ statements
 
@@ -125,6 +141,11 @@ class _Module(ExpressionPrinter):
                         step, *self.access(arr))
             case ir.StageCopy():
                 self.stage_copy(s)
+            case ir.StageCommit():
+                self.issued.clear()
+            case ir.StageWait():  # every held copy lands (earlier than asked is allowed)
+                for (dst, _, _), held in self.held.items():
+                    self.land(dst, held)
             case ir.FragMulAdd(d=d, a=a, b=b, c=c):
                 self.mul_add(d, a, b, c)
             case ir.FragAdd(d=d, a=a, b=b):
@@ -267,37 +288,138 @@ class _Module(ExpressionPrinter):
 
     def stage_copy(self, s: ir.StageCopy) -> None:
         """``s`` in 16-byte words: each invocation takes whole words of the tile (word ``w =
-        trip * threads + thread``, row ``w / words per row``), reads each as one ``uvec4``
-        load where the word lies inside the limits, its source elements are consecutive and
-        the first is 16-byte aligned, else element by element (the fill outside the limits)
-        packed into a word, and stores it with one ``uvec4`` store; every load of the copy
-        comes before its first store, so that the loads are in flight together."""
+        trip * threads + thread``, row ``w / words per row``) and loads them all before it
+        stores any, so that the loads are in flight together. Where the whole tile lies
+        inside the limits, its source rows are consecutive elements and 16-byte aligned (one
+        uniform test), each word is one ``uvec4`` load; else each word is tested alone
+        (``word``). The words are held in registers and stored into the shared array at the
+        next ``StageWait`` (the copy's latest completion), or before the same copy is issued
+        again, whichever comes first; ``uvec4`` stores."""
         assert self.kernel.block is not None
-        dst = self.array(s.dst)
-        elem = memory_type(s.fill.type)
-        per = per_quad(elem)
+        per = per_quad(memory_type(s.fill.type))
         threads = math.prod(self.kernel.block)
         across = s.cols // per
         thread = stage_copy.linear_thread(self.kernel.block)
-        words: list[tuple[str, str]] = []
         self.scope = self.scope.new_child()
+        places: list[tuple[str, str]] = []
         for trip in range(s.rows * s.cols // per // threads):
             number = add(const(trip * threads), thread)
-            row = self.value(binary(BinOp.DIV, number, const(across)))
-            col = self.value(mul(binary(BinOp.REM, number, const(across)), const(per)))
+            places.append((self.value(binary(BinOp.DIV, number, const(across))),
+                           self.value(mul(binary(BinOp.REM, number, const(across)),
+                                          const(per)))))
+        words = self.tile_words(s, places, per)
+        i32 = self.type_of(T.I32)
+        offset, shift = self.value(s.dst_offset), self.const(per.bit_length() - 1, T.I32)
+        indices = []
+        for row, col in places:
             self.scope["sk copy row"], self.scope["sk copy col"] = row, col
-            r, c = var("sk copy row"), var("sk copy col")
-            at = self.value(add(mul(r, const(s.dst_pitch)), c))
-            words.append((at, self.word(s, r, c, per)))
+            at = self.value(add(mul(var("sk copy row"), const(s.dst_pitch)),
+                                var("sk copy col")))
+            indices.append(self.op(i32, "OpShiftRightArithmetic",
+                                   self.op(i32, "OpIAdd", offset, at), shift))
         self.scope = self.scope.parents
-        offset = self.value(s.dst_offset)
-        i32, v4 = self.type_of(T.I32), self.quad_type()
-        shift = self.const(per.bit_length() - 1, T.I32)
-        for at, word in words:
-            index = self.op(i32, "OpShiftRightArithmetic", self.op(i32, "OpIAdd", offset, at),
-                            shift)
-            ptr = self.op(self.pointer("Workgroup", v4), "OpAccessChain", dst.var, index)
-            self.do("OpStore", ptr, word, *self.access(dst))
+        held = self.held[self.copy_key(s)]
+        self.land(s.dst, held)  # the same copy issued again: the earlier one lands first
+        for (word_var, index_var), word, index in zip(held.words, words, indices, strict=True):
+            self.do("OpStore", word_var, word)
+            self.do("OpStore", index_var, index)
+        self.do("OpStore", held.flag, self.const(True, T.BOOL))
+
+    def tile_words(self, s: ir.StageCopy, places: list[tuple[str, str]], per: int
+                   ) -> list[str]:
+        """The words at ``places`` (row, column ids) of ``s``'s tile (see ``stage_copy``)."""
+        def each_alone() -> list[str]:
+            out = []
+            for row, col in places:
+                self.scope["sk copy row"], self.scope["sk copy col"] = row, col
+                out.append(self.word(s, var("sk copy row"), var("sk copy col"), per))
+            return out
+
+        if not is_literal(s.src_col_stride, 1):
+            return each_alone()
+        mask = const(per - 1)
+        whole = binary(BinOp.LAND, binary(BinOp.LE, const(s.rows), s.row_limit),
+                       binary(BinOp.LE, const(s.cols), s.col_limit))
+        for start in (s.src_offset, s.src_row_stride):
+            if divisor(start) % per:
+                whole = binary(BinOp.LAND, whole, binary(
+                    BinOp.EQ, binary(BinOp.AND, start, mask), const(0)))
+        cond = self.value(whole)
+        v4 = self.quad_type()
+        fast, slow, merge = self.fresh("tile"), self.fresh("tile_edge"), self.fresh("tile_end")
+        self.do("OpSelectionMerge", merge, "None")
+        self.do("OpBranchConditional", cond, fast, slow)
+        self.start(fast)
+        view = self.quad_view(s.src)
+        loaded = []
+        for row, col in places:
+            self.scope["sk copy row"], self.scope["sk copy col"] = row, col
+            first = stage_copy.source_index(s, var("sk copy row"), var("sk copy col"))
+            ptr = self.op(self.pointer("StorageBuffer", v4), "OpAccessChain", view,
+                          self.const(0, T.I32), self.in_quads(first, per))
+            loaded.append(self.op(v4, "OpLoad", ptr))
+        end_fast = self.label
+        self.branch(merge)
+        self.start(slow)
+        edge, end_slow = each_alone(), self.label
+        self.branch(merge)
+        self.start(merge)
+        return [self.op(v4, "OpPhi", a, end_fast, b, end_slow)
+                for a, b in zip(loaded, edge, strict=True)]
+
+    def copy_key(self, s: ir.StageCopy) -> tuple[str, int, int]:
+        """Which held registers copy ``s`` uses: its destination, its place among the copies
+        into that destination since the last ``StageCommit``, its words per invocation."""
+        assert self.kernel.block is not None
+        ordinal = self.issued.get(s.dst, 0)
+        self.issued[s.dst] = ordinal + 1
+        trips = s.rows * s.cols // per_quad(memory_type(s.fill.type)) // math.prod(
+            self.kernel.block)
+        return s.dst, ordinal, trips
+
+    def hold_registers(self) -> None:
+        """Function variables for every copy key the kernel uses (found before the body is
+        printed, so that every ``StageWait`` lands them all): each key's words, their
+        indices and whether they wait to land (false on entry)."""
+        for s in walk(self.kernel.body):
+            if isinstance(s, ir.StageCommit):
+                self.issued.clear()
+            elif isinstance(s, ir.StageCopy):
+                key = self.copy_key(s)
+                if key in self.held:
+                    continue
+                v4, i32 = self.quad_type(), self.type_of(T.I32)
+                regs = []
+                for _ in range(key[2]):
+                    word, index = self.fresh(f"{s.dst}_held"), self.fresh(f"{s.dst}_at")
+                    self.fn_vars += [
+                        f"{word} = OpVariable {self.pointer('Function', v4)} Function",
+                        f"{index} = OpVariable {self.pointer('Function', i32)} Function"]
+                    regs.append((word, index))
+                flag = self.fresh(f"{s.dst}_pending")
+                bool_t = self.type_of(T.BOOL)
+                self.fn_vars.append(f"{flag} = OpVariable {self.pointer('Function', bool_t)} "
+                                    "Function")
+                self.entry.append(f"OpStore {flag} {self.const(False, T.BOOL)}")
+                self.held[key] = Held(tuple(regs), flag)
+        self.issued.clear()
+
+    def land(self, dst: str, held: Held) -> None:
+        """The held words of one copy stored into ``dst`` if they wait to land."""
+        arr, v4, i32 = self.array(dst), self.quad_type(), self.type_of(T.I32)
+        bool_t = self.type_of(T.BOOL)
+        yes, merge = self.fresh("land"), self.fresh("landed")
+        waiting = self.op(bool_t, "OpLoad", held.flag)
+        self.do("OpSelectionMerge", merge, "None")
+        self.do("OpBranchConditional", waiting, yes, merge)
+        self.start(yes)
+        for word_var, index_var in held.words:
+            ptr = self.op(self.pointer("Workgroup", v4), "OpAccessChain", arr.var,
+                          self.op(i32, "OpLoad", index_var))
+            self.do("OpStore", ptr, self.op(v4, "OpLoad", word_var), *self.access(arr))
+        self.do("OpStore", held.flag, self.const(False, T.BOOL))
+        self.branch(merge)
+        self.start(merge)
 
     def word(self, s: ir.StageCopy, row: ir.Expr, col: ir.Expr, per: int) -> str:
         """The 16-byte word of tile row ``row`` from column ``col`` (see ``stage_copy``)."""
@@ -487,8 +609,8 @@ class _Module(ExpressionPrinter):
         return out
 
     def render(self) -> str:
-        self.quads = quad_arrays(self.kernel)
         self.parameters()
+        self.hold_registers()
         self.scope = self.scope.new_child()
         self.block(self.kernel.body)
         if not self.terminated:

@@ -479,11 +479,21 @@ class ExpressionPrinter(ModuleBuilder):
 
     def load(self, name: str, index: ir.Expr) -> str:
         arr = self.array(name)
+        if arr.quad:  # a 32-bit element of an array of 16-byte words: a word's component
+            return self.component_load(arr, self.value(index))
         ptr = self.element(arr, self.value(index))
         raw = self.op(self.type_of(memory_type(arr.elem)), "OpLoad", ptr, *self.access(arr))
         if arr.elem is T.BOOL:
             return self.op(self.type_of(T.BOOL), "OpINotEqual", raw, self.const(0, T.U8))
         return raw
+
+    def component_load(self, arr: ArraySym, index: str) -> str:
+        i32, u32 = self.type_of(T.I32), self.type_of(T.U32)
+        word = self.op(i32, "OpShiftRightArithmetic", index, self.const(2, T.I32))
+        part = self.op(i32, "OpBitwiseAnd", index, self.const(3, T.I32))
+        ptr = self.op(self.pointer(arr.storage, u32), "OpAccessChain", arr.var, word, part)
+        raw = self.op(u32, "OpLoad", ptr, *self.access(arr))
+        return raw if arr.elem is T.U32 else self.op(self.type_of(arr.elem), "OpBitcast", raw)
 
     def store(self, name: str, index: ir.Expr, value: ir.Expr) -> None:
         arr = self.array(name)

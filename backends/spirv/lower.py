@@ -31,11 +31,22 @@ from sarek.staging import Staging
 SUBGROUPS = (32, 64)
 FRAGMENTS = (16, 8)
 STAGING = Staging(row_pad_bytes=16, byte_k=32, small=tuple(
-    (name, Schedule(step=32)) for name in ("Int8_operands", "Int32_byte_planes")))
+    (name, Schedule(step=32)) for name in ("Int8_operands", "Int32_byte_planes")), large=(
+    ("F16_operands", Schedule(tile=128, step=16, stages=2, wide=True)),
+    ("Bf16_operands", Schedule(tile=128, step=16, stages=2)),
+    ("Bf16x3_operands", Schedule(tile=128, step=16)),
+    ("Int8_operands", Schedule(tile=128, step=32, stages=2, wide=True)),
+))
 """Padded 16-bit rows spread the rows of one cooperative-matrix load over the shared-memory
 banks; 16 bytes keep every row 16-byte aligned (VUID ...-08986). 8-bit fragments multiply 32
 deep in 32-deep steps at every size: the 8-bit configurations Vulkan devices report (the
-H200's s8 and u8 ones) are 16x16x32 and 16x8x32, with no 16x16x16."""
+H200's s8 and u8 ones) are 16x16x32 and 16x8x32, with no 16x16x16. Large regions take the
+schedule that measured fastest through Vulkan on the H200 at 4096^3 among those whose shared
+arrays fit the 48 KiB of workgroup memory NVIDIA's Vulkan gives a workgroup
+(``bench/vulkan_profile_h200.py``): pipelined ones, whose tiles move in 16-byte words
+(``quad_arrays``), 128x256 over eight waves for F16 and Int8, 128x128 for Bf16; for Bf16x3,
+whose f32 tiles staged raw fit only 64x64 pipelined, 128x128 tiles staged element by element
+(``specs/backends.md``, "Vulkan speed")."""
 
 COMPONENTS = {
     FragUse.A: (ElemType.F16, ElemType.BF16, ElemType.U8, ElemType.I8),
@@ -71,7 +82,8 @@ def per_quad(elem: ElemType) -> int:
 
 def quad_arrays(kernel: ir.Kernel) -> frozenset[str]:
     """The shared arrays printed as arrays of 16-byte words: those of 8-, 16- or 32-bit
-    elements that only ``StageCopy`` writes and only fragment loads and stores read or write,
+    elements that ``StageCopy`` writes, only it, and only fragment loads and stores (and, for
+    32-bit elements, loads of one element: a word's component) read or write,
     each copy spreading its whole words evenly over the block (tile rows and pitch whole
     words, offset a multiple of a word) and each fragment access at whole words (offset and
     stride). Every other array keeps its elements, and copies into it are element copies."""
@@ -98,22 +110,28 @@ def quad_arrays(kernel: ir.Kernel) -> frozenset[str]:
         for field in type(s).model_fields:
             value = getattr(s, field)
             if isinstance(value, _EXPRESSIONS):
-                bad.update(x.array for x in subexpressions(value) if isinstance(x, ir.Load))
-    return frozenset(words.keys() - bad)
+                bad.update(x.array for x in subexpressions(value) if isinstance(x, ir.Load)
+                           and (x.array not in words or words[x.array].elem.bits != 32))
+    copied = {s.dst for s in walk(kernel.body) if isinstance(s, ir.StageCopy)}
+    return frozenset((words.keys() & copied) - bad)
 
 
 def staged_copies(kernel: ir.Kernel) -> ir.Kernel:
     """``kernel`` with every ``StageCopy`` into an array of ``quad_arrays`` kept (the printer
-    copies it in 16-byte words), every other one an element copy, and the group statements
-    dropped: Vulkan's copies complete as they are issued."""
+    copies it in 16-byte words, held in registers until a ``StageWait`` lands them), every
+    other one an element copy, complete as it is issued; the group statements are dropped
+    where no copy is kept."""
     if kernel.block is None:
         return kernel
     quads, block = quad_arrays(kernel), kernel.block
+    kept = any(isinstance(s, ir.StageCopy) and s.dst in quads for s in walk(kernel.body))
 
     def synchronous(s: ir.Stmt) -> list[ir.Stmt] | None:
         if isinstance(s, ir.StageCopy) and s.dst not in quads:
             return [stage_copy.element_copy(s, block)]
-        return [] if isinstance(s, (ir.StageCommit, ir.StageWait)) else None
+        if isinstance(s, (ir.StageCommit, ir.StageWait)) and not kept:
+            return []
+        return None
 
     return kernel.model_copy(update={"body": replace_statements(kernel.body, synchronous)})
 

@@ -1,0 +1,142 @@
+"""Every lowering through Vulkan against the same lowering through CUDA, on the H200, in one run.
+
+At 4096^3 (``--n``) each lowering's bundled example (``EXAMPLES``) is rewritten for CUDA and for
+Vulkan, each under its target's staging policy (the schedule ``rewrite_launch`` picks for a
+region this large), printed, and timed over the same inputs: CUDA through the driver API with
+CUDA events, Vulkan with GPU timestamps (``backends.spirv.run.time_kernel``), each the median
+of 10 launches after a warm-up. The Vulkan output is compared bit for bit with CUDA's. The
+schedule Vulkan takes for small regions (the seed's ``t64k16``; ``t64k32`` for Int8) is
+timed beside it: what the policy ran at every size before it named large schedules. A lowering
+the Vulkan gate refuses gets a row with the reason.
+
+Writes ``bench/results/backends_speed_h200.json`` (``--out``), rows ``{target, lowering,
+schedule, n, tflops, cuda_tflops, ratio_to_cuda, bit_identical_to_cuda}``, prints a table and
+(``--readme FILE``) puts it as Markdown into FILE between its ``backends_speed_h200`` markers;
+``--render JSON`` writes that Markdown from a recorded result without a device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from sarek.matrix_scheme import Lowering  # noqa: E402
+from sarek.schedule import SEED  # noqa: E402
+
+EXAMPLES = {Lowering.F16_OPERANDS: "gemm_f16", Lowering.BF16_OPERANDS: "gemm_f32",
+            Lowering.BF16X3_OPERANDS: "gemm_f32", Lowering.INT8_OPERANDS: "gemm_i8",
+            Lowering.INT32_BYTE_PLANES: "gemm_i32"}
+"""The bundled example each lowering is timed on."""
+
+MARKERS = ("<!-- backends_speed_h200 -->", "<!-- /backends_speed_h200 -->")
+
+
+def measure(n: int) -> dict[str, Any]:
+    """The rows of one run on the device."""
+    from gpu_speed_h200 import REPEATS, kernel_output, kernel_seconds
+
+    from backends.cuda.run import device_arch
+    from backends.pipeline import compile_launch
+    from backends.registry import target
+    from backends.spirv.device import device_name
+    from backends.spirv.lower import STAGING
+    from backends.spirv.run import time_kernel
+    from sarek.errors import SarekError
+    from sarek.loader import load_module
+
+    arch, flops = device_arch(), 2.0 * n ** 3
+    rows: list[dict[str, Any]] = []
+    for lowering, example in EXAMPLES.items():
+        original = load_module(ROOT / "examples" / f"{example}.py").make(n, n, n)
+        cuda = compile_launch(target("cuda"), original, lowering=lowering)
+        assert cuda.rewritten is not None and cuda.gemm is not None
+        c = cuda.gemm.c.array
+        cuda_tflops = flops / kernel_seconds(cuda, arch) / 1e12
+        want = kernel_output(cuda, arch, c)
+        base = {"lowering": lowering.value, "n": n, "cuda_schedule": cuda.rewritten.schedule.name,
+                "cuda_tflops": cuda_tflops}
+        rows.append({"target": "cuda", **base, "schedule": cuda.rewritten.schedule.name,
+                     "tflops": cuda_tflops, "ratio_to_cuda": 1.0, "bit_identical_to_cuda": True})
+        before = dict(STAGING.small).get(lowering.value, SEED)
+        for schedule in (None, before):
+            try:
+                vk = compile_launch(target("vulkan"), original, lowering=lowering,
+                                    schedule=schedule)
+                assert vk.rewritten is not None
+                launch = vk.launch
+                out, times = time_kernel(launch.kernel, dict(launch.args), launch.grid,
+                                         launch.block, REPEATS)
+            except SarekError as e:
+                rows.append({"target": "vulkan", **base, "schedule": getattr(schedule, "name",
+                                                                             "policy"),
+                             "refused": e.reason[:400]})
+                continue
+            tflops = flops / statistics.median(times) / 1e12
+            got = out[c].view(f"u{out[c].dtype.itemsize}")
+            rows.append({"target": "vulkan", **base, "schedule": vk.rewritten.schedule.name,
+                         "policy": schedule is None, "tflops": tflops,
+                         "ratio_to_cuda": tflops / cuda_tflops,
+                         "bit_identical_to_cuda": bool(np.array_equal(got, want))})
+            if vk.rewritten.schedule == before:
+                break  # the policy took the small regions' schedule: timed once
+    return {"device": device_name(), "arch": arch, "n": n, "repeats": REPEATS, "rows": rows,
+            "target": "every lowering through Vulkan >= 0.5x the same lowering through CUDA "
+                      "(issue 26)"}
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The table of a result as Markdown."""
+    lines = [f"{result['device']}, {result['n']}^3, medians of {result['repeats']}, one run "
+             "(`bench/backends_speed_h200.py`):", "",
+             "| lowering | target | schedule | TFLOP/s (Tops) | CUDA's | ratio | bit-identical "
+             "to CUDA |", "| --- | --- | --- | ---: | ---: | ---: | --- |"]
+    for r in result["rows"]:
+        if "refused" in r:
+            lines.append(f"| {r['lowering']} | {r['target']} | — | refused | "
+                         f"{r['cuda_tflops']:.1f} | — | {r['refused'][:120]} |")
+            continue
+        seed = " (small regions')" if r["target"] == "vulkan" and not r.get("policy") else ""
+        lines.append(f"| {r['lowering']} | {r['target']} | `{r['schedule']}`{seed} | "
+                     f"{r['tflops']:.1f} | {r['cuda_tflops']:.1f} | {r['ratio_to_cuda']:.3f} | "
+                     f"{r['bit_identical_to_cuda']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=4096)
+    parser.add_argument("--out", default="backends_speed_h200.json",
+                        help="the report's name in bench/results")
+    parser.add_argument("--readme", type=Path, help="a Markdown file with the markers")
+    parser.add_argument("--render", type=Path, help="a recorded result: print its Markdown")
+    opts = parser.parse_args(argv)
+    if opts.render:
+        result = json.loads(opts.render.read_text())
+    else:
+        result = measure(opts.n)
+        (ROOT / "bench" / "results" / opts.out).write_text(json.dumps(result, indent=2) + "\n")
+    table = markdown(result)
+    print(table)
+    if opts.readme:
+        text = opts.readme.read_text()
+        begin, end = MARKERS
+        block = f"{begin}\n{table}{end}"
+        pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
+        text = pattern.sub(lambda _: block, text) if begin in text else text + "\n" + block + "\n"
+        opts.readme.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
