@@ -269,6 +269,7 @@ class Tool:
     install: str | None  # what installs it, said when the reason does not say
     check: Check
     needs: str | None = None  # a tool it cannot work without: missing for the same reason
+    device: bool = False  # it runs the kernels (the demo names the device)
 
 
 def _both(ex: Example, compiled: Compiled | Refused | None, original: str,
@@ -430,18 +431,19 @@ TOOLS = (
     Tool("NVRTC", "each CUDA text compiled for sm_90", "cuda", _nvrtc_missing,
          "pip install 'sarek[cuda]'", _nvrtc),
     Tool("a CUDA device", "each CUDA kernel run, against the simulator running it (h200 model)",
-         "cuda", _device_reason("cuda"), None, _on_device("cuda"), needs="NVRTC"),
+         "cuda", _device_reason("cuda"), None, _on_device("cuda"), needs="NVRTC", device=True),
     Tool("an OpenCL device", "each portable OpenCL kernel run, against the simulator running it",
          "opencl", _device_reason("opencl"),
-         "pip install 'sarek[opencl]' (pyopencl, and PoCL: a CPU device)", _on_device("opencl")),
+         "pip install 'sarek[opencl]' (pyopencl, and PoCL: a CPU device)", _on_device("opencl"),
+         device=True),
     Tool("NVIDIA's OpenCL", "each OpenCL kernel with inline PTX run, against the simulator "
          "running it", "opencl-nv", _device_reason("opencl-nv"), None, _on_device("opencl-nv"),
-         needs="an OpenCL device"),
+         needs="an OpenCL device", device=True),
     Tool("spirv-val", "each SPIR-V module assembled and validated (--target-env vulkan1.3)",
          "spirv", _spirv_missing, "pip install 'sarek[spirv]'", _spirv_val),
     Tool("a Vulkan device", "each SPIR-V kernel run through Vulkan, against the simulator "
          "running it", "vulkan", _device_reason("vulkan"), None, _on_device("vulkan"),
-         needs="spirv-val"),
+         needs="spirv-val", device=True),
     Tool("clang", "each Metal text checked as C++ against a stand-in <metal_stdlib> (syntax "
          "and types: no Metal compiler exists off macOS)", "metal", _clang_missing,
          "install clang", _clang),
@@ -644,7 +646,8 @@ def run_demo(examples: Path, names: Sequence[str] = FEATURED,
                 steps(f"{ex.name}: {tool.name}")
                 rows.append(guarded((ex.name,), 3, partial(
                     tool.check, ex, compiled.get((ex.name, tool.target)))))
-            title = f"{tool.name}{_device_label(tool.target)}: {tool.about}:"
+            device = _device_label(tool.target) if tool.device else ""
+            title = f"{tool.name}{device}: {tool.about}:"
             section("\n" + wrap(title, "   ", "   "), rows,
                     ("example", "original", "rewritten"))
         if missing:
