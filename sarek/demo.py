@@ -69,9 +69,8 @@ ROUNDING = {Lowering.BF16X3_OPERANDS: "each f32 operand carried as three bf16 te
 """Why a lowering of f32 operands is not bit-identical to the original."""
 
 FULL_MATRIX = ("The demo shows a few examples at one size. Every example at every size under "
-               "every lowering,\nsubgroup and fragment: sarek conformance --target sim-cuda "
-               "(the simulator alone), or --target\ncuda, opencl or vulkan on a device "
-               "(sarek conformance --help lists the targets).")
+               "every lowering,\nsubgroup and fragment, in the simulator (--target opencl, cuda "
+               "or vulkan: on the device):\n    sarek conformance --target sim-opencl")
 """The demo's last words: where the long matrices are."""
 
 WIDTH = 100
