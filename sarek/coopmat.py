@@ -12,7 +12,7 @@ only ``Available`` lets a rewrite go ahead.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, TypeAlias
 
@@ -117,7 +117,10 @@ class GateError(SarekError):
 
 @dataclass(frozen=True)
 class Available:
-    """The device multiplies this configuration with its matrix unit."""
+    """The device multiplies this configuration with its matrix unit; ``note`` says how where
+    it runs as another configuration of the same bits (``same_bits``)."""
+
+    note: str = ""
 
     def __bool__(self) -> bool:
         return True
@@ -184,8 +187,19 @@ def configs_of(kernel: ir.Kernel) -> frozenset[Config]:
     return frozenset(out)
 
 
+def same_bits(config: Config) -> Config | None:
+    """The other configuration whose results have exactly ``config``'s bits, if any: u8 x u8
+    products accumulated in s32 are accumulated in u32 (every product is non-negative and
+    below 2^16, and u32 addition wraps to the bits of s32 addition, so every sum, and the
+    result read as s32, keeps its bits modulo 2^32)."""
+    if (config.a, config.b, config.c, config.result) == (_C.U8, _C.U8, _C.S32, _C.S32):
+        return replace(config, c=_C.U32, result=_C.U32)
+    return None
+
+
 def verdict(config: Config, support: DeviceSupport) -> Verdict:
-    """Whether ``support``'s device runs ``config``; only ``Available`` permits a rewrite."""
+    """Whether ``support``'s device runs ``config``, or another configuration of the same
+    bits (``same_bits``, said in ``Available.note``); only ``Available`` permits a rewrite."""
     if support.universal:
         return Available()
     if support.configs is None:
@@ -194,6 +208,11 @@ def verdict(config: Config, support: DeviceSupport) -> Verdict:
                        + f"; {config} cannot be checked")
     if config in support.configs:
         return Available()
+    alternative = same_bits(config)
+    if alternative is not None and alternative in support.configs:
+        return Available(f"{support.device} runs {config} as {alternative}: u8 x u8 products "
+                         "are non-negative and u32 addition wraps to the bits of s32 addition, "
+                         "so the results keep their bits modulo 2^32")
     head = f"{support.device} does not support {config}"
     if support.unsupported_reason:
         return Unavailable(f"{head}: {support.unsupported_reason}")

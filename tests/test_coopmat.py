@@ -25,6 +25,7 @@ from sarek.coopmat import (
     named_support,
     portable_opencl,
     recorded_h200_vulkan,
+    same_bits,
     unprobed,
     verdict,
 )
@@ -63,6 +64,18 @@ def test_h200_refuses_the_16x16x16_byte_plane_configuration_with_a_reason() -> N
     assert isinstance(v, Unavailable)
     assert "16x16x16 u8 x u8 + s32 -> s32" in v.reason
     assert "16x16x32" in v.reason
+
+
+def test_h200_runs_the_byte_planes_s32_sums_through_u32_accumulators_and_says_so() -> None:
+    v = verdict(config_of(Lowering.INT32_BYTE_PLANES, ElemType.I32, 16, 32), h200())
+    assert isinstance(v, Available) and "as 16x16x32 u8 x u8 + u32 -> u32" in v.note
+
+
+def test_s32_sums_of_signed_bytes_have_no_other_configuration() -> None:
+    s8 = cfg(16, 16, 32, Component.S8, Component.S32)
+    assert same_bits(s8) is None
+    u8 = cfg(16, 16, 32, Component.U8, Component.S32)
+    assert same_bits(u8) == cfg(16, 16, 32, Component.U8, Component.U32)
 
 
 def test_h200_accepts_f16_into_f32() -> None:

@@ -131,11 +131,16 @@ def test_column_major_b_is_loaded_column_major() -> None:
 
 
 def test_integer_products_carry_the_signedness_operands() -> None:
-    text = emit(named("gemm_i32-Int32_byte_planes-sg32-f16"))
+    text = emit(named("gemm_i8-Int8_operands-sg32-f16"))
     adds = re.findall(r"OpCooperativeMatrixMulAddKHR .*", text)
-    # u8 x u8 operands, s32 accumulators
-    assert adds and all(a.endswith("MatrixCSignedComponentsKHR|"
+    assert adds and all(a.endswith("MatrixASignedComponentsKHR|MatrixBSignedComponentsKHR|"
+                                   "MatrixCSignedComponentsKHR|"
                                    "MatrixResultSignedComponentsKHR") for a in adds)
+    # u8 x u8 operands into u32 accumulators (the byte planes' s32 sums, same bits): unsigned
+    planes = re.findall(r"OpCooperativeMatrixMulAddKHR .*",
+                        emit(named("gemm_i32-Int32_byte_planes-sg32-f16")))
+    assert planes and all(a.startswith("OpCooperativeMatrixMulAddKHR %cm_acc_u32_")
+                          and "Signed" not in a for a in planes)
     float_adds = re.findall(r"OpCooperativeMatrixMulAddKHR .*",
                             emit(named("gemm_f16-F16_operands-sg32-f16")))
     assert float_adds and not any("Signed" in a for a in float_adds)

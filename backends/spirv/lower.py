@@ -23,7 +23,7 @@ from backends.cstyle import EmitError
 from backends.cuda.lower import divisor
 from sarek import ir, packed_store, stage_copy
 from sarek.ir import ElemType, FragLayout, FragUse, MemSpace
-from sarek.ir_walk import replace_statements, subexpressions, walk
+from sarek.ir_walk import rebuild, replace_statements, subexpressions, walk, with_blocks
 from sarek.memo import remembered
 from sarek.schedule import Schedule
 from sarek.staging import Staging
@@ -136,12 +136,64 @@ def staged_copies(kernel: ir.Kernel) -> ir.Kernel:
     return kernel.model_copy(update={"body": replace_statements(kernel.body, synchronous)})
 
 
+def unsigned_accumulators(kernel: ir.Kernel) -> ir.Kernel:
+    """``kernel`` with the s32 accumulators of u8 x u8 products made u32, where they move only
+    through shared arrays (made u32 too, their scalar loads and stores reinterpreted): Vulkan
+    devices multiply unsigned bytes into u32 (the H200 has no u8 x u8 + s32), and u32 addition
+    wraps to the bits of s32 addition, so every result keeps its bits."""
+    stmts = list(walk(kernel.body))
+    decls = {s.name: s for s in stmts if isinstance(s, ir.FragDecl)}
+    if not any(isinstance(s, ir.FragMulAdd) and decls[s.a].elem is ElemType.U8
+               and decls[s.b].elem is ElemType.U8 and decls[s.d].elem is ElemType.I32
+               for s in stmts):
+        return kernel
+    accs = {name for name, d in decls.items()
+            if d.use is FragUse.ACCUMULATOR and d.elem is ElemType.I32}
+    arrays = {s.array for s in stmts if isinstance(s, ir.FragLoad | ir.FragStore)
+              and s.frag in accs}
+    shared = {s.name for s in stmts if isinstance(s, ir.ArrayDecl)}
+    if arrays - shared:
+        return kernel  # an accumulator moves through a parameter: its type stays
+    u32, i32 = ElemType.U32, ElemType.I32
+    memo: dict[int, ir.Expr] = {}
+
+    def leaf(e: ir.Expr) -> ir.Expr | None:
+        if isinstance(e, ir.Load) and e.array in arrays:
+            inner = e.model_copy(update={"index": rebuild(e.index, leaf, memo), "type": u32})
+            return ir.Bitcast(x=inner, type=i32)
+        return None
+
+    def retyped(s: ir.Stmt) -> list[ir.Stmt] | None:
+        update: dict[str, object] = {}
+        for field in type(s).model_fields:
+            value = getattr(s, field)
+            if isinstance(value, _EXPRESSIONS):
+                new = rebuild(value, leaf, memo)
+                if new is not value:
+                    update[field] = new
+        match s:
+            case ir.FragDecl(name=name) if name in accs:
+                update["elem"] = u32
+            case ir.FragFill(frag=name, value=v) if name in accs:
+                update["value"] = ir.Bitcast(x=v, type=u32)
+            case ir.ArrayDecl(name=name) if name in arrays:
+                update["elem"] = u32
+            case ir.Store(array=name, value=v) if name in arrays:
+                update["value"] = ir.Bitcast(x=rebuild(v, leaf, memo), type=u32)
+        if not update:
+            return None
+        return [with_blocks(s.model_copy(update=update),
+                            lambda b: replace_statements(b, retyped))]
+
+    return kernel.model_copy(update={"body": replace_statements(kernel.body, retyped)})
+
+
 @remembered(128)  # the printer and the simulator both lower the same kernel object
 def lower(kernel: ir.Kernel) -> ir.Kernel:
     """``kernel`` checked for SPIR-V and returned with its fragment statements unchanged
     (subgroup fixed to 32 when a fragment kernel names none); ``EmitError`` with the reason
     for anything a cooperative matrix cannot express."""
-    kernel = staged_copies(kernel)
+    kernel = unsigned_accumulators(staged_copies(kernel))
     kernel = packed_store.elements(kernel)  # logical addressing has no wider pointers
     stmts = list(walk(kernel.body))
     for s in stmts:

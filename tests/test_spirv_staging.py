@@ -1,0 +1,140 @@
+"""How the SPIR-V printer stages tiles, without a GPU: the pipelined schedules' staged copies
+move 16-byte words (``uvec4`` loads from a second view of the storage buffer, held in registers
+until the ``StageWait`` that lands them, stored as words into workgroup arrays of words that
+cooperative-matrix loads read at word offsets and strides); 32-bit raw tiles are read one
+component at a time; the byte planes accumulate in u32; Vulkan's policy stays inside what the
+H200 reports. Every such module passes ``spirv-val``, and the simulator running the SPIR-V
+lowering gives CUDA's lowering's bits."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+from conftest import example
+
+import sarek
+from backends.pipeline import compile_launch
+from backends.registry import target
+from backends.spirv import check, emit, tools_reason
+from backends.spirv.device import unsupported_configs
+from backends.spirv.lower import STAGING, lower, quad_arrays
+from sarek import ir
+from sarek.coopmat import recorded_h200_vulkan
+from sarek.dtypes import numpy_dtype
+from sarek.ir import ElemType
+from sarek.ir_walk import shared_arrays, walk
+from sarek.launch import Launch
+from sarek.matrix_scheme import Lowering
+from sarek.schedule import Schedule
+
+pytestmark = pytest.mark.skipif(tools_reason() is not None,
+                                reason=f"SPIRV-Tools unavailable: {tools_reason()}")
+
+EXAMPLES = {Lowering.F16_OPERANDS: "gemm_f16", Lowering.BF16_OPERANDS: "gemm_f32",
+            Lowering.BF16X3_OPERANDS: "gemm_f32", Lowering.INT8_OPERANDS: "gemm_i8",
+            Lowering.INT32_BYTE_PLANES: "gemm_i32"}
+RAGGED = (150, 133, 70)  # edge tiles, a k that is no multiple of 8: the word-by-word path
+
+
+def rewritten(lowering: Lowering, schedule: str | None, size: tuple[int, int, int] = RAGGED,
+              on: str = "spirv") -> Launch:
+    launch = example(EXAMPLES[lowering]).make(*size)
+    return compile_launch(target(on), launch, lowering=lowering,
+                          schedule=None if schedule is None else Schedule.parse(schedule)
+                          ).launch
+
+
+def same_bits_as_cuda(lowering: Lowering, schedule: str) -> bool:
+    ours, cuda = rewritten(lowering, schedule), rewritten(lowering, schedule, on="cuda")
+    got = sarek.simulate(ours.kernel, dict(ours.args), grid=ours.grid, block=ours.block,
+                         target="spirv")
+    want = sarek.simulate(cuda.kernel, dict(cuda.args), grid=cuda.grid, block=cuda.block,
+                          target="cuda")
+    return all(np.array_equal(got[k].view(f"u{got[k].itemsize}"),
+                              want[k].view(f"u{want[k].itemsize}")) for k in want)
+
+
+POLICY = [(Lowering(name), schedule.name) for name, schedule in STAGING.large]
+
+
+@pytest.mark.parametrize(("lowering", "schedule"), POLICY, ids=[f"{low}-{s}" for low, s in POLICY])
+def test_each_large_schedule_of_the_policy_validates_and_gives_cudas_bits(
+        lowering: Lowering, schedule: str) -> None:
+    check(emit(rewritten(lowering, schedule).kernel))
+    assert same_bits_as_cuda(lowering, schedule)
+
+
+@pytest.mark.parametrize(("lowering", "schedule"), POLICY, ids=[f"{low}-{s}" for low, s in POLICY])
+def test_each_large_schedule_of_the_policy_fits_the_h200s_vulkan(lowering: Lowering,
+                                                                  schedule: str) -> None:
+    launch = rewritten(lowering, None, (1024, 1024, 64), on="vulkan")
+    assert schedule in launch.kernel.name
+    kernel = lower(launch.kernel)
+    shared = sum(a.size * numpy_dtype(a.elem).itemsize for a in shared_arrays(kernel))
+    assert shared <= 49152 and math.prod(launch.block) <= 1024
+    assert unsupported_configs(kernel, recorded_h200_vulkan()) == []
+
+
+def test_the_byte_planes_give_cudas_bits_through_u32_accumulators() -> None:
+    assert same_bits_as_cuda(Lowering.INT32_BYTE_PLANES, "t64k32")
+    kernel = lower(rewritten(Lowering.INT32_BYTE_PLANES, "t64k32").kernel)
+    accs = {s.elem for s in walk(kernel.body)
+            if isinstance(s, ir.FragDecl) and s.use is ir.FragUse.ACCUMULATOR}
+    assert accs == {ElemType.U32}
+
+
+def test_pipelined_f16_tiles_are_arrays_of_words() -> None:
+    kernel = lower(rewritten(Lowering.F16_OPERANDS, "t128k32s2").kernel)
+    assert quad_arrays(kernel) == {"sk_a", "sk_b"}
+    text = emit(kernel)
+    # 128 rows of 32 + 8 f16 (640 words); 32 rows of 128 + 8 (544 words), two stages each
+    assert re.search(r"%\w+_sk_a = OpVariable %p_wo_arr_v4u32_1280 Workgroup", text)
+    assert re.search(r"%\w+_sk_b = OpVariable %p_wo_arr_v4u32_1088 Workgroup", text)
+    # fragments read at word strides: 40 / 8 and 136 / 8
+    strides = set(re.findall(r"OpCooperativeMatrixLoadKHR %\w+ %\w+ %c_u32_0 (%\w+)", text))
+    assert strides == {"%c_i32_5", "%c_i32_17"}
+
+
+def test_words_are_loaded_through_a_second_view_of_the_same_binding() -> None:
+    text = emit(lower(rewritten(Lowering.F16_OPERANDS, "t128k32s2").kernel))
+    for name, binding in (("a", 0), ("b", 1)):
+        view = re.search(rf"(%\d+_{name}_words) = OpVariable %p_st_buffer_v4u32 StorageBuffer",
+                         text)
+        assert view is not None
+        assert f"OpDecorate {view[1]} Binding {binding}" in text
+        assert f"OpDecorate {view[1]} NonWritable" in text
+    assert "OpDecorate %rta_v4u32 ArrayStride 16" in text
+
+
+def test_copies_are_held_until_the_wait_that_lands_them() -> None:
+    kernel = lower(rewritten(Lowering.F16_OPERANDS, "t128k32s2").kernel)
+    kinds = [type(s).__name__ for s in walk(kernel.body)
+             if isinstance(s, ir.StageCopy | ir.StageCommit | ir.StageWait)]
+    assert kinds.count("StageWait") == 2 and kinds.count("StageCopy") == 4
+    text = emit(kernel)
+    body = text[text.index("%entry = OpLabel"):]
+    first_load = body.index("OpLoad %v4u32")
+    first_word_store = re.search(r"OpStore %\d+ %\d+ NonPrivatePointer", body)
+    assert first_word_store is not None
+    # the prologue's words are held: the first one lands at the loop's wait, after the loads
+    held = set(re.findall(r"(%\d+_sk_[ab]_held) = OpVariable", text))
+    assert len(held) == 4 + 4  # four words of A and four of B per invocation
+    assert first_load < first_word_store.start()
+
+
+def test_32_bit_raw_tiles_are_words_read_one_component_at_a_time() -> None:
+    kernel = lower(rewritten(Lowering.BF16_OPERANDS, "t64k32s2").kernel)
+    assert quad_arrays(kernel) == {"sk_ra", "sk_rb"}  # the bf16 terms are stored element-wise
+    text = emit(kernel)
+    assert re.search(r"= OpAccessChain %p_wo_u32 %\w+_sk_ra %\d+ %\d+", text)
+    assert same_bits_as_cuda(Lowering.BF16_OPERANDS, "t64k32s2")
+
+
+def test_tiles_that_are_not_whole_words_for_each_invocation_are_copied_by_element() -> None:
+    # Int8 at 64x64 in 16-deep steps: a 64x16 tile of bytes is 64 words for 128 invocations
+    kernel = lower(rewritten(Lowering.INT8_OPERANDS, "t64k16s2").kernel)
+    assert quad_arrays(kernel) == frozenset()
+    assert not any(isinstance(s, ir.StageCopy) for s in walk(kernel.body))
