@@ -154,6 +154,10 @@ def _inputs(path: str, memory: int) -> dict[str, Any]:
             values = {k: data[k] for k in data.files}
     except Exception as e:  # NumPy's many ways to say that a member is not a plain array
         raise SarekError(f"--inputs {path}: not an .npz of NumPy arrays ({_why(e)})") from None
+    odd = [k for k, v in values.items() if not isinstance(v, np.ndarray)]
+    if odd:  # a member not saved by NumPy (np.load gives its raw bytes)
+        raise SarekError(f"--inputs {path}: member {odd[0]!r} is not a NumPy array (write the "
+                         "file with numpy.savez)")
     return {k: (v.item() if v.ndim == 0 else v) for k, v in values.items()}
 
 

@@ -82,14 +82,14 @@ def resolve(path: str) -> Path:
     (``gemm_f32`` or ``gemm_f32.py``) when there is one; else ``path`` as given, which
     ``load_module`` refuses naming it and the bundled examples."""
     given = Path(path)
-    if given.is_file() or given.parent != Path() or given.name in ("", ".", ".."):
-        return given
     try:
+        if given.is_file() or given.parent != Path() or given.name in ("", ".", ".."):
+            return given
         bundled = examples_dir() / f"{given.name.removesuffix('.py')}.py"
-    except SarekError:
+        if bundled.is_file():
+            return bundled
+    except (OSError, ValueError, SarekError):  # a name the OS cannot look up: load_module says
         return given
-    if bundled.is_file():
-        return bundled
     raise SarekError(f"no such file: {path} (nor a bundled example of that name; "
                      "sarek examples lists them)")
 

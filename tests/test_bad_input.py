@@ -440,6 +440,21 @@ def test_cli_inputs_of_pickled_objects(tmp_path: Path) -> None:
     assert "not an .npz of NumPy arrays" in line
 
 
+def test_cli_inputs_with_a_member_numpy_did_not_write(tmp_path: Path) -> None:
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "raw.npz", "w") as z:
+        z.writestr("a", b"not an array")
+    line = one_error_line(["simulate", str(EXAMPLES / "gemm_f32.py"), "--inputs",
+                           str(tmp_path / "raw.npz"), "--grid", "1", "--block", "1"])
+    assert "member 'a' is not a NumPy array" in line
+
+
+def test_cli_kernel_file_name_too_long_for_the_os() -> None:
+    line = one_error_line(["ir", "x" * 300])
+    assert line.startswith("sarek: error: cannot read 'xxx")
+
+
 def test_cli_out_in_a_missing_directory(tmp_path: Path) -> None:
     line = one_error_line(["simulate", str(EXAMPLES / "gemm_f32.py"), "--size", "4,4,4",
                            "--out", str(tmp_path / "none" / "out.npz")])
