@@ -104,8 +104,8 @@ def run(args: argparse.Namespace) -> int:
           f"configuration {config}")
     verdict = coopmat.verdict(config, support)
     match verdict:
-        case coopmat.Available():
-            print(f"gate          {support.device}: available")
+        case coopmat.Available(note=note):
+            print(f"gate          {support.device}: available" + (f" ({note})" if note else ""))
             return 0
         case coopmat.Unavailable(reason=why) | coopmat.Unknown(reason=why):
             print(f"gate          {type(verdict).__name__.lower()}: {why}")

@@ -20,13 +20,13 @@ def test_analyze_prints_nest_region_lowering_and_an_available_gate(capsys) -> No
     assert "F16_operands" in out and "available" in out
 
 
-def test_analyze_reports_the_h200_refusal_of_byte_planes(capsys) -> None:
+def test_analyze_says_the_h200_runs_the_byte_planes_through_u32_accumulators(capsys) -> None:
     code = main(["analyze", str(EXAMPLES / "gemm_i32.py"), "--target", "vulkan", "--device",
                  "h200"])
     out = capsys.readouterr().out
-    assert code == 1
+    assert code == 0
     # the configuration the vulkan target multiplies with: its staging reduces u8 32 deep
-    assert "Int32_byte_planes" in out and "does not support 16x16x32 u8" in out
+    assert "Int32_byte_planes" in out and "as 16x16x32 u8 x u8 + u32 -> u32" in out
 
 
 def test_analyze_asks_the_gate_of_the_configuration_the_target_multiplies(capsys) -> None:
