@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from backends.opencl.run import NVIDIA, find_device  # noqa: E402
-from sarek import atoms  # noqa: E402
+from sarek import atoms, tile  # noqa: E402
 
 _OP = "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
 VARIANTS = {
@@ -41,7 +41,7 @@ __kernel void probe(__global const ushort* in, __global uint* out) {{
     for (int i = lane; i < 256; i += 32) tile[i] = in[i];
     barrier(CLK_LOCAL_MEM_FENCE);
     uint r[4];
-    int row = ((lane / 8) * 8 + lane % 8) * 8;  /* lane 8m + r: row r of matrix m */
+    int row = ((lane / {rows}) * {rows} + lane % {rows}) * 8;  /* row r of matrix m */
     {asm}
     for (int m = 0; m < 4; m++) out[lane * 4 + m] = r[m];
 }}
@@ -76,7 +76,7 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     outs = ", ".join(f'"=r"(r[{m}])' for m in range(4))
     for name, template in VARIANTS.items():
-        source = _KERNEL.format(asm=template.replace("{outs}", outs))
+        source = _KERNEL.format(asm=template.replace("{outs}", outs), rows=tile.PROVIDER_ROWS)
         row: dict[str, Any] = {"variant": name}
         try:
             program = cl.Program(ctx, source).build()

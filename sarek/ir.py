@@ -541,20 +541,67 @@ class TileApply(_Stmt):
     scope: Literal["warp"] = "warp"
 
 
+class ProvidedRows(_Node):
+    """The rows the lanes of a tile pattern's ``Ldmatrix`` or ``Stmatrix`` address, as one affine
+    map over the shared array viewed as 32-bit words: row ``r`` of matrix ``m`` starts at word
+    ``start + m * matrix_stride + r * row_stride`` (which lane gives which row is
+    ``LaneTile``'s rule)."""
+
+    start: int
+    matrix_stride: int
+    row_stride: int
+
+
 class Ldmatrix(_Stmt):
     """Lane-explicit ``ldmatrix.sync.aligned.m8n8.x{count}[.trans].shared.b16`` of a whole
-    warp: lane ``8*m + r`` gives in ``address`` the element index into the shared array
-    ``src`` of row ``r`` of matrix ``m`` (16 bytes, 16-byte aligned); matrix ``m`` arrives in
-    the u32 local array ``dst`` at ``offset + m``, word ``w`` of row ``r`` in lane ``4*r + w``
+    warp: lane ``8*m + r`` gives the shared address of row ``r`` of matrix ``m`` (16 bytes,
+    16-byte aligned), either in ``address``, an element index into the shared array ``src``,
+    or, inside a ``LaneTile``, through ``rows``; matrix ``m`` arrives in the local array ``dst``
+    at element ``offset + m`` of a u32 array, or at 32-bit word ``slots[m]`` of any local array
+    when ``slots`` is given; word ``w`` of row ``r`` in lane ``4*r + w``
     (``sarek.atoms.LDMATRIX``); ``trans`` transposes each 8x8 of 16-bit elements."""
 
     kind: Literal["ldmatrix"] = "ldmatrix"
     dst: str
     offset: int = Field(ge=0)
     src: str
-    address: Expr
+    address: Expr | None = None
     count: Literal[1, 2, 4]
     trans: bool = False
+    rows: ProvidedRows | None = None
+    slots: tuple[int, ...] | None = None
+
+
+class Stmatrix(_Stmt):
+    """Lane-explicit ``stmatrix.sync.aligned.m8n8.x{count}[.trans].shared.b16`` of a whole
+    warp, the inverse of ``Ldmatrix``: the registers of local array ``src`` (element ``offset +
+    m`` of a u32 array, or 32-bit word ``slots[m]``) are written to the rows of the shared
+    array ``dst`` that ``address`` or ``rows`` give, as ``Ldmatrix`` reads them."""
+
+    kind: Literal["stmatrix"] = "stmatrix"
+    dst: str
+    src: str
+    offset: int = Field(default=0, ge=0)
+    address: Expr | None = None
+    count: Literal[1, 2, 4]
+    trans: bool = False
+    rows: ProvidedRows | None = None
+    slots: tuple[int, ...] | None = None
+
+
+class LaneTile(_Stmt):
+    """A tile pattern (``TileApply`` of ``op`` from ``src`` into ``dst``, the names as written)
+    lowered lane by lane: lane ``l`` of the warp gives row ``l % rows`` of matrix ``(l / rows)
+    % op.count`` (``sarek.atoms.LDMATRIX``'s provider rule), and ``moves`` are the pattern's
+    instructions, one ``Ldmatrix`` or ``Stmatrix`` per repeat, in order, each with its
+    ``rows`` and ``slots`` over the operands' storage."""
+
+    kind: Literal["lane_tile"] = "lane_tile"
+    op: TileOp
+    dst: str
+    src: str
+    rows: int = Field(gt=0)
+    moves: tuple[Ldmatrix | Stmatrix, ...]
 
 
 class Mma(_Stmt):
@@ -683,7 +730,7 @@ Stmt: TypeAlias = Annotated[
     Let | Assign | Store | StorePacked | For | While | If | Barrier | Return | ArrayDecl
     | TensorView | FragDecl | FragFill | FragLoad | FragStore | FragMulAdd | FragAdd | TileApply
     | Ldmatrix | Mma | Wgmma | WgmmaWait | AsyncProxyFence | StageCopy | StageCommit | StageWait
-    | CpAsync,
+    | CpAsync | Stmatrix | LaneTile,
     Field(discriminator="kind"),
 ]
 
@@ -708,7 +755,7 @@ class Kernel(_Node):
 
 
 for _model in (Unary, Binary, Cast, Bitcast, Load, Select, Call, For, While, If, Ldmatrix,
-               StageCopy, CpAsync, Kernel):
+               Stmatrix, LaneTile, StageCopy, CpAsync, Kernel):
     _model.model_rebuild()
 
 
@@ -721,7 +768,8 @@ __all__ = [
     "ArrayDecl", "ArrayParam", "Assign", "Barrier", "BinOp", "Binary", "Bitcast", "Builtin",
     "BuiltinValue", "Call", "Cast", "Const", "CpAsync", "ElemType", "Expr", "For", "FragAdd",
     "FragDecl", "FragFill", "FragLayout", "FragLoad", "FragMulAdd", "FragShape", "FragStore",
-    "FragUse", "If", "Kernel", "Ldmatrix", "Let", "Load", "MathFn", "MemSpace", "Mma", "MmaAtom",
-    "Param", "Return", "ScalarParam", "Select", "StageCommit", "StageCopy", "StageWait", "Stmt",
-    "Store", "TensorView", "TileApply", "TileOp", "UnOp", "Unary", "Var", "While", "schema",
+    "FragUse", "If", "Kernel", "LaneTile", "Ldmatrix", "Let", "Load", "MathFn", "MemSpace", "Mma",
+    "MmaAtom", "Param", "ProvidedRows", "Return", "ScalarParam", "Select", "StageCommit",
+    "StageCopy", "StageWait", "Stmatrix", "Stmt", "Store", "TensorView", "TileApply", "TileOp",
+    "UnOp", "Unary", "Var", "While", "schema",
 ]

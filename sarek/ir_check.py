@@ -378,20 +378,11 @@ class _Checker:
                 self._add(scope, path, d, a, b)
             case ir.TileApply():
                 self._tile_apply(s, scope, path)
-            case ir.Ldmatrix(dst=dst, offset=offset, src=src, address=address, count=count):
-                self.expr(address, scope, path)
-                self._index(address, path)
-                self._registers(scope, path, dst, ElemType.U32, offset + count)
-                sym = scope.lookup(src)
-                if not isinstance(sym, _Array) or sym.space is not MemSpace.SHARED:
-                    self.report(path, f"ldmatrix reads rows of a shared array; {src!r} is not "
-                                "one")
-                elif sym.elem.bits > 32 or sym.elem is ElemType.BOOL:
-                    self.report(path, f"ldmatrix reads 16-byte rows of 8-, 16- or 32-bit "
-                                f"elements, not of {src!r} ({sym.elem})")
-                elif isinstance(sym.decl, ir.ArrayDecl) and sym.decl.align % 16:
-                    self.report(path, f"ldmatrix rows are 16-byte aligned; {src!r} is aligned "
-                                f"to {sym.decl.align} bytes")
+            case ir.Ldmatrix() | ir.Stmatrix():
+                self._row_move(s, scope, path, in_tile=False)
+            case ir.LaneTile(moves=moves):
+                for j, move in enumerate(moves):
+                    self._row_move(move, scope, f"{path}.moves[{j}]", in_tile=True)
             case ir.StageCopy():
                 self._stage_copy(s, scope, path, divergent)
             case ir.StageCommit() | ir.StageWait() | ir.WgmmaWait() | ir.AsyncProxyFence():
@@ -476,6 +467,46 @@ class _Checker:
         if kernel.subgroup is not None and kernel.subgroup > _MAX_BLOCK:
             self.report("subgroup", f"subgroups of {_number(kernel.subgroup)} lanes are larger "
                         f"than any block ({_MAX_BLOCK} invocations)")
+
+    def _row_move(self, s: ir.Ldmatrix | ir.Stmatrix, scope: _Scope, path: str,
+                  in_tile: bool) -> None:
+        """A lane-explicit ldmatrix or stmatrix: its rows given by an address each lane
+        computes, or (inside a ``LaneTile`` only) by ``rows``; its registers a u32 array from
+        ``offset``, or 32-bit words ``slots`` of a local array."""
+        what = s.kind
+        registers, shared = (s.dst, s.src) if isinstance(s, ir.Ldmatrix) else (s.src, s.dst)
+        if (s.address is None) == (s.rows is None):
+            self.report(path, f"{what} takes its rows from an address or from rows, not both "
+                        "or neither")
+        if s.rows is not None and not in_tile:
+            self.report(path, f"{what} rows are given by lane in a lane tile only")
+        if s.address is not None:
+            self.expr(s.address, scope, path)
+            self._index(s.address, path)
+        if s.slots is None:
+            self._registers(scope, path, registers, ElemType.U32, s.offset + s.count)
+        else:
+            sym = scope.lookup(registers)
+            if len(s.slots) != s.count:
+                self.report(path, f"{what} .x{s.count} names {len(s.slots)} register slots")
+            if not isinstance(sym, _Array) or sym.space is not MemSpace.LOCAL:
+                self.report(path, f"{registers!r} must be a local array holding each lane's "
+                            "registers")
+            elif sym.elem.bits > 32 or sym.elem is ElemType.BOOL:
+                self.report(path, f"{what} registers are 32-bit words of {registers!r}, which "
+                            f"holds {sym.elem}")
+            elif isinstance(sym.decl, ir.ArrayDecl) and s.slots and (
+                    min(s.slots) < 0 or max(s.slots) >= sym.decl.size * sym.elem.bits // 32):
+                self.report(path, f"{what} register slots {s.slots} lie outside {registers!r}")
+        sym = scope.lookup(shared)
+        if not isinstance(sym, _Array) or sym.space is not MemSpace.SHARED:
+            self.report(path, f"{what} moves rows of a shared array; {shared!r} is not one")
+        elif sym.elem.bits > 32 or sym.elem is ElemType.BOOL:
+            self.report(path, f"{what} moves 16-byte rows of 8-, 16- or 32-bit elements, not "
+                        f"of {shared!r} ({sym.elem})")
+        elif isinstance(sym.decl, ir.ArrayDecl) and sym.decl.align % 16:
+            self.report(path, f"{what} rows are 16-byte aligned; {shared!r} is aligned to "
+                        f"{sym.decl.align} bytes")
 
     def _registers(self, scope: _Scope, path: str, name: str, elem: ElemType, end: int
                    ) -> None:

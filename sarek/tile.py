@@ -26,6 +26,8 @@ import numpy as np
 from sarek import ir
 from sarek.atoms import LDMATRIX
 from sarek.errors import SarekError
+from sarek.ir import BinOp
+from sarek.ir_build import binary, const
 from sarek.layout import Axis, TileLayout
 
 WARP = LDMATRIX.lanes
@@ -191,6 +193,68 @@ def _check_registers(op: ir.TileOp, registers: Operand) -> None:
 
 
 # ------------------------------------------------------------------------ semantics
+
+
+def _provider_rows() -> int:
+    """``n`` such that lane ``l`` gives row ``l % n`` of matrix ``(l / n) % count`` for every
+    count: the provider rule of ``sarek.atoms.LDMATRIX`` as an affine form, checked against
+    its table."""
+    n = LDMATRIX.provider.rows
+    lane = np.arange(LDMATRIX.lanes)
+    for count in LDMATRIX.counts:
+        want = np.stack([(lane // n) % count, lane % n], axis=-1)
+        if not np.array_equal(LDMATRIX.provided(count), want):
+            raise AssertionError("the ldmatrix provider rule is not lane = row + n * matrix")
+    return n
+
+
+PROVIDER_ROWS = _provider_rows()
+"""Consecutive lanes giving the rows of one matrix (``sarek.atoms.LDMATRIX.provider``)."""
+
+
+def provider_coordinates(lane: ir.Expr, count: int) -> tuple[ir.Expr, ir.Expr]:
+    """``(matrix, row)``: the i32 expressions of the matrix and row whose address the lane
+    ``lane`` gives to an instruction of ``count`` matrices (``PROVIDER_ROWS``)."""
+    rows = const(PROVIDER_ROWS)
+    matrix = binary(BinOp.REM, binary(BinOp.DIV, lane, rows), const(count))
+    return matrix, binary(BinOp.REM, lane, rows)
+
+
+@dataclass(frozen=True)
+class Placed:
+    """A tile operand where it lies: the name of its storage array, its layout in 32-bit
+    words and its offset in words into the storage."""
+
+    storage: str
+    layout: TileLayout
+    offset: int = 0
+
+
+def lane_tile(s: ir.TileApply, dst: Placed, src: Placed) -> ir.LaneTile:
+    """The tile pattern ``s`` lane by lane: one ``Ldmatrix`` or ``Stmatrix`` per repeat, in
+    order, each naming the shared rows as one affine map of (matrix, row) and the register
+    word of each matrix (the contract was checked: the shared layout is affine in memory
+    words, the register slot depends on the repeat and the matrix only)."""
+    op = s.op
+    registers, shared = (dst, src) if op.kind == "ldmatrix" else (src, dst)
+    strides = shared.layout.strides(Axis.MEM)
+    moves: list[ir.Ldmatrix | ir.Stmatrix] = []
+    for rep in instructions(registers.layout):
+        rows = ir.ProvidedRows(
+            start=shared.offset + sum(c * st for c, st in zip(rep, strides, strict=False)),
+            matrix_stride=strides[-3], row_stride=strides[-2])
+        slots = tuple(int(x) + registers.offset
+                      for x in register_slots(registers.layout, rep))
+        if op.kind == "ldmatrix":
+            moves.append(ir.Ldmatrix(dst=registers.storage, offset=0, src=shared.storage,
+                                     count=op.count, trans=op.trans, rows=rows, slots=slots,
+                                     line=s.line))
+        else:
+            moves.append(ir.Stmatrix(dst=shared.storage, src=registers.storage,
+                                     count=op.count, trans=op.trans, rows=rows, slots=slots,
+                                     line=s.line))
+    return ir.LaneTile(op=op, dst=s.dst, src=s.src, rows=PROVIDER_ROWS, moves=tuple(moves),
+                       line=s.line)
 
 
 def instructions(registers: TileLayout) -> list[tuple[int, ...]]:

@@ -1,15 +1,17 @@
-"""Warp-level statements compiled to closures: tile patterns (``TileApply``, ``sim.tile``) and
-the lane-explicit ``Ldmatrix`` and ``Mma`` of a lowered kernel (``sim.lanes``), every warp of
-the launch at once."""
+"""Warp-level statements compiled to closures: tile patterns (``TileApply``, run as the
+``LaneTile`` CUDA's lowering makes of them) and the lane-explicit ``Ldmatrix``, ``Stmatrix``,
+``Mma`` and ``Wgmma`` of a lowered kernel, all through ``sim.lanes``, every warp of the launch
+at once."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
 from sarek import atoms, dtypes, ir, tile
 from sarek.errors import LaunchError, OutOfBounds, SubgroupDivergence
 from sim import lanes
-from sim import tile as tile_sim
 from sim.compiler import Core
 from sim.memory import LocalArray, SharedArray, Site
 from sim.state import Array, ExprFn, Mask, Scope, State, StmtFn, View
@@ -17,60 +19,97 @@ from sim.state import Array, ExprFn, Mask, Scope, State, StmtFn, View
 
 class Tiles(Core):
     def tile_apply(self, s: ir.TileApply, scope: Scope, site: Site) -> StmtFn:
-        """A warp-level ldmatrix/stmatrix; the contract was checked with the kernel's
-        well-formedness."""
-        op = s.op
-        dst, src = (self._tile_operand(scope, name) for name in (s.dst, s.src))
-        registers, shared = (dst, src) if op.kind == "ldmatrix" else (src, dst)
-        tile_sim.check_geometry(self.geo, site)
-        geo = self.geo
+        """A warp-level ldmatrix/stmatrix of an unlowered kernel: run lane by lane as CUDA's
+        lowering writes it (``sarek.tile.lane_tile``); the contract was checked with the
+        kernel's well-formedness."""
+        return self.lane_tile(tile.lane_tile(s, self._placed(scope, s.dst),
+                                             self._placed(scope, s.src)), scope, site)
 
-        def run(st: State, m: Mask) -> None:
-            warps = self._warps(m, site)
-            local, smem = st.arrays[registers.slot], st.arrays[shared.slot]
-            assert isinstance(local, LocalArray) and isinstance(smem, SharedArray)
-            tile_sim.run(op, registers, shared, local, smem, warps, geo, site)
-
-        return run
-
-    def _tile_operand(self, scope: Scope, name: str) -> tile_sim.Operand:
+    def _placed(self, scope: Scope, name: str) -> tile.Placed:
         sym = scope[name]
         if isinstance(sym, View):
             arr, layout, offset = sym.storage, sym.layout, sym.offset
         else:
             assert isinstance(sym, Array) and sym.layout is not None
             arr, layout, offset = sym, sym.layout, 0
-        bits = dtypes.numpy_dtype(arr.elem).itemsize * 8
-        if bits > 32:  # the simulator deals 32-bit words out of the storage
+        if dtypes.numpy_dtype(arr.elem).itemsize > 4:  # registers are 32-bit words
             raise tile.ContractError(f"tile operand {name!r} views {arr.elem} storage; tile "
                                      "patterns take storage of 32-bit or narrower elements")
-        return tile_sim.Operand(name, arr.slot, arr.size, bits, layout, offset)
+        return tile.Placed(arr.name, layout, offset)
+
+    def lane_tile(self, s: ir.LaneTile, scope: Scope, site: Site) -> StmtFn:
+        """A tile pattern lowered lane by lane: its instructions in order."""
+        lanes.check_geometry(self.geo, site)
+        moves = [self.ldmatrix(m, scope, site) if isinstance(m, ir.Ldmatrix)
+                 else self.stmatrix(m, scope, site) for m in s.moves]
+
+        def run(st: State, m: Mask) -> None:
+            for move in moves:
+                move(st, m)
+
+        return run
 
     def _warps(self, m: Mask, site: Site) -> np.ndarray:
-        tile_sim.check_geometry(self.geo, site)
-        return tile_sim.full_warps(None if m is None else self.spread(m), self.n, site)
+        lanes.check_geometry(self.geo, site)
+        return lanes.full_warps(None if m is None else self.spread(m), self.n, site)
+
+    def _addresses(self, s: ir.Ldmatrix | ir.Stmatrix, shared: Array, scope: Scope,
+                   site: Site) -> Callable[[State, Mask], np.ndarray]:
+        """Each invocation's element index into the shared array: ``s.address`` evaluated, or
+        the row ``s.rows`` maps for the lane (``sim.lanes.provided``)."""
+        if s.rows is not None:
+            per_word = 4 // dtypes.numpy_dtype(shared.elem).itemsize
+            fixed = lanes.provided(s.rows, s.count, self.n, per_word)
+            return lambda st, m: fixed
+        assert s.address is not None
+        f_address = self.expr(s.address, scope, site)
+        return lambda st, m: np.asarray(self.spread(f_address(st, m)))
 
     def ldmatrix(self, s: ir.Ldmatrix, scope: Scope, site: Site) -> StmtFn:
         """A warp's ldmatrix from the rows its lanes address."""
         dst, src = self._array(scope, s.dst), self._array(scope, s.src)
-        f_address = self.expr(s.address, scope, site)
-        n, geo = self.n, self.geo
+        address_of = self._addresses(s, src, scope, site)
+        slots = s.slots if s.slots is not None else tuple(s.offset + j for j in range(s.count))
+        geo = self.geo
 
         def run(st: State, m: Mask) -> None:
             warps = self._warps(m, site)
-            address = self.spread(f_address(st, m))
+            address = address_of(st, m)
             local, smem = st.arrays[dst.slot], st.arrays[src.slot]
             assert isinstance(local, LocalArray) and isinstance(smem, SharedArray)
-            bad = lanes.ldmatrix(s.count, s.trans, address, smem, local, dst.size, s.offset,
+            bad = lanes.ldmatrix(s.count, s.trans, address, smem, local, dst.size, slots,
                                  warps, geo, site)
             if bad is not None:
-                mask = np.zeros(n, bool)
-                mask[bad] = True
-                self._fail(OutOfBounds, f"an ldmatrix row of {src.name!r} is not 16 aligned "
-                           f"bytes inside its {src.size} elements (element index "
-                           f"{int(address[bad[0]])})", site, mask)
+                self._bad_rows("an ldmatrix", src, address, bad, site)
 
         return run
+
+    def stmatrix(self, s: ir.Stmatrix, scope: Scope, site: Site) -> StmtFn:
+        """A warp's stmatrix to the rows its lanes address."""
+        dst, src = self._array(scope, s.dst), self._array(scope, s.src)
+        address_of = self._addresses(s, dst, scope, site)
+        slots = s.slots if s.slots is not None else tuple(s.offset + j for j in range(s.count))
+        geo = self.geo
+
+        def run(st: State, m: Mask) -> None:
+            warps = self._warps(m, site)
+            address = address_of(st, m)
+            local, smem = st.arrays[src.slot], st.arrays[dst.slot]
+            assert isinstance(local, LocalArray) and isinstance(smem, SharedArray)
+            bad = lanes.stmatrix(s.count, s.trans, address, smem, local, src.size, slots,
+                                 warps, geo, site)
+            if bad is not None:
+                self._bad_rows("an stmatrix", dst, address, bad, site)
+
+        return run
+
+    def _bad_rows(self, what: str, shared: Array, address: np.ndarray, bad: np.ndarray,
+                  site: Site) -> None:
+        mask = np.zeros(self.n, bool)
+        mask[bad] = True
+        self._fail(OutOfBounds, f"{what} row of {shared.name!r} is not 16 aligned bytes inside "
+                   f"its {shared.size} elements (element index {int(address[bad[0]])})",
+                   site, mask)
 
     def wgmma(self, s: ir.Wgmma, scope: Scope, site: Site) -> StmtFn:
         """A warpgroup's wgmma: each warp's accumulator from its lanes' registers, A from them

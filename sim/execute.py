@@ -156,6 +156,10 @@ class _Compiler(Expressions, Memory, Control, Loops, Fragments, Tiles, Copies):
                 return self.tile_apply(s, scope, site), False
             case ir.Ldmatrix():
                 return self.ldmatrix(s, scope, site), False
+            case ir.Stmatrix():
+                return self.stmatrix(s, scope, site), False
+            case ir.LaneTile():
+                return self.lane_tile(s, scope, site), False
             case ir.Mma():
                 return self.mma(s, scope, site), False
             case ir.Wgmma():

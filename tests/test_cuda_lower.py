@@ -20,13 +20,16 @@ from backends.cuda.emit import emit, print_kernel
 from backends.registry import target
 from sarek import ir
 from sarek.coopmat import Available, verdict
+from sarek.errors import IRError
 from sarek.ir_walk import walk
 from sarek.launch import Launch
+from sarek.layout import TileLayout, laneid
 from sarek.loader import load_module
 from sarek.matrix_pattern import recognize
 from sarek.matrix_rewrite import rewrite_launch
 from sarek.matrix_scheme import Lowering, config_of, lowerings_taking
 from sarek.schedule import LARGE, Schedule
+from sarek.tile_probe import probe_kernel
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("gemm_*.py"))
 CUDA = target("cuda")
@@ -242,3 +245,35 @@ def test_a_fragment_add_over_half_of_a_lanes_registers_is_caught(
 
     monkeypatch.setattr(cuda_lower._Lowering, "frag_add", half)
     assert not lowered_matches_neutral(BF16X3[0])
+
+
+def test_a_tile_pattern_lowers_to_one_move_per_repeat_at_its_rows_and_slots() -> None:
+    # three x2 repeats; rows of matrix m, row r of repeat a at word 200a + 12m + 24r + 8,
+    # register of matrix m of repeat a at word 5a + 2m + 1 (written out from the layouts)
+    shared = TileLayout(shape=(3, 2, 8, 4), stride=(200, 12, 24, 1))
+    registers = TileLayout(shape=(3, 2, 8, 4), stride=(5, 2, 4 @ laneid, 1 @ laneid))
+    kernel = probe_kernel("ldmatrix.sync.aligned.m8n8.x2.shared.b16", shared, 640,
+                          registers, 16)
+    body = list(kernel.body)
+    body[3] = body[3].model_copy(update={"offset": 8})  # the shared view 8 words in
+    body[4] = body[4].model_copy(update={"offset": 1})  # the register view 1 word in
+    kernel = kernel.model_copy(update={"body": tuple(body)})
+    lowered = cuda_lower.lower(kernel)
+    assert not any(isinstance(s, ir.TileApply) for s in walk(lowered.body))
+    (tile_stmt,) = [s for s in walk(lowered.body) if isinstance(s, ir.LaneTile)]
+    assert tile_stmt.rows == 8 and (tile_stmt.dst, tile_stmt.src) == ("regs", "rows")
+    assert [m.rows for m in tile_stmt.moves] == [
+        ir.ProvidedRows(start=8 + 200 * a, matrix_stride=12, row_stride=24) for a in range(3)]
+    assert [m.slots for m in tile_stmt.moves] == [(5 * a + 1, 5 * a + 3) for a in range(3)]
+    assert all(isinstance(m, ir.Ldmatrix) and (m.dst, m.src) == ("raw", "sm")
+               for m in tile_stmt.moves)
+
+
+def test_rows_given_by_lane_outside_a_lane_tile_are_refused() -> None:
+    kernel = ir.Kernel(name="k", params=(), body=(
+        ir.ArrayDecl(name="sm", elem=ir.ElemType.U32, size=64, space=ir.MemSpace.SHARED),
+        ir.ArrayDecl(name="raw", elem=ir.ElemType.U32, size=1, space=ir.MemSpace.LOCAL),
+        ir.Ldmatrix(dst="raw", offset=0, src="sm", count=1, slots=(0,),
+                    rows=ir.ProvidedRows(start=0, matrix_stride=0, row_stride=4))))
+    with pytest.raises(IRError, match="in a lane tile only"):
+        sarek.ir_check.ensure_valid(kernel)

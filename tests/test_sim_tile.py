@@ -164,3 +164,30 @@ def test_sixteen_bit_storage_viewed_as_words_loads_halves_in_place() -> None:
     lanes = np.arange(32)
     r, w = lanes // 4, lanes % 4
     assert np.array_equal(got, bits[2 * w, r] | (bits[2 * w + 1, r] << 16))
+
+
+def simulate_lowered(case: Case, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``simulate_case`` on the kernel CUDA prints: the pattern lowered to a ``LaneTile``."""
+    rng = np.random.default_rng(seed)
+    kernel = probe_kernel(case.opcode, case.shared, case.shared_words, case.registers,
+                          case.register_words)
+    if case.opcode.startswith("ldmatrix"):
+        src = rng.integers(0, 2**32, case.shared_words, dtype=np.uint32)
+        out = sarek.simulate(kernel, {"src": src, "out": np.zeros(32 * case.register_words,
+                                                                   np.uint32)},
+                             grid=1, block=32, target="cuda")
+        return out["out"].reshape(32, -1), expected_registers(case, src, SENTINEL)
+    regs = rng.integers(0, 2**32, (32, case.register_words), dtype=np.uint32)
+    init = rng.integers(0, 2**32, case.shared_words, dtype=np.uint32)
+    out = sarek.simulate(kernel, {"regs_in": regs.ravel(), "init": init,
+                                  "out": np.zeros(case.shared_words, np.uint32)},
+                         grid=1, block=32, target="cuda")
+    return out["out"], expected_shared(case, regs, init)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from(["ldmatrix", "stmatrix"]).flatmap(legal_cases),
+       st.integers(0, 2**32 - 1))
+def test_patterns_lowered_for_cuda_run_as_the_contract_says(case: Case, seed: int) -> None:
+    got, want = simulate_lowered(case, seed)
+    assert np.array_equal(got, want)

@@ -4,9 +4,9 @@
 prints a kernel that is already lowered, and only prints. The text needs no header (NVRTC
 compiles it as it is): f16 and bf16 are held as their 16-bit patterns and converted with PTX
 ``cvt`` instructions, f32/f64 arithmetic goes through the ``__f*_rn`` / ``__d*_rn`` intrinsics
-so that nothing is contracted into an FMA, tile patterns become one inline-PTX
-``ldmatrix``/``stmatrix`` per repeat of the instruction, and the lowered ``Ldmatrix`` and
-``Mma`` statements one inline-PTX instruction each, with the opcode ``sarek.atoms`` gives.
+so that nothing is contracted into an FMA, and the lowered ``Ldmatrix``, ``Stmatrix`` (a
+``LaneTile``'s, one block per tile pattern), ``Mma`` and ``Wgmma`` statements one inline-PTX
+instruction each, with the opcode ``sarek.atoms`` gives.
 """
 
 from __future__ import annotations
@@ -18,9 +18,8 @@ from backends.c_helpers import helpers
 from backends.cstyle import Dialect, EmitError, Printer, render
 from backends.cuda import shared
 from backends.cuda.lower import lower
-from sarek import atoms, ir, ir_check, tile
+from sarek import atoms, ir, ir_check
 from sarek.ir import BinOp, Builtin, ElemType, MathFn
-from sarek.layout import Axis, TileLayout
 
 TYPES = {
     ElemType.I8: "signed char", ElemType.U8: "unsigned char", ElemType.I16: "short",
@@ -72,11 +71,11 @@ CASTS = cstyle.conversion_casts([(ElemType.F16, ElemType.F32), (ElemType.F32, El
 
 
 def _hook(p: Printer, s: ir.Stmt) -> list[str] | None:
-    """The statements CUDA prints its own way: tile patterns and the lane-explicit
-    instructions; neutral fragments must have been lowered."""
+    """The statements CUDA prints its own way: the lane-explicit instructions; neutral
+    fragments and tile patterns must have been lowered."""
     match s:
-        case ir.TileApply():
-            return _tile_apply(p, s)
+        case ir.LaneTile():
+            return _lane_tile(s)
         case ir.Ldmatrix():
             return [_ldmatrix(p, s)]
         case ir.Mma():
@@ -93,6 +92,9 @@ def _hook(p: Printer, s: ir.Stmt) -> list[str] | None:
                     ' "wgmma.wait_group.sync.aligned 0;" ::: "memory");']
         case ir.AsyncProxyFence():
             return ['asm volatile("fence.proxy.async.shared::cta;" ::: "memory");']
+        case ir.TileApply():
+            raise EmitError("tile_apply is a tile pattern: lower the kernel for CUDA first "
+                            "(backends.cuda.lower, or emit, which does)")
         case ir.StageCopy():
             raise EmitError("stage_copy is a neutral statement: lower the kernel for CUDA "
                             "first (backends.cuda.lower, or emit, which does)")
@@ -147,6 +149,7 @@ def _wgmma(p: Printer, s: ir.Wgmma) -> list[str]:
 
 def _ldmatrix(p: Printer, s: ir.Ldmatrix) -> str:
     """One ldmatrix; this lane gives the shared address of its row."""
+    assert s.address is not None  # ir_check: rows by lane only inside a lane tile
     address = f"(unsigned)__cvta_generic_to_shared(&{s.src}[{p.expr(s.address)}])"
     return ldmatrix_asm(s, address)
 
@@ -196,46 +199,34 @@ def mma_asm(s: ir.Mma) -> str:
     return f'asm("{facts.ptx} {", ".join(groups)};" : {", ".join(outs)} : {", ".join(ins)});'
 
 
-def _tile_apply(p: Printer, s: ir.TileApply) -> list[str]:
-    """One inline-PTX instruction per repeat of a tile pattern (never an x4 the opcode did not
-    name, never a copy through a temporary)."""
+def _lane_tile(s: ir.LaneTile) -> list[str]:
+    """A tile pattern's instructions in one block: each lane's provider coordinates, then one
+    inline-PTX instruction per move, registers in place (``((unsigned*)name)[slot]``) and the
+    row address as the words ``rows`` maps."""
     op = s.op
-    dst, src = (_operand(p, name) for name in (s.dst, s.src))
-    regs, rows = (dst, src) if op.kind == "ldmatrix" else (src, dst)
-    rows_per_matrix = atoms.LDMATRIX.rows
-    lines = [f"{{ /* {op.opcode}: {s.dst} <- {s.src}, "
-             f"{len(tile.instructions(regs[1]))} instruction(s) per warp */",
+    lines = [f"{{ /* {op.opcode}: {s.dst} <- {s.src}, {len(s.moves)} instruction(s) per warp */",
              f"    const int sk_lane = {BUILTINS[Builtin.SUBGROUP_LANE]};",
-             # the provider rule of sarek.atoms.LDMATRIX: lane = row + rows * matrix
-             f"    const int sk_m = (sk_lane / {rows_per_matrix}) % {op.count}, "
-             f"sk_r = sk_lane % {rows_per_matrix};"]
-    row_strides = rows[1].strides(Axis.MEM)
-    for rep in tile.instructions(regs[1]):
-        base = rows[2] + sum(c * st for c, st in zip(rep, row_strides, strict=False))
-        row = f"{base} + sk_m * {row_strides[-3]} + sk_r * {row_strides[-2]}"
-        addr = f"(unsigned)__cvta_generic_to_shared(((unsigned*){rows[0]}) + {row})"
-        slots = [int(x) + regs[2] for x in tile.register_slots(regs[1], rep)]
-        words = [f"((unsigned*){regs[0]})[{slot}]" for slot in slots]
-        vec = ", ".join(f"%{i + (1 if op.kind == 'stmatrix' else 0)}" for i in range(op.count))
-        if op.kind == "ldmatrix":
+             f"    const int sk_m = (sk_lane / {s.rows}) % {op.count}, "
+             f"sk_r = sk_lane % {s.rows};"]
+    for move in s.moves:
+        rows, slots = move.rows, move.slots
+        assert rows is not None and slots is not None  # ir_check: a lane tile's moves have both
+        shared, registers = (move.src, move.dst) if isinstance(move, ir.Ldmatrix) else (
+            move.dst, move.src)
+        row = f"{rows.start} + sk_m * {rows.matrix_stride} + sk_r * {rows.row_stride}"
+        addr = f"(unsigned)__cvta_generic_to_shared(((unsigned*){shared}) + {row})"
+        words = [f"((unsigned*){registers})[{slot}]" for slot in slots]
+        if isinstance(move, ir.Ldmatrix):
+            vec = ", ".join(f"%{i}" for i in range(op.count))
             outs = ", ".join(f'"=r"({w})' for w in words)
             lines.append(f'    asm volatile("{op.opcode} {{{vec}}}, [%{op.count}];" : {outs} '
                          f': "r"({addr}) : "memory");')
         else:
+            vec = ", ".join(f"%{i + 1}" for i in range(op.count))
             ins = ", ".join(f'"r"({w})' for w in words)
             lines.append(f'    asm volatile("{op.opcode} [%0], {{{vec}}};" :: "r"({addr}), {ins} '
                          ': "memory");')
     return [*lines, "}"]
-
-
-def _operand(p: Printer, name: str) -> tuple[str, TileLayout, int]:
-    """The storage name, layout (in 32-bit words) and word offset of a tile operand."""
-    if name in p.views:
-        v = p.views[name]
-        return v.storage, v.layout, v.offset
-    decl = p.arrays[name]
-    assert isinstance(decl, ir.ArrayDecl) and decl.layout is not None
-    return decl.name, decl.layout, 0
 
 
 DIALECT = Dialect(

@@ -28,10 +28,10 @@ import numpy as np
 
 from backends.cstyle import EmitError
 from backends.cuda import chains, copies, wgmma
-from sarek import atoms, ir, ir_check
+from sarek import atoms, ir, ir_check, tile
 from sarek.ir import BinOp, Builtin, ElemType, FragLayout, FragUse, MemSpace
 from sarek.ir_build import add, binary, const, mul, var
-from sarek.ir_walk import walk
+from sarek.ir_walk import replace_statements, walk
 from sarek.memo import remembered
 from sarek.schedule import Schedule
 from sarek.staging import Staging
@@ -84,6 +84,9 @@ def lower(kernel: ir.Kernel) -> ir.Kernel:
     ``EmitError`` with the reason for a fragment CUDA has no instruction for."""
     places = wgmma.wgmma_arrays(kernel)
     kernel = copies.lower(kernel, places)
+    if any(isinstance(s, ir.TileApply) for s in walk(kernel.body)):
+        kernel = kernel.model_copy(update={"body": lane_tiles(kernel.body)})
+        ir_check.ensure_valid(kernel)
     if not any(isinstance(s, _FRAGMENT_STMTS) for s in walk(kernel.body)):
         return kernel
     kernel = kernel.model_copy(update={"body": chains.regroup(kernel.body)})
@@ -103,6 +106,24 @@ def lower(kernel: ir.Kernel) -> ir.Kernel:
     lowered = kernel.model_copy(update={"body": prologue + body, "subgroup": 32})
     ir_check.ensure_valid(lowered)
     return lowered
+
+
+def lane_tiles(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+    """``body`` with every tile pattern as the ``LaneTile`` of its instructions
+    (``sarek.tile.lane_tile``), its operands resolved to their storage."""
+    placed: dict[str, tile.Placed] = {}
+
+    def replace(s: ir.Stmt) -> list[ir.Stmt] | None:
+        match s:
+            case ir.TensorView(name=name, storage=storage, layout=layout, offset=offset):
+                placed[name] = tile.Placed(storage, layout, offset)
+            case ir.ArrayDecl(name=name, layout=layout) if layout is not None:
+                placed[name] = tile.Placed(name, layout)
+            case ir.TileApply(dst=dst, src=src):
+                return [tile.lane_tile(s, placed[dst], placed[src])]
+        return None
+
+    return replace_statements(body, replace)
 
 
 _FRAGMENT_STMTS = (ir.FragDecl, ir.FragFill, ir.FragLoad, ir.FragStore, ir.FragMulAdd,
@@ -392,10 +413,7 @@ class _Lowering:
         count = len(blocks)
         if count not in atoms.LDMATRIX.counts:
             return None
-        # lane = row + 8 * matrix gives that row's address (sarek.atoms.LDMATRIX.provider)
-        rows = atoms.LDMATRIX.rows
-        matrix = binary(BinOp.REM, binary(BinOp.DIV, var(_LANE), const(rows)), const(count))
-        row = binary(BinOp.REM, var(_LANE), const(rows))
+        matrix, row = tile.provider_coordinates(var(_LANE), count)
 
         def origin(m: int) -> ir.Expr:
             r0, c0 = blocks[m]

@@ -177,7 +177,8 @@ def _hook(p: Printer, s: ir.Stmt) -> list[str] | None:
             return [f"{d}.thread_elements()[{e}] = " + F32_OPS[BinOp.ADD].format(
                         a=f"{a}.thread_elements()[{e}]", b=f"{b}.thread_elements()[{e}]") + ";"
                     for e in range(THREAD_ELEMENTS)]
-        case ir.TileApply() | ir.Ldmatrix() | ir.Mma() | ir.CpAsync():
+        case ir.TileApply() | ir.Ldmatrix() | ir.Mma() | ir.CpAsync() | ir.Stmatrix() \
+                | ir.LaneTile():
             raise EmitError(f"Metal has no {s.kind}: lower the kernel for Metal first "
                             "(backends.metal.lower refuses it with the reason)")
     return None

@@ -157,7 +157,8 @@ def check(kernel: ir.Kernel) -> None:
                     raise EmitError(f"the multiply-accumulate into {d!r} takes "
                                     f"{'/'.join(u.value for u in uses)} fragments; Metal's is "
                                     "printed for A and B operands into f32 accumulators only")
-            case ir.TileApply() | ir.Ldmatrix() | ir.Mma() | ir.CpAsync():
+            case ir.TileApply() | ir.Ldmatrix() | ir.Mma() | ir.CpAsync() | ir.Stmatrix() \
+                    | ir.LaneTile():
                 raise EmitError(f"{s.kind} is an NVIDIA instruction (ldmatrix, mma.sync, "
                                 "cp.async); Metal has none: print the kernel for cuda")
 

@@ -139,7 +139,8 @@ def _hook(p: Printer, s: ir.Stmt) -> list[str] | None:
     if isinstance(s, _NEUTRAL):
         raise EmitError(f"{s.kind} is a neutral fragment statement: lower the kernel for "
                         "OpenCL first (backends.opencl.lower, or emit, which does)")
-    if isinstance(s, ir.Ldmatrix | ir.Mma | ir.TileApply | ir.CpAsync):
+    if isinstance(s, ir.Ldmatrix | ir.Stmatrix | ir.Mma | ir.TileApply | ir.LaneTile
+                  | ir.CpAsync):
         raise EmitError(f"portable OpenCL C has no {s.kind} (inline PTX): print it for "
                         "opencl-nv")
     return None
@@ -159,8 +160,8 @@ def _nv_hook(p: Printer, s: ir.Stmt) -> list[str] | None:
     from backends.cuda.emit import cp_async_asm, group_asm, ldmatrix_asm, mma_asm
 
     match s:
-        case ir.Ldmatrix():
-            return [ldmatrix_asm(s, shared_address(p, s.src, s.address))]
+        case ir.Ldmatrix(address=address) if address is not None:
+            return [ldmatrix_asm(s, shared_address(p, s.src, address))]
         case ir.Mma():
             return [mma_asm(s)]
         case ir.CpAsync():
@@ -168,7 +169,7 @@ def _nv_hook(p: Printer, s: ir.Stmt) -> list[str] | None:
                                  f"&{s.src}[{p.expr(s.src_index)}]")]
         case ir.StageCommit() | ir.StageWait():
             return [group_asm(s)]
-        case ir.TileApply():
+        case ir.TileApply() | ir.LaneTile():
             raise EmitError("opencl-nv does not print TileApply statements (tile patterns are "
                             "printed for CUDA)")
         case ir.Wgmma() | ir.WgmmaWait() | ir.AsyncProxyFence():
