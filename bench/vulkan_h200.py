@@ -1,5 +1,6 @@
 """Every Vulkan check on the GPU machine in one go (device time is scarce): the cooperative-
-matrix rounding probe, the arithmetic probes, the conformance matrix and the speed row.
+matrix rounding probe, the arithmetic probes, the conformance matrix and the speed table
+(every lowering through Vulkan beside CUDA, ``bench/backends_speed_h200.py``).
 
 Runs ``bench/vulkan_coopmat_h200.py`` first; the models it finds bit-exact pick the arithmetic
 model the conformance compares rewrites under (``h200`` unless the probe says otherwise, which
@@ -61,10 +62,10 @@ def main() -> int:
     if "arith" not in opts.skip:
         step("arith", ["bench/vulkan_arith_h200.py"], 60, opts.out, env)
     if "conformance" not in opts.skip:
-        step("conformance", ["bench/vulkan_conformance.py", "--arith", model], 160, opts.out,
+        step("conformance", ["bench/vulkan_conformance.py", "--arith", model], 300, opts.out,
              env)
     if "speed" not in opts.skip:
-        step("speed", ["bench/vulkan_speed_h200.py"], 90, opts.out, env)
+        step("speed", ["bench/backends_speed_h200.py"], 240, opts.out, env)
     return 0
 
 
