@@ -302,3 +302,30 @@ ZERO = ir.Const(value=0, type=ElemType.I32)
 def test_a_planted_lowering_error_is_caught_by_the_comparison(
         change: Callable[[ir.Stmt], ir.Stmt | None]) -> None:
     assert caught(change)
+
+
+def test_the_lowering_records_each_float_constant_rounded_to_its_type() -> None:
+    import ml_dtypes
+
+    values = {ElemType.F16: 0.1, ElemType.BF16: 0.1, ElemType.F32: 0.1}
+    want = {ElemType.F16: float(np.float16(0.1)), ElemType.BF16: float(ml_dtypes.bfloat16(0.1)),
+            ElemType.F32: float(np.float32(0.1))}
+    body = tuple(ir.Store(array=f"out_{t.value}", index=ir.Const(value=0, type=ElemType.I32),
+                          value=ir.Const(value=v, type=t)) for t, v in values.items())
+    kernel = ir.Kernel(name="k", params=tuple(
+        ir.ArrayParam(name=f"out_{t.value}", elem=t) for t in values), body=body)
+    lowered = metal_lower.lower(kernel)
+    got = {s.value.type: s.value.value for s in lowered.body if isinstance(s, ir.Store)
+           and isinstance(s.value, ir.Const)}
+    assert got == want and want[ElemType.F16] != 0.1
+
+
+def test_the_metal_printer_imports_nothing_of_the_simulator() -> None:
+    import ast
+
+    source = Path(metal_lower.__file__).with_name("emit.py").read_text()
+    imported = {alias.name.split(".")[0] for node in ast.walk(ast.parse(source))
+                if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {(node.module or "").split(".")[0] for node in ast.walk(ast.parse(source))
+                 if isinstance(node, ast.ImportFrom)}
+    assert "sim" not in imported

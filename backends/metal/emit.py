@@ -24,7 +24,8 @@ prints a lowered kernel and decides nothing. The text is one ``kernel void`` fun
 
 Float literals are printed as the shortest decimal that reads back as the constant's value,
 non-finite ones through ``as_type``; 16-bit float constants as the exact value of the rounded
-constant, so that no literal is rounded twice.
+constant, so that no literal is rounded twice (Metal's lowering rounds each constant to its
+type; the printer prints the value it is given).
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ from backends.cstyle import Dialect, EmitError, Printer, dim3_builtins
 from backends.metal.lower import EDGE, MATRIX_TYPES, THREAD_ELEMENTS, check, lower
 from sarek import ir, ir_check
 from sarek.ir import BinOp, Builtin, ElemType, FragLayout, MathFn
-from sim import arith
 
 TYPES = {
     ElemType.I8: "char", ElemType.U8: "uchar", ElemType.I16: "short", ElemType.U16: "ushort",
@@ -131,11 +131,9 @@ class _MetalPrinter(Printer):
     def const(self, v: bool | int | float, t: ElemType) -> str:
         if not t.is_float:
             return super().const(v, t)
-        # Round the constant to its type once, as the simulator does; a 16-bit value is exact
-        # in f32, so the literal and its conversion round nothing more.
-        with np.errstate(invalid="ignore"):  # infinities compare with themselves
-            exact = float(arith.constant(v, t))
-        lit = _float_literal(exact)
+        # The lowering rounded the constant to its type (``lower.round_constants``); a 16-bit
+        # value is exact in f32, so the literal and its conversion round nothing more.
+        lit = _float_literal(float(v))
         return self.cast(lit, ElemType.F32, t) if t.is_storage_only else lit
 
     def params(self) -> str:

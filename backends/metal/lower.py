@@ -16,13 +16,18 @@ map is involved.
 What the lowering does is refuse, with the reason, everything Metal cannot print as the
 simulator runs it: fragments other than 8x8, SIMD-groups other than 32, integer or f32
 operand fragments, accumulators other than f32, negative strides, f64 anywhere (Metal has no
-double), NVIDIA's tile instructions, and names Metal reserves.
+double), NVIDIA's tile instructions, and names Metal reserves. It also rounds every float
+constant to its type, so that the printer prints the recorded value.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+
+import numpy as np
+from pydantic import BaseModel
 
 from backends.cstyle import EmitError
 from backends.target import Target
@@ -32,6 +37,7 @@ from sarek.ir_walk import subexpressions, walk
 from sarek.matrix_scheme import Lowering
 from sarek.memo import remembered
 from sarek.staging import Staging
+from sim import arith
 
 SUBGROUPS = (32,)
 FRAGMENTS = (8,)
@@ -119,9 +125,43 @@ def lower(kernel: ir.Kernel) -> ir.Kernel:
     ir_check.ensure_valid(kernel)
     kernel = stage_copy.synchronous(kernel)  # Metal copies complete as they are issued
     check(kernel)
+    kernel = round_constants(kernel)
     if not any(isinstance(s, _FRAGMENT_STMTS) for s in walk(kernel.body)):
         return kernel
     return kernel.model_copy(update={"subgroup": SUBGROUPS[0]})
+
+
+def round_constants(kernel: ir.Kernel) -> ir.Kernel:
+    """``kernel`` with every float constant holding the value it rounds to in its type (once,
+    as the simulator rounds it: ``sim.arith.constant``), so that the printer writes a literal
+    that reads back as that value exactly and rounds nothing itself; nodes without such a
+    constant are kept (an expression built by inlining is a DAG: each node is visited once)."""
+    memo: dict[int, object] = {}
+
+    def visit(x: object) -> object:
+        key = id(x)
+        if key in memo:
+            return memo[key]
+        out = x
+        if isinstance(x, ir.Const):
+            if x.type.is_float:
+                with np.errstate(invalid="ignore"):  # infinities compare with themselves
+                    exact = float(arith.constant(x.value, x.type))
+                if not (exact == x.value and type(x.value) is float) or math.isnan(exact):
+                    out = x.model_copy(update={"value": exact})
+        elif isinstance(x, BaseModel):
+            changed = {name: new for name in type(x).model_fields
+                       if (new := visit(old := getattr(x, name))) is not old}
+            out = x.model_copy(update=changed) if changed else x
+        elif isinstance(x, tuple):
+            items = tuple(visit(item) for item in x)
+            out = items if any(a is not b for a, b in zip(items, x, strict=True)) else x
+        memo[key] = out
+        return out
+
+    rounded = visit(kernel)
+    assert isinstance(rounded, ir.Kernel)
+    return rounded
 
 
 _FRAGMENT_STMTS = (ir.FragDecl, ir.FragFill, ir.FragLoad, ir.FragStore, ir.FragMulAdd,
