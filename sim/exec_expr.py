@@ -62,7 +62,7 @@ class Expressions(Core):
             if isinstance(e.a, ir.Const):
                 ca = arith.constant(e.a.value, e.a.type)
                 fa = lambda st, m: ca  # noqa: E731
-            return _remembered(f, fa, fb)
+            return _remembered(f, fa, fb, (_combined(e.a), _combined(e.b)))
         if op is BinOp.DIV or op is BinOp.REM:
             return self.int_division(op, t, fa, fb, site)
         return self.shift(op, t, fa, fb, site)
@@ -147,7 +147,15 @@ class Expressions(Core):
         return lambda st, m: f(*(g(st, m) for g in fargs))
 
 
-def _remembered(f: np.ufunc, fa: ExprFn, fb: ExprFn) -> ExprFn:
+def _combined(e: ir.Expr) -> bool:
+    """Whether ``e`` compiles to ``_remembered``: its large results are arrays ``combine`` has
+    just made, which nothing but the operation using them refers to."""
+    return isinstance(e, ir.Binary) and (e.op in arith.SIMPLE_BINARY or (
+        e.a.type.is_float and e.op in arith.FLOAT_BINARY))
+
+
+def _remembered(f: np.ufunc, fa: ExprFn, fb: ExprFn, temporaries: tuple[bool, bool]
+                ) -> ExprFn:
     """``f(a, b)`` (``combine``), the last result kept while it and its operands are small: a
     loop evaluates its loop-invariant index arithmetic (``ty*16 + tx``, ``row*k``) on every
     trip, and the same operand objects give the same result (values are never changed in
@@ -155,8 +163,7 @@ def _remembered(f: np.ufunc, fa: ExprFn, fb: ExprFn) -> ExprFn:
     last: list[Value] = [_NOTHING, _NOTHING, _NOTHING]  # a, b, f(a, b)
 
     def run(st: State, m: Mask) -> Value:
-        operands = [fa(st, m), fb(st, m)]
-        a, b = operands
+        a, b = fa(st, m), fb(st, m)
         if a is last[0] and b is last[1]:
             return last[2]
         if a.size <= _REMEMBERED and b.size <= _REMEMBERED:
@@ -164,10 +171,8 @@ def _remembered(f: np.ufunc, fa: ExprFn, fb: ExprFn) -> ExprFn:
             if out.size <= _REMEMBERED:
                 last[0], last[1], last[2] = a, b, out
             return out
-        # Passed on as temporaries, as nothing else holds them: an operand only the operation
-        # holds takes its result (``combine``).
-        del a, b
-        return combine(f, operands.pop(0), operands.pop(0), st.buffers)
+        # a large result is never kept, so an operand computed by ``combine`` is a temporary
+        return combine(f, a, b, st.buffers, temporaries)
 
     return run
 

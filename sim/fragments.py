@@ -24,7 +24,6 @@ from typing import Literal, TypeAlias
 
 import numpy as np
 
-from sarek.ir import ElemType
 from sim import tensor_core
 
 Model: TypeAlias = Literal["sequential", "exact", "h200"]
@@ -109,10 +108,3 @@ def _two_sum(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     s = x + y
     v = s - x
     return s, (x - (s - v)) + (y - v)
-
-
-def accumulator_types(operand: ElemType) -> tuple[ElemType, ...]:
-    """The accumulator types a multiply-accumulate of ``operand`` fragments may use."""
-    if operand.is_int:
-        return (ElemType.I32, ElemType.U32)
-    return (ElemType.F32, ElemType.F64) if operand is not ElemType.F64 else (ElemType.F64,)

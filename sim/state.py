@@ -14,7 +14,7 @@ launch reuses (``Buffers``).
 from __future__ import annotations
 
 import math
-import sys
+import weakref
 from collections import ChainMap
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -107,7 +107,6 @@ def spread(v: Value, shape: tuple[int, ...]) -> np.ndarray:
 GROUPED = (0, 3, 1, 4, 2, 5)
 """The launch's axes with each grid axis beside its block axis (grid z, block z, grid y, block
 y, grid x, block x): the global coordinates' order."""
-UNGROUPED = tuple(GROUPED.index(axis) for axis in range(6))
 
 SMALL = 1 << 13
 """Results of fewer elements are computed as NumPy lays them out, without the pool: the
@@ -117,17 +116,32 @@ POOLED_BYTES = 1 << 17
 allocations from its heap without page faults)."""
 
 
-def _unused(kept: list[tuple[np.ndarray, int]], free_refs: int) -> tuple[np.ndarray, int] | None:
-    for owner, start in kept:
-        if sys.getrefcount(owner) <= free_refs:
-            return owner, start
-    return None
+class _Lease:
+    """What a value computed into a pool buffer refers to (its array's base, held by every view
+    of it): the buffer is free again once its lease is gone, which a weak reference tells on
+    any Python, without counting references."""
+
+    __slots__ = ("__array_interface__", "__weakref__", "owner")
+
+    def __init__(self, owner: np.ndarray, address: int, nbytes: int) -> None:
+        self.owner = owner  # the storage outlives the pool while a value is in it
+        self.__array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "version": 3,
+                                    "data": (address, False)}
 
 
-_FREE_REFS = next(refs for refs in range(1, 16)
-                  if _unused([(np.empty(0, np.uint8), 0)], refs) is not None)
-"""The reference count ``_unused`` sees of a buffer that only the pool holds (the pool's entry,
-the loop variable, the call's argument)."""
+class _Slot:
+    """One buffer of the pool: its storage, the address values start at, and the lease of the
+    value in it (None before the first)."""
+
+    __slots__ = ("address", "lease", "owner")
+
+    def __init__(self, owner: np.ndarray, address: int) -> None:
+        self.owner, self.address = owner, address
+        self.lease: weakref.ref[_Lease] | None = None
+
+    def free(self) -> bool:
+        return self.lease is None or self.lease() is None
+
 
 _STAGGER = 1344
 """Bytes between the page offsets of successive buffers (a multiple of the cache line):
@@ -139,38 +153,33 @@ class Buffers:
     """The storage of a launch's large values, handed out again once no value refers to it.
 
     A fresh megabyte array costs a page fault per 4 KiB when glibc maps it anew (it returns
-    large freed blocks to the system), which was most of the time of an operation such as
-    ``acc + a*b`` over the launch. A buffer is free when the pool is all that refers to it: a
-    value computed into it, and every view of one (NumPy's views hold their owner), keeps a
-    reference, so the reference count says whether anything can still read it. The pool keeps
-    at most ``limit`` bytes; past that, buffers are allocated as usual."""
+    large freed blocks to the system): most of the time of an operation such as ``acc + a*b``
+    over the launch. A buffer is free when no value refers to it: a value computed into it is
+    an array over the buffer's current lease, every view of it holds that array (or the lease)
+    as its base, and the pool holds the lease only weakly. The pool keeps at most ``limit``
+    bytes; past that, buffers are allocated as usual."""
 
     def __init__(self, limit: int = 1 << 28) -> None:
-        self._kept: dict[int, list[tuple[np.ndarray, int]]] = {}
+        self._kept: dict[int, list[_Slot]] = {}
         self._bytes, self._limit, self._made = 0, limit, 0
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
         """An uninitialised C-contiguous array that nothing else refers to."""
         nbytes = math.prod(shape) * dtype.itemsize
         kept = self._kept.setdefault(nbytes, [])
-        found = _unused(kept, _FREE_REFS)
-        if found is None:
+        slot = next((s for s in kept if s.free()), None)
+        if slot is None:
             owner = np.empty(nbytes + 4096, np.uint8)
             self._made += 1
-            found = owner, (self._made * _STAGGER - owner.ctypes.data) % 4096
+            base = owner.ctypes.data
+            slot = _Slot(owner, base + (self._made * _STAGGER - base) % 4096)
             if self._bytes + nbytes <= self._limit:
-                kept.append(found)
+                kept.append(slot)
                 self._bytes += nbytes
-        owner, start = found
-        return owner[start:start + nbytes].view(dtype).reshape(shape)
-
-    def owner_refs(self, x: np.ndarray) -> int | None:
-        """The references to the buffer ``x`` views, when it is one of the pool's."""
-        base = x.base
-        for owner, _ in self._kept.get(x.nbytes, ()):
-            if owner is base:
-                return sys.getrefcount(base)
-        return None
+        lease = _Lease(slot.owner, slot.address, nbytes)
+        slot.lease = weakref.ref(lease)
+        # bytes viewed as the type: an interface's type string cannot name every NumPy type
+        return np.asarray(lease).view(dtype).reshape(shape)
 
     def copy(self, v: np.ndarray) -> np.ndarray:
         """A C-contiguous copy of ``v``, in the pool's storage when it is large."""
@@ -189,20 +198,8 @@ class Buffers:
         return out.reshape(-1)
 
 
-def _argument_refs(x: object) -> int:
-    return sys.getrefcount(x)
-
-
-_TEMPORARY_REFS = _argument_refs(np.empty(0))
-"""The reference count a function sees of an argument that nothing else holds (a temporary
-passed straight to it)."""
-_calibration = Buffers()
-_SOLE_VIEW_REFS = _calibration.owner_refs(_calibration.empty((1,), np.dtype(np.uint8)))
-"""What ``Buffers.owner_refs`` gives for a buffer with one view."""
-del _calibration
-
-
-def combine(f: np.ufunc, a: Value, b: Value, pool: Buffers | None = None) -> Value:
+def combine(f: np.ufunc, a: Value, b: Value, pool: Buffers | None = None,
+            temporaries: tuple[bool, bool] = (False, False)) -> Value:
     """``f(a, b)`` for a binary ufunc, laid out for speed (the same values in any layout) and,
     when the result is large, computed into ``pool``'s storage.
 
@@ -212,7 +209,11 @@ def combine(f: np.ufunc, a: Value, b: Value, pool: Buffers | None = None) -> Val
     order, whose last axis is the block's x extent, every inner loop 16 elements long) or, where
     the axes both have make a longer inner loop, with those axes innermost and both operands
     copied into that order first (``a_tile[ty*16 + kk] * b_tile[kk*16 + tx]`` is an outer
-    product per block: its inner loop runs over the blocks)."""
+    product per block: its inner loop runs over the blocks).
+
+    ``temporaries`` says which operands the caller guarantees nothing else refers to (a result
+    of ``combine`` the caller has just computed): a large one laid out as the result takes it,
+    so that the loop writes memory it has just read."""
     a_array, b_array = isinstance(a, np.ndarray), isinstance(b, np.ndarray)
     if not (a_array or b_array):
         return f(a, b)
@@ -220,15 +221,11 @@ def combine(f: np.ufunc, a: Value, b: Value, pool: Buffers | None = None) -> Val
                  b.shape if b_array else None, b.strides if b_array else None, b.dtype)
     if pool is not None and plan.nbytes < POOLED_BYTES:
         pool = None
-    # An operand that only this call holds, in the pool's storage and laid out as the result,
-    # takes the result: the loop then writes memory it has just read.
     if pool is None or plan.copy:
         dead = None
-    elif a_array and sys.getrefcount(a) <= _TEMPORARY_REFS and _fits(a, plan) and \
-            pool.owner_refs(a) == _SOLE_VIEW_REFS:
+    elif a_array and temporaries[0] and _fits(a, plan):
         dead = a
-    elif b_array and sys.getrefcount(b) <= _TEMPORARY_REFS and _fits(b, plan) and \
-            pool.owner_refs(b) == _SOLE_VIEW_REFS:
+    elif b_array and temporaries[1] and _fits(b, plan):
         dead = b
     else:
         dead = None

@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -176,6 +177,13 @@ def test_a_buffer_is_handed_out_again_only_when_nothing_refers_to_it() -> None:
     assert pool.empty((10, 100), f32).ctypes.data == address
 
 
+def test_a_buffer_holds_any_element_type() -> None:
+    pool = Buffers()
+    for dtype in (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.bool_)):
+        out = pool.empty((3, 1000), dtype)
+        assert out.dtype == dtype and out.shape == (3, 1000) and out.flags.c_contiguous
+
+
 def test_past_its_limit_the_pool_allocates_fresh_storage() -> None:
     pool = Buffers(limit=4000)
     kept = pool.empty((1000,), np.dtype(np.float32))
@@ -225,11 +233,20 @@ def test_a_temporary_taking_the_next_result_gives_numpys_values(
     a, b, c = (rng.standard_normal(axes).astype(np.float32) for axes in (a_axes, b_axes, c_axes))
     pool = Buffers()
     held = combine(np.multiply, a, b, pool)
-    got = combine(np.add, c, combine(np.multiply, a, b, pool), pool)
-    again = combine(np.subtract, combine(np.multiply, a, b, pool), held, pool)
+    got = combine(np.add, c, combine(np.multiply, a, b, pool), pool, (False, True))
+    again = combine(np.subtract, combine(np.multiply, a, b, pool), held, pool, (True, False))
     assert np.asarray(got).tobytes() == (c + a * b).tobytes()
     assert np.asarray(held).tobytes() == (a * b).tobytes()  # held: never taken
     assert not np.any(again)
+
+
+def test_an_operand_not_named_a_temporary_is_never_written() -> None:
+    a = np.random.default_rng(0).standard_normal((2, 4, 8, 4, 16, 8)).astype(np.float32)
+    pool = Buffers()
+    product = combine(np.multiply, a, a, pool)
+    kept = np.array(product, copy=True)
+    combine(np.add, product, product, pool)
+    assert np.array_equal(product, kept)
 
 
 def test_combine_covers_results_past_the_pooled_bound() -> None:
