@@ -40,8 +40,8 @@ docs: $(DOCS_STAMP)
 	$(PY) -m mkdocs build --strict --site-dir site
 
 bench: $(STAMP)
-	$(PY) bench/sim_speed.py
-	$(PY) bench/recognize_speed.py
+	$(PY) -m bench.sim_speed
+	$(PY) -m bench.recognize_speed
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis site

@@ -11,21 +11,19 @@ may differ by a few units in the last place. Writes bench/results/arith_h200.jso
 
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.harness import ROOT, write
 
+# a device check drawing on the test suite's cases (tests/), as pytest does
 sys.path.insert(0, str(ROOT / "tests"))
 
-from arith_cases import TRANSCENDENTAL, N, compare, probes  # noqa: E402
+from arith_cases import TRANSCENDENTAL, N, compare, probes  # type: ignore[import-not-found]
 
-from backends.cuda.run import device_arch, device_name, run  # noqa: E402
-from sim import simulate  # noqa: E402
+from backends.cuda.run import device_arch, device_name, run
+from sim import simulate
 
 
 def main() -> int:
@@ -43,8 +41,7 @@ def main() -> int:
             print(f"{r['kernel']:14} {r['what']:10} {r['mismatches']} of {N} differ")
     result = {"device": device_name(), "arch": device_arch(), "inputs_per_case": N,
               "all_exact_operations_bit_exact": ok, "rows": rows}
-    (ROOT / "bench" / "results" / "arith_h200.json").write_text(json.dumps(result, indent=2)
-                                                                + "\n")
+    write("arith_h200", result)
     print(f"{len(exact_rows)} exact operations/conversions checked; all bit-exact: {ok}")
     return 0 if ok else 1
 

@@ -1,12 +1,12 @@
 """OpenCL on a real device, beyond what ``sarek conformance`` covers, and that command split
 across processes.
 
-``python bench/conformance_opencl.py [PLATFORM-NAME-PART] [--out-dir DIR]``: every GEMM example
+``python -m bench.conformance_opencl [PLATFORM-NAME-PART] [--out-dir DIR]``: every GEMM example
 (original kernels, four sizes) and every arithmetic probe kernel (operations, conversions, math
 functions) printed as OpenCL C and run on the first device of the platform (NVIDIA's OpenCL by
 default), against the simulator bit for bit; writes ``conformance_opencl_<platform>.json``.
 
-``python bench/conformance_opencl.py --matrix TARGET [--jobs N] [--report PATH] [--quick]``:
+``python -m bench.conformance_opencl --matrix TARGET [--jobs N] [--report PATH] [--quick]``:
 ``sarek conformance --target TARGET`` run as one process per example (N at a time: the
 simulator side is single-threaded), the reports merged into one of the same form (cases in
 example order, totals summed) with the OpenCL device named. Exits 1 on any failure.
@@ -25,16 +25,18 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+from bench.harness import RESULTS, ROOT, write
 
-import arith_cases  # noqa: E402
-from arith_cases import TRANSCENDENTAL, N  # noqa: E402
+# a device check drawing on the test suite's cases (tests/), as pytest does
+sys.path.insert(0, str(ROOT / "tests"))
 
-from backends.opencl.run import find_device, run  # noqa: E402
-from sarek.demo import compare  # noqa: E402
-from sarek.loader import load_module  # noqa: E402
-from sim import simulate  # noqa: E402
+import arith_cases  # type: ignore[import-not-found]
+from arith_cases import TRANSCENDENTAL, N
+
+from backends.opencl.run import find_device, run
+from sarek.demo import compare
+from sarek.loader import load_module
+from sim import simulate
 
 
 def probes(platform: str, out_dir: Path) -> int:
@@ -67,7 +69,7 @@ def probes(platform: str, out_dir: Path) -> int:
               "cases": rows, "transcendental": transcendental}
     tag = "".join(c for c in device.platform.name.split()[0].lower() if c.isalnum())
     out = out_dir / f"conformance_opencl_{tag}.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    write(out.stem, result, out)
     print(f"{device.platform.name} / {device.name}: {len(rows)} cases, all bit-exact: {ok}")
     return 0 if ok else 1
 
@@ -103,7 +105,7 @@ def matrix(target: str, jobs: int, report: Path, quick: bool) -> int:
         merged["opencl_device"] = device_label(NVIDIA if target == "opencl-nv"
                                                else chosen_platform())
     merged["merged_from"] = f"{len(examples)} processes, one per example (--example NAME)"
-    report.write_text(json.dumps(merged, indent=2) + "\n")
+    write(report.stem, merged, report)
     for name in examples:
         parts[name].unlink()
     t = merged["totals"]
@@ -117,13 +119,13 @@ if __name__ == "__main__":
     np.seterr(all="ignore")
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("platform", nargs="?", default="NVIDIA")
-    parser.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument("--out-dir", type=Path, default=RESULTS)
     parser.add_argument("--matrix", metavar="TARGET")
     parser.add_argument("--jobs", type=int, default=8)
     parser.add_argument("--report", type=Path)
     parser.add_argument("--quick", action="store_true")
     a = parser.parse_args()
     if a.matrix:
-        sys.exit(matrix(a.matrix, a.jobs, a.report or ROOT / "bench" / "results" /
+        sys.exit(matrix(a.matrix, a.jobs, a.report or RESULTS /
                         f"conformance_{a.matrix}.json", a.quick))
     sys.exit(probes(a.platform, a.out_dir))

@@ -23,7 +23,7 @@ target="cuda")``; writes bench/results/error_tables.json. ``--sim`` computes the
 with the simulator (the printed CUDA kernel, lane by lane, ``h200`` model) at small sizes and
 writes bench/results/error_tables_sim.json. Each writes a PNG of the normwise error against K
 beside its JSON when matplotlib is installed (``pip install 'sarek[bench]'``); ``--plot
-FILE.json`` draws it again from a recorded JSON.
+FILE.json`` draws it again from a recorded JSON. Run: ``python -m bench.error_tables [--sim]``.
 """
 
 from __future__ import annotations
@@ -40,16 +40,14 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import sarek
+from backends.pipeline import rewrite_for
+from bench import harness
+from bench.harness import RESULTS, ROOT
+from sarek.launch import Launch
+from sarek.loader import load_module
+from sarek.matrix_scheme import Lowering
 
-import sarek  # noqa: E402
-from backends.pipeline import rewrite_for  # noqa: E402
-from sarek.launch import Launch  # noqa: E402
-from sarek.loader import load_module  # noqa: E402
-from sarek.matrix_scheme import Lowering  # noqa: E402
-
-RESULTS = ROOT / "bench" / "results"
 LOWERINGS = (Lowering.F16_OPERANDS, Lowering.BF16_OPERANDS, Lowering.BF16X3_OPERANDS)
 ORIGINAL = "f32 kernel (original)"
 NUMPY = "NumPy f32 matmul (CPU BLAS)"
@@ -222,19 +220,12 @@ def plot(report: dict[str, Any], path: Path) -> bool:
 
 
 def print_table(report: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    out = Table(title=f"f32 GEMM errors against float64 ({report['where']})")
-    for column in ("size", "inputs", "method", "normwise", "elementwise", "componentwise"):
-        out.add_column(column, justify="right" if column in ("normwise", "elementwise",
-                                                             "componentwise") else "left")
-    for r in report["rows"]:
-        if r["group"] == "cube":
-            out.add_row(f"{r['m']}x{r['n']}x{r['k']}", r["inputs"], r["method"],
-                        f"{r['normwise']:.2e}", f"{r['elementwise']:.2e}",
-                        f"{r['componentwise']:.2e}")
-    Console(width=120).print(out)
+    harness.show(harness.table(
+        f"f32 GEMM errors against float64 ({report['where']})",
+        ("size", "inputs", "method", "normwise", "elementwise", "componentwise"),
+        [(f"{r['m']}x{r['n']}x{r['k']}", r["inputs"], r["method"], f"{r['normwise']:.2e}",
+          f"{r['elementwise']:.2e}", f"{r['componentwise']:.2e}")
+         for r in report["rows"] if r["group"] == "cube"], left=3))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -277,9 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         report["check_shape"] = list(CHECK_SHAPE)
         report["rows"] = table(device, shapes, on_device=True)
         stem, report["plot"] = "error_tables", "error_vs_k.png"
-    options.out.mkdir(parents=True, exist_ok=True)
-    path = options.out / f"{stem}.json"
-    path.write_text(json.dumps(report, indent=1) + "\n")
+    path = harness.write(stem, report, options.out / f"{stem}.json")
     print_table(report)
     print(f"wrote {path}")
     plot(report, options.out / report["plot"])

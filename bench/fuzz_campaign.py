@@ -10,15 +10,14 @@ own), hangs (an input still running after ``--timeout`` seconds: its worker is k
 replaced), wrong results and out-of-region writes, and how many rewritten kernels were compared
 bit for bit. Every input is reproducible from its kind and seed::
 
-    .venv/bin/python bench/fuzz_campaign.py --budget 2400 --workers 2
-    .venv/bin/python bench/fuzz_campaign.py --replay gemm 7000123
+    .venv/bin/python -m bench.fuzz_campaign --budget 2400 --workers 2
+    .venv/bin/python -m bench.fuzz_campaign --replay gemm 7000123
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
-import json
 import multiprocessing as mp
 import os
 import platform
@@ -32,10 +31,12 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tests"), str(ROOT)]
+from bench.harness import RESULTS, ROOT, relative, show, table, write
 
-import fuzz_gen  # noqa: E402  (tests/ is on the path only now)
+# The campaign is the fuzz tests' long run: their generator imports its siblings in tests/ by
+# name, as pytest puts that folder on the path.
+sys.path.insert(0, str(ROOT / "tests"))
+import fuzz_gen  # type: ignore[import-not-found]
 
 MIX = {"json": 28, "dsl": 22, "launch": 20, "cli": 10, "gemm": 15, "layout": 5}
 """The share of each input kind (percent)."""
@@ -183,17 +184,16 @@ def campaign(inputs: int, budget: float, workers: int, timeout: float, seed: int
     }
 
 
-def table(record: dict[str, Any]) -> str:
-    head = ("kind", "inputs", "crashes", "hangs", "wrong", "outside", "compared", "mean ms")
-    rows = [(k, str(v["inputs"]), str(v["crashes"]), str(v["hangs"]), str(v["wrong_results"]),
-             str(v["out_of_region_writes"]), str(v["rewritten_kernels_compared"]),
-             f"{v['mean_ms']:.1f}") for k, v in record["by_kind"].items()]
-    rows.append(("all", str(record["inputs"]), str(record["crashes"]), str(record["hangs"]),
-                 str(record["wrong_results"]), str(record["out_of_region_writes"]),
-                 str(record["rewritten_kernels_compared"]), ""))
-    widths = [max(len(r[i]) for r in (head, *rows)) for i in range(len(head))]
-    return "\n".join("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in
-                               enumerate(zip(r, widths, strict=True))) for r in (head, *rows))
+def by_kind(record: dict[str, Any]) -> list[tuple[object, ...]]:
+    """The table's rows: one per input kind, then the totals."""
+    rows: list[tuple[object, ...]] = [
+        (k, v["inputs"], v["crashes"], v["hangs"], v["wrong_results"],
+         v["out_of_region_writes"], v["rewritten_kernels_compared"], f"{v['mean_ms']:.1f}")
+        for k, v in record["by_kind"].items()]
+    rows.append(("all", record["inputs"], record["crashes"], record["hangs"],
+                 record["wrong_results"], record["out_of_region_writes"],
+                 record["rewritten_kernels_compared"], None))
+    return rows
 
 
 def main() -> int:
@@ -203,7 +203,7 @@ def main() -> int:
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     p.add_argument("--timeout", type=float, default=60.0, help="seconds before an input hangs")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--out", default=str(ROOT / "bench" / "results" / "fuzz_campaign.json"))
+    p.add_argument("--out", type=Path, default=RESULTS / "fuzz_campaign.json")
     p.add_argument("--replay", nargs=2, metavar=("KIND", "SEED"),
                    help="run one input again and print its outcome")
     args = p.parse_args()
@@ -214,12 +214,12 @@ def main() -> int:
         return 0
     mp.set_start_method("fork")
     record = campaign(args.inputs, args.budget, args.workers, args.timeout, args.seed)
-    print(table(record))
-    for f in record["failures"][:20]:
-        print(f"{f['count']:6d} {f['kind']} {f['case']} seed {f['seed']} {f['stage']}: "
-              f"{f['detail'][:300]}")
-    Path(args.out).write_text(json.dumps(record, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    path = write("fuzz_campaign", record, args.out)
+    show(table(None, ("kind", "inputs", "crashes", "hangs", "wrong", "outside", "compared",
+                      "mean ms"), by_kind(record)),
+         *(f"{f['count']:6d} {f['kind']} {f['case']} seed {f['seed']} {f['stage']}: "
+           f"{f['detail'][:300]}" for f in record["failures"][:20]),
+         f"wrote {relative(path)}")
     bad = record["crashes"] + record["hangs"] + record["wrong_results"] + \
         record["out_of_region_writes"]
     return 1 if bad else 0

@@ -11,8 +11,8 @@ GEMM) and the ratios issue 13 sets targets for, and puts the same table as Markd
 bench/README.md (``--readme``) between its ``gpu_speed_h200`` markers. ``--render JSON`` writes
 that Markdown from a recorded result without a device.
 
-    python bench/gpu_speed_h200.py [--sizes 4096 8192] [--out FILE] [--readme FILE]
-    python bench/gpu_speed_h200.py --render bench/results/gpu_speed_h200.json
+    python -m bench.gpu_speed_h200 [--sizes 4096 8192] [--out FILE] [--readme FILE]
+    python -m bench.gpu_speed_h200 --render bench/results/gpu_speed_h200.json
 """
 
 from __future__ import annotations
@@ -29,18 +29,16 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from backends.cuda.nvrtc import compile_cubin  # noqa: E402
-from backends.cuda.run import device_arch, device_name, launch_cubin, time_cubin  # noqa: E402
-from backends.cuda.shared import dynamic_bytes  # noqa: E402
-from backends.pipeline import Compiled, compile_launch  # noqa: E402
-from backends.registry import target  # noqa: E402
-from sarek.dsl import numpy_dtype  # noqa: E402
-from sarek.loader import load_module  # noqa: E402
-from sarek.matrix_scheme import Lowering  # noqa: E402
-from sarek.schedule import SEED  # noqa: E402
+from backends.cuda.nvrtc import compile_cubin
+from backends.cuda.run import device_arch, device_name, launch_cubin, time_cubin
+from backends.cuda.shared import dynamic_bytes
+from backends.pipeline import Compiled, compile_launch
+from backends.registry import target
+from bench.harness import RESULTS, ROOT, write
+from sarek.dsl import numpy_dtype
+from sarek.loader import load_module
+from sarek.matrix_scheme import Lowering
+from sarek.schedule import SEED
 
 REPEATS = 10
 
@@ -177,7 +175,7 @@ def update_readme(path: Path, table: str) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192])
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results"
+    parser.add_argument("--out", type=Path, default=RESULTS
                         / "gpu_speed_h200.json")
     parser.add_argument("--readme", type=Path, default=ROOT / "bench" / "README.md",
                         help="the Markdown file whose gpu_speed_h200 table is rewritten")
@@ -240,7 +238,7 @@ def main() -> int:
     Console(width=140).print(table)
     result = {"device": device_name(), "arch": arch, "repeats": REPEATS, "rows": rows,
               "targets (issue 13, 4096^3)": {k: f">= {v}" for k, v in TARGETS.items()}}
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write("gpu_speed_h200", result, args.out)
     update_readme(args.readme, markdown(result))
     return 0 if all(all(r["best_bit_identical_to_seed"].values()) for r in rows
                     if "best_bit_identical_to_seed" in r) else 1

@@ -24,7 +24,6 @@ first.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import subprocess
@@ -32,22 +31,19 @@ import sys
 import tempfile
 import textwrap
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-import sarek  # noqa: E402
-from backends.cuda.launch import cubin  # noqa: E402
-from backends.cuda.run import device_arch, device_name, time_cubin  # noqa: E402
-from backends.cuda.shared import dynamic_bytes  # noqa: E402
-from backends.pipeline import compile_launch  # noqa: E402
-from backends.registry import target  # noqa: E402
-from sarek import Global, block_dim, block_idx, f32, i32, thread_idx  # noqa: E402
-from sarek.loader import load_module  # noqa: E402
+import sarek
+from backends.cuda.launch import cubin
+from backends.cuda.run import device_arch, device_name, time_cubin
+from backends.cuda.shared import dynamic_bytes
+from backends.pipeline import compile_launch
+from backends.registry import target
+from bench.harness import ROOT, write
+from sarek import Global, block_dim, block_idx, f32, i32, thread_idx
+from sarek.loader import load_module
 
 LAUNCHES, ROUNDS = 2000, 15
 TOGETHER = 10  # GEMM launches issued back to back between two events, as a program issues them
@@ -212,8 +208,7 @@ def main() -> int:
               "first_call_median_s": {k: [statistics.median(p[i] for p in v) for i in range(4)]
                                       for k, v in first.items()},
               "gemm_4096_f16": gemm}
-    (ROOT / "bench" / "results" / "launch_h200.json").write_text(json.dumps(result, indent=2)
-                                                                 + "\n")
+    write("launch_h200", result)
     numba = warm["numba_cuda"]
     shown = f"{numba * 1e6:7.2f}" if isinstance(numba, float) else "n/a"
     print(f"{'warm launch overhead (median, us)':44} sarek {warm['sarek'] * 1e6:7.2f}  "

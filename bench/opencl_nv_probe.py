@@ -3,7 +3,7 @@ four 8x8 matrices of 16-bit words from a ``__local`` array with ``ldmatrix .x4``
 spelled several ways, and each lane's four registers are compared with ``sarek.atoms.LDMATRIX``
 (word ``w`` of row ``r`` of matrix ``m`` goes to register ``m`` of lane ``4r + w``).
 
-Usage: ``python bench/opencl_nv_probe.py [--out PATH]`` on a machine with NVIDIA's OpenCL;
+Usage: ``python -m bench.opencl_nv_probe [--out PATH]`` on a machine with NVIDIA's OpenCL;
 writes ``bench/results/opencl_nv_probe.json``. opencl-nv prints the first spelling
 (``backends.opencl.emit.shared_address``).
 """
@@ -11,18 +11,15 @@ writes ``bench/results/opencl_nv_probe.json``. opencl-nv prints the first spelli
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from backends.opencl.run import NVIDIA, find_device  # noqa: E402
-from sarek import atoms, tile  # noqa: E402
+from backends.opencl.run import NVIDIA, find_device
+from bench.harness import RESULTS, write
+from sarek import atoms, tile
 
 _OP = "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
 VARIANTS = {
@@ -66,7 +63,7 @@ def main() -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path,
-                        default=ROOT / "bench" / "results" / "opencl_nv_probe.json")
+                        default=RESULTS / "opencl_nv_probe.json")
     args = parser.parse_args()
     device = find_device(NVIDIA)
     ctx = cl.Context([device])
@@ -102,7 +99,7 @@ def main() -> int:
     result = {"device": device.name.strip(), "platform": device.platform.name.strip(),
               "version": device.version.strip(), "driver": device.driver_version.strip(),
               "local_mem_size": int(device.local_mem_size), "rows": rows}
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write("opencl_nv_probe", result, args.out)
     for r in rows:
         print(r)
     return 0 if rows[0].get("exact") else 1

@@ -7,7 +7,7 @@ By default the runner builds for CPU devices with ``-cl-opt-disable`` (``backend
 ``--optimized`` adds rows built with LLVM's optimizer on, which is what made the portable path
 take 5 to 300 s per kernel (a few kernels only: they are that slow).
 
-Usage: ``python bench/opencl_speed.py [--size N] [--optimized] [--out PATH]``; writes
+Usage: ``python -m bench.opencl_speed [--size N] [--optimized] [--out PATH]``; writes
 ``bench/results/opencl_speed.json`` and prints a table. Exits 1 when a kernel differs from the
 simulator.
 """
@@ -15,7 +15,6 @@ simulator.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -28,18 +27,16 @@ os.environ.setdefault("PYOPENCL_NO_CACHE", "1")  # and no pyopencl binary cache
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from backends.opencl.run import OPTIMIZE_VARIABLE, build_options, find_device  # noqa: E402
-from backends.pipeline import Compiled, compile_launch  # noqa: E402
-from backends.registry import target  # noqa: E402
-from sarek import ir  # noqa: E402
-from sarek.demo import compare  # noqa: E402
-from sarek.dsl import numpy_dtype  # noqa: E402
-from sarek.loader import load_module  # noqa: E402
-from sarek.matrix_scheme import Lowering  # noqa: E402
-from sim import simulate  # noqa: E402
+from backends.opencl.run import OPTIMIZE_VARIABLE, build_options, find_device
+from backends.pipeline import Compiled, compile_launch
+from backends.registry import target
+from bench.harness import RESULTS, ROOT, relative, show, table, wall, write
+from sarek import ir
+from sarek.demo import compare
+from sarek.dsl import numpy_dtype
+from sarek.loader import load_module
+from sarek.matrix_scheme import Lowering
+from sim import simulate
 
 KERNELS = (("gemm_f16", Lowering.F16_OPERANDS), ("gemm_f32", Lowering.BF16X3_OPERANDS),
            ("gemm_f32", Lowering.BF16_OPERANDS), ("gemm_f32", Lowering.F16_OPERANDS),
@@ -91,16 +88,15 @@ def measure(compiled: Compiled, optimized: bool) -> dict[str, Any]:
         out = np.empty_like(host)
         cl.enqueue_copy(queue, out, buf)
         got[name] = out
-    warm = []
-    for _ in range(WARM):
-        t = time.perf_counter()
+    def launched() -> None:
         run(queue, size, launch.block, *args)
         queue.finish()
-        warm.append(time.perf_counter() - t)
+
+    warm = wall(launched, WARM)
     want = simulate(compiled.lowered, dict(launch.args), launch.grid, launch.block)
     same = all(compare(got[k], want[k])[0] for k in want)
     return {"lines": len(source.splitlines()), "build_s": built - start, "first_launch_s": first,
-            "cold_total_s": built - start + first, "warm_launch_s": statistics.median(warm),
+            "cold_total_s": built - start + first, "warm_launch_s": warm.median_s,
             "options": options, "bit_identical": same}
 
 
@@ -109,8 +105,7 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=128)
     parser.add_argument("--optimized", action="store_true",
                         help="also time a few kernels with LLVM's optimizer on (minutes)")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" /
-                        "opencl_speed.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "opencl_speed.json")
     args = parser.parse_args()
     device = find_device("")
     n = args.size
@@ -118,22 +113,17 @@ def main() -> int:
     if args.optimized:
         jobs += [(ex, low, sg, frag, True) for ex, low, sg, frag in OPTIMIZED]
     rows = []
-    print(f"{device.platform.name.strip()} / {device.name.strip()}, {n}^3, cold builds")
-    print(f"{'kernel':34} {'sg':>3} {'frag':>4} {'opt':>4} {'lines':>6} {'build':>8} "
-          f"{'1st run':>8} {'total':>8} {'warm':>8}  result")
+    title = f"{device.platform.name.strip()} / {device.name.strip()}, {n}^3, cold builds"
     opencl = target("opencl")
     for ex, low, sg, frag, optimized in jobs:
         original = load_module(ROOT / "examples" / f"{ex}.py").make(n, n, n)
         compiled = compile_launch(opencl, original, lowering=low, subgroup=sg, frag=frag)
         with np.errstate(all="ignore"):
             m = measure(compiled, optimized)
-        row = {"example": ex, "lowering": low.value, "subgroup": sg, "frag": frag,
-               "optimized": optimized, "size": n, **m}
-        rows.append(row)
-        print(f"{ex + ' ' + low.value:34} {sg:>3} {frag:>4} {'on' if optimized else 'off':>4} "
-              f"{m['lines']:>6} {m['build_s']:>7.2f}s {m['first_launch_s']:>7.2f}s "
-              f"{m['cold_total_s']:>7.2f}s {m['warm_launch_s'] * 1e3:>6.1f}ms  "
-              f"{'bit-identical' if m['bit_identical'] else 'DIFFERS'}", flush=True)
+        rows.append({"example": ex, "lowering": low.value, "subgroup": sg, "frag": frag,
+                     "optimized": optimized, "size": n, **m})
+        print(f"{ex} {low.value} subgroup {sg} frag {frag}: {m['cold_total_s']:.2f} s",
+              file=sys.stderr, flush=True)
     plain = [r["cold_total_s"] for r in rows if not r["optimized"]]
     summary = {"kernels": len(plain), "median_cold_total_s": statistics.median(plain),
                "max_cold_total_s": max(plain),
@@ -142,11 +132,18 @@ def main() -> int:
     result = {"device": device.name.strip(), "platform": device.platform.name.strip(),
               "platform_version": device.platform.version.strip(), "size": n,
               "summary": summary, "rows": rows}
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"{summary['kernels']} kernels at {n}^3 without the optimizer: cold build + first "
-          f"launch median {summary['median_cold_total_s']:.2f} s, max "
-          f"{summary['max_cold_total_s']:.2f} s; all bit-identical: "
-          f"{summary['all_bit_identical']}; wrote {args.out}")
+    path = write("opencl_speed", result, args.out)
+    show(table(title, ("kernel", "sg", "frag", "opt", "lines", "build", "1st run", "total",
+                       "warm", "result"),
+               [(f"{r['example']} {r['lowering']}", r["subgroup"], r["frag"],
+                 "on" if r["optimized"] else "off", r["lines"], f"{r['build_s']:.2f} s",
+                 f"{r['first_launch_s']:.2f} s", f"{r['cold_total_s']:.2f} s",
+                 f"{r['warm_launch_s'] * 1e3:.1f} ms",
+                 "bit-identical" if r["bit_identical"] else "DIFFERS") for r in rows]),
+         f"{summary['kernels']} kernels at {n}^3 without the optimizer: cold build + first "
+         f"launch median {summary['median_cold_total_s']:.2f} s, max "
+         f"{summary['max_cold_total_s']:.2f} s; all bit-identical: "
+         f"{summary['all_bit_identical']}; wrote {relative(path)}")
     return 0 if summary["all_bit_identical"] else 1
 
 

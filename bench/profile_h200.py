@@ -1,7 +1,7 @@
 """One rewritten kernel launched a few times on the device, for a profiler to look at.
 
     ncu --clock-control none --section SpeedOfLight --section WarpStateStats \
-        python bench/profile_h200.py --lowering F16_operands --schedule t128k64s3 [--n 4096]
+        python -m bench.profile_h200 --lowering F16_operands --schedule t128k64s3 [--n 4096]
 
 Prints the kernel's name, its median time over the launches (CUDA events) and its TFLOP/s.
 """
@@ -10,21 +10,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from gpu_speed_h200 import kernel_seconds  # noqa: E402
-from schedule_sweep_h200 import EXAMPLE  # noqa: E402
-
-from backends.cuda.run import device_arch  # noqa: E402
-from backends.pipeline import compile_launch  # noqa: E402
-from backends.registry import target  # noqa: E402
-from sarek.loader import load_module  # noqa: E402
-from sarek.matrix_scheme import Lowering  # noqa: E402
-from sarek.schedule import Schedule  # noqa: E402
+from backends.cuda.run import device_arch
+from backends.pipeline import compile_launch
+from backends.registry import target
+from bench.gpu_speed_h200 import kernel_seconds
+from bench.harness import ROOT
+from bench.schedule_sweep_h200 import EXAMPLE
+from sarek.loader import load_module
+from sarek.matrix_scheme import Lowering
+from sarek.schedule import Schedule
 
 
 def main() -> int:

@@ -2,17 +2,13 @@
 
 The kernel is a naive GEMM whose index arithmetic, initial value and epilogue are spread over
 many temporaries (as generated or macro-expanded kernels are). Prints a table and writes
-``bench/results/recognize_speed.json``. Target: under 50 ms.
+``bench/results/recognize_speed.json``. Target: under 50 ms. Run: ``python -m
+bench.recognize_speed``.
 """
 
 from __future__ import annotations
 
-import json
-import platform
-import statistics
-import time
-from pathlib import Path
-
+from bench.harness import machine, show, table, wall, write
 from sarek import ir
 from sarek.ir import BinOp, Builtin, ElemType
 from sarek.matrix_mapping import region
@@ -85,29 +81,28 @@ def statements(k: ir.Kernel) -> int:
 def main(repeats: int = 30) -> dict[str, object]:
     kernel = big_kernel()
     args = {"m": 4096, "n": 4096, "k": 4096, "alpha": 1.5}
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+
+    def once() -> None:
         g = recognize(kernel)
         region(g, (256, 256, 1), (16, 16, 1), args)
         select(g)
-        times.append(time.perf_counter() - start)
+
+    timing = wall(once, repeats)
+    host = machine()
     result = {
         "benchmark": "recognize + region + select",
         "statements": statements(kernel),
         "repeats": repeats,
-        "median_ms": round(statistics.median(times) * 1e3, 2),
-        "min_ms": round(min(times) * 1e3, 2),
+        "median_ms": round(timing.median_s * 1e3, 2),
+        "min_ms": round(timing.min_s * 1e3, 2),
         "target_ms": 50,
-        "python": platform.python_version(),
-        "machine": platform.machine(),
+        "python": host["python"],
+        "machine": host["machine"],
     }
-    print(f"{'kernel':12} {'statements':>10} {'median ms':>10} {'min ms':>8} {'target':>7}")
-    print(f"{kernel.name:12} {result['statements']:>10} {result['median_ms']:>10} "
-          f"{result['min_ms']:>8} {'< 50':>7}")
-    out = Path(__file__).parent / "results" / "recognize_speed.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    show(table(None, ("kernel", "statements", "median ms", "min ms", "target"),
+               [(kernel.name, result["statements"], result["median_ms"], result["min_ms"],
+                 "< 50")]))
+    write("recognize_speed", result)
     return result
 
 

@@ -8,7 +8,7 @@ per SM at the price of spills. This script times the kernel CUDA's policy picks 
 launches, CUDA events), checks that each capped kernel's output is bit-identical to the
 uncapped one's, and reports ptxas's registers and spills.
 
-    python bench/register_cap_h200.py [--n 4096] [--caps 168 128] [--out FILE]
+    python -m bench.register_cap_h200 [--n 4096] [--caps 168 128] [--out FILE]
 
 Prints a table and writes ``register_cap_h200.json`` (``--out``, by default under
 ``bench/results``).
@@ -17,7 +17,6 @@ Prints a table and writes ``register_cap_h200.json`` (``--out``, by default unde
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import statistics
 import sys
@@ -26,22 +25,18 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from gpu_speed_h200 import REPEATS  # noqa: E402
-from schedule_sweep_h200 import EXAMPLE  # noqa: E402
-
-from backends.cuda.nvrtc import compile_logged  # noqa: E402
-from backends.cuda.run import device_arch, device_name, launch_cubin, time_cubin  # noqa: E402
-from backends.cuda.shared import dynamic_bytes  # noqa: E402
-from backends.pipeline import compile_launch  # noqa: E402
-from backends.registry import target  # noqa: E402
-from sarek.dsl import numpy_dtype  # noqa: E402
-from sarek.launch import Launch  # noqa: E402
-from sarek.loader import load_module  # noqa: E402
-from sarek.matrix_scheme import Lowering  # noqa: E402
+from backends.cuda.nvrtc import compile_logged
+from backends.cuda.run import device_arch, device_name, launch_cubin, time_cubin
+from backends.cuda.shared import dynamic_bytes
+from backends.pipeline import compile_launch
+from backends.registry import target
+from bench.gpu_speed_h200 import REPEATS
+from bench.harness import RESULTS, ROOT, write
+from bench.schedule_sweep_h200 import EXAMPLE
+from sarek.dsl import numpy_dtype
+from sarek.launch import Launch
+from sarek.loader import load_module
+from sarek.matrix_scheme import Lowering
 
 
 def compiled(source: str, arch: str, cap: int | None) -> tuple[bytes, str]:
@@ -72,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=4096)
     parser.add_argument("--caps", type=int, nargs="+", default=[168, 128])
     parser.add_argument("--out", type=Path,
-                        default=ROOT / "bench" / "results" / "register_cap_h200.json")
+                        default=RESULTS / "register_cap_h200.json")
     args = parser.parse_args(argv)
 
     from rich.console import Console
@@ -111,9 +106,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"{r['spill_store_bytes']}/{r['spill_load_bytes']}", f"{r['tflops']:.1f}",
                       str(r["bit_identical_to_uncapped"]))
     Console().print(table)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"device": device_name(), "arch": arch, "n": args.n,
-                                    "rows": rows}, indent=1) + "\n")
+    write("register_cap_h200", {"device": device_name(), "arch": arch, "n": args.n,
+                                "rows": rows}, args.out)
     return 0
 
 

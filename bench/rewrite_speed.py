@@ -6,7 +6,7 @@ the f16 example, ``Bf16x3_operands`` and ``Bf16_operands`` for f32, ``Int32_byte
 int32; subgroup 32, fragments 16 and 8), each with its ratio to the original's simulation
 measured in the same run. Then the median time of ``recognize`` + ``matrix_rewrite.kernel``
 and of the whole ``rewrite_launch`` (recognize, region, select, rewrite) per example. Prints
-tables and writes bench/results/rewrite_speed.json.
+tables and writes bench/results/rewrite_speed.json. Run: ``python -m bench.rewrite_speed``.
 
 Targets (reported, never asserted): the rewritten F16 kernel at 256^3 simulates in at most 3x
 the original's time (issue 4); a 128^3 GEMM, original or rewritten, simulates in under 0.09 s
@@ -16,29 +16,18 @@ slowest printer, as ``compile_launch``: the rewrite under CUDA's staging, lowere
 
 from __future__ import annotations
 
-import json
-import platform
-import statistics
-import sys
-import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import partial
-from pathlib import Path
 
-import numpy as np
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from backends.pipeline import compile_launch  # noqa: E402
-from backends.registry import target  # noqa: E402
-from sarek import ir  # noqa: E402
-from sarek.launch import Launch  # noqa: E402
-from sarek.loader import load_module  # noqa: E402
-from sarek.matrix_pattern import recognize  # noqa: E402
-from sarek.matrix_rewrite import kernel, rewrite_launch  # noqa: E402
-from sarek.matrix_scheme import Lowering  # noqa: E402
+from backends.pipeline import compile_launch
+from backends.registry import target
+from bench.harness import ROOT, machine, relative, show, table, wall, write
+from sarek import ir
+from sarek.launch import Launch
+from sarek.loader import load_module
+from sarek.matrix_pattern import recognize
+from sarek.matrix_rewrite import kernel, rewrite_launch
+from sarek.matrix_scheme import Lowering
 
 EXAMPLES = {
     "gemm_f16": (Lowering.F16_OPERANDS,),
@@ -50,15 +39,6 @@ FRAGMENTS = (16, 8)
 SUBGROUP = 32
 F16_RATIO_TARGET = 3.0
 SIM_128_TARGET_S = 0.09
-
-
-def median_seconds(fn: Callable[[], object], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 @dataclass(frozen=True)
@@ -90,12 +70,12 @@ def simulation_rows() -> list[SimRow]:
         for size in SIZES:
             launch = module.make(size, size, size)
             repeats = 7 if size <= 128 else 3
-            base = median_seconds(launch.simulate, repeats)
+            base = wall(launch.simulate, repeats).median_s
             rows.append(SimRow(stem, size, "original", None, base, 1.0, repeats))
             for lowering in lowerings:
                 for frag in FRAGMENTS:
                     rw = rewrite_launch(launch, lowering=lowering, subgroup=SUBGROUP, frag=frag)
-                    sim = median_seconds(partial(rw.launch.simulate, subgroup=SUBGROUP), repeats)
+                    sim = wall(partial(rw.launch.simulate, subgroup=SUBGROUP), repeats).median_s
                     rows.append(SimRow(stem, size, lowering.value, frag, sim, sim / base,
                                        repeats))
     return rows
@@ -117,44 +97,40 @@ def rewrite_rows() -> list[RewriteRow]:
         for lowering in lowerings:
             rows.append(RewriteRow(
                 stem, lowering.value,
-                median_seconds(partial(recognize_and_rewrite, launch.kernel, lowering), 21),
-                median_seconds(partial(rewrite_launch, launch, lowering=lowering), 21),
-                median_seconds(partial(recognize_rewrite_emit, launch, lowering), 11)))
+                wall(partial(recognize_and_rewrite, launch.kernel, lowering), 21).median_s,
+                wall(partial(rewrite_launch, launch, lowering=lowering), 21).median_s,
+                wall(partial(recognize_rewrite_emit, launch, lowering), 11).median_s))
     return rows
 
 
 def main() -> None:
     sims, rewrites = simulation_rows(), rewrite_rows()
-    print(f"{'example':10} {'size':>5} {'kernel':17} {'frag':>4} {'simulate':>10} {'ratio':>7}")
-    for r in sims:
-        frag = "" if r.frag is None else str(r.frag)
-        print(f"{r.example:10} {r.size:>5} {r.kernel:17} {frag:>4} {r.simulate_s * 1e3:>8.1f}ms "
-              f"{r.ratio_to_original:>7.2f}")
     ratio = next(r.ratio_to_original for r in sims if r.example == "gemm_f16" and r.size == 256
                  and r.kernel == Lowering.F16_OPERANDS.value and r.frag == 16)
-    print(f"F16_operands at 256^3, fragment 16: {ratio:.2f}x the original "
-          f"(target <= {F16_RATIO_TARGET}x: {'ok' if ratio <= F16_RATIO_TARGET else 'MISSED'})")
     over = [f"{r.example} {r.kernel} frag {r.frag}" for r in sims
             if r.size == 128 and r.simulate_s > SIM_128_TARGET_S]
-    print(f"128^3 simulations over {SIM_128_TARGET_S} s: {', '.join(over) or 'none'}")
-    print()
-    print(f"{'example':10} {'lowering':17} {'recognize+rewrite':>18} {'rewrite_launch':>15} "
-          f"{'+ emit CUDA':>12}")
-    for w in rewrites:
-        print(f"{w.example:10} {w.lowering:17} {w.recognize_rewrite_s * 1e3:>16.1f}ms "
-              f"{w.rewrite_launch_s * 1e3:>13.1f}ms "
-              f"{w.recognize_rewrite_emit_cuda_s * 1e3:>10.1f}ms")
-    out = ROOT / "bench" / "results" / "rewrite_speed.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({
-        "machine": platform.processor() or platform.machine(),
-        "python": platform.python_version(), "numpy": np.__version__, "subgroup": SUBGROUP,
+    host = machine()
+    path = write("rewrite_speed", {
+        "machine": host["machine"], "python": host["python"], "numpy": host["numpy"],
+        "subgroup": SUBGROUP,
         "simulation": [asdict(r) for r in sims], "rewrite": [asdict(w) for w in rewrites],
         "f16_256_ratio": ratio, "f16_256_ratio_target": F16_RATIO_TARGET,
         "f16_256_meets_target": ratio <= F16_RATIO_TARGET,
         "sim_128_target_s": SIM_128_TARGET_S, "sim_128_over_target": over,
-    }, indent=2) + "\n")
-    print(f"wrote {out.relative_to(ROOT)}")
+    })
+    show(table("simulating each rewrite beside its original (medians)",
+               ("example", "size", "kernel", "frag", "simulate", "ratio"),
+               [(r.example, r.size, r.kernel, r.frag, f"{r.simulate_s * 1e3:.1f} ms",
+                 f"{r.ratio_to_original:.2f}") for r in sims], left=3),
+         f"F16_operands at 256^3, fragment 16: {ratio:.2f}x the original "
+         f"(target <= {F16_RATIO_TARGET}x: {'ok' if ratio <= F16_RATIO_TARGET else 'MISSED'})",
+         f"128^3 simulations over {SIM_128_TARGET_S} s: {', '.join(over) or 'none'}",
+         table("recognize and rewrite at 256^3 (medians)",
+               ("example", "lowering", "recognize+rewrite", "rewrite_launch", "+ emit CUDA"),
+               [(w.example, w.lowering, f"{w.recognize_rewrite_s * 1e3:.1f} ms",
+                 f"{w.rewrite_launch_s * 1e3:.1f} ms",
+                 f"{w.recognize_rewrite_emit_cuda_s * 1e3:.1f} ms") for w in rewrites], left=2),
+         f"wrote {relative(path)}")
 
 
 if __name__ == "__main__":

@@ -6,35 +6,30 @@ bits. Prints a table and writes bench/results/schedule_sweep_h200.json (medians 
 ``gpu_speed_h200.REPEATS`` launches, TFLOP/s at 2mnk). CUDA's staging policy
 (``backends/cuda/lower.py``) names the fastest for large regions.
 
-    python bench/schedule_sweep_h200.py [--n 4096] [--lowering F16_operands ...]
+    python -m bench.schedule_sweep_h200 [--n 4096] [--lowering F16_operands ...]
                                         [--example gemm_f32] [--schedule t128k64s2g ...]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rich.console import Console
+from rich.table import Table
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from gpu_speed_h200 import kernel_output, kernel_seconds  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
-
-from backends.cuda.run import device_arch, device_name  # noqa: E402
-from backends.pipeline import compile_launch  # noqa: E402
-from backends.registry import target  # noqa: E402
-from sarek.errors import SarekError  # noqa: E402
-from sarek.loader import load_module  # noqa: E402
-from sarek.matrix_scheme import Lowering  # noqa: E402
-from sarek.schedule import SEED, Schedule  # noqa: E402
+from backends.cuda.run import device_arch, device_name
+from backends.pipeline import compile_launch
+from backends.registry import target
+from bench.gpu_speed_h200 import kernel_output, kernel_seconds
+from bench.harness import RESULTS, ROOT, write
+from sarek.errors import SarekError
+from sarek.loader import load_module
+from sarek.matrix_scheme import Lowering
+from sarek.schedule import SEED, Schedule
 
 CANDIDATES = (
     SEED, Schedule(tile=128, step=16),
@@ -62,7 +57,7 @@ def main() -> int:
     parser.add_argument("--schedule", action="append",
                         help="these schedules (names such as t64k32p) instead of the candidates")
     parser.add_argument("--example", help="this example (such as gemm_f32) for every lowering")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results"
+    parser.add_argument("--out", type=Path, default=RESULTS
                         / "schedule_sweep_h200.json")
     args = parser.parse_args()
     n, arch, cuda = args.n, device_arch(), target("cuda")
@@ -96,8 +91,8 @@ def main() -> int:
                 table.add_row(lowering.value, schedule.name, "-", "-", "-", row["error"][:60])
             rows.append(row)
     Console(width=120).print(table)
-    args.out.write_text(json.dumps({"device": device_name(), "arch": arch, "n": n,
-                                    "rows": rows}, indent=2) + "\n")
+    write("schedule_sweep_h200", {"device": device_name(), "arch": arch, "n": n,
+                                  "rows": rows}, args.out)
     return 0
 
 

@@ -16,7 +16,8 @@ Peers (optional, ``pip install -e .[bench-peers]`` or any interpreter given with
 (``DEV=PYTHON``) on a 128^3 f32 matmul. A peer that is not importable is reported as missing.
 
 Prints a table and writes bench/results/sim_speed.json. Targets are reported, never asserted.
-``bench/rewrite_speed.py`` measures every lowering against its original.
+``bench/rewrite_speed.py`` measures every lowering against its original. Run from the
+checkout: ``python -m bench.sim_speed [--cases CASE ...] [--sizes N ...] [--out PATH]``.
 """
 
 from __future__ import annotations
@@ -25,11 +26,8 @@ import argparse
 import json
 import math
 import os
-import platform
-import statistics
 import subprocess
 import sys
-import time
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
@@ -37,7 +35,8 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+from bench.harness import RESULTS, ROOT, machine, relative, show, table, wall, write
+
 SIM_CASES = ("naive f32", "tiled f32", "F16 h200", "Bf16x3 h200")
 TRITON_TILES = ((64, 64, 32), (128, 128, 32), (128, 128, 128))
 TRITON_CASES = tuple(f"triton interpreter {bm}x{bn}x{bk}" for bm, bn, bk in TRITON_TILES)
@@ -60,7 +59,6 @@ def repeats(case: str, size: int) -> int:
 
 
 def sim_case(case: str, size: int) -> Callable[[], object]:
-    sys.path.insert(0, str(ROOT))
     from sarek.loader import load_module
     from sarek.matrix_rewrite import rewrite_launch
     from sarek.matrix_scheme import Lowering
@@ -140,20 +138,18 @@ def measure(case: str, size: int, count: int) -> dict[str, Any]:
     fn()
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    times = []
-    for _ in range(count):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return {"median_s": statistics.median(times), "times_s": times, "peak_mb": peak / 2**20}
+    timing = wall(fn, count)
+    return {"median_s": timing.median_s, "times_s": list(timing.seconds),
+            "peak_mb": peak / 2**20}
 
 
 # --------------------------------------------------------------------------- the driver
 
 
 def run_case(python: str, case: str, size: int) -> dict[str, Any]:
-    cmd = [python, __file__, "--worker", case, str(size), str(repeats(case, size))]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    cmd = [python, "-m", "bench.sim_speed", "--worker", case, str(size),
+           str(repeats(case, size))]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=ROOT)
     if done.returncode:
         lines = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()
         return {"error": lines[-1]}
@@ -195,20 +191,22 @@ def main() -> None:
                         help=argparse.SUPPRESS)
     parser.add_argument("--peers-python", help="an interpreter with triton and/or tinygrad")
     parser.add_argument("--cases", nargs="*", default=[*SIM_CASES, *PEER_CASES])
+    parser.add_argument("--sizes", type=int, nargs="*",
+                        help="only these sizes of each case (default: all of the case's)")
+    parser.add_argument("--out", type=Path, default=RESULTS / "sim_speed.json")
     args = parser.parse_args()
     if args.worker:
         case, size, count = args.worker
         print(json.dumps(measure(case, int(size), int(count))))
         return
 
-    from rich.console import Console
-    from rich.table import Table
-
     peers = peer_python(args.peers_python)
     rows: list[dict[str, Any]] = []
     for case in args.cases:
         python = sys.executable if case in SIM_CASES else peers
         for size in SIZES[case]:
+            if args.sizes and size not in args.sizes:
+                continue
             row: dict[str, Any] = {"case": case, "size": size}
             row |= run_case(python, case, size) if python else {"error": "not installed"}
             if (case, size) in TARGETS_S and "median_s" in row:
@@ -220,41 +218,37 @@ def main() -> None:
             rows.append(row)
             print(f"{case} {size}: {row.get('median_s', row.get('error'))}", file=sys.stderr)
     exponents = {case: exponent(rows, case) for case in SIM_CASES if case in args.cases}
-
-    table = Table(title="simulator speed (median after a warm-up, one process per case)")
-    for column in ("case", "size", "median", "peak", "peer at size", "target"):
-        table.add_column(column, justify="left" if column == "case" else "right")
     triton = best_triton(rows)
-    for r in rows:
-        if "median_s" not in r:
-            table.add_row(r["case"], str(r["size"]), r["error"], "", "", "")
-            continue
-        peer = (f"triton {triton[r['size']]:.3f} s ({triton[r['size']] / r['median_s']:.1f}x)"
-                if r["case"] in SIM_CASES and r["size"] in triton else "")
-        target = ""
-        if "target_s" in r:
-            target = f"<= {r['target_s']} s {'ok' if r['meets_time'] else 'MISSED'}"
-        if "target_mb" in r:
-            target += f", <= {r['target_mb']:.0f} MB {'ok' if r['meets_memory'] else 'MISSED'}"
-        table.add_row(r["case"], f"{r['size']}^3", f"{r['median_s']:.3f} s",
-                      f"{r['peak_mb']:.0f} MB", peer, target)
-    console = Console()
-    console.print(table)
-    for case, e in exponents.items():
-        console.print(f"{case}: time grows as n^{e:.2f} from 256^3 to 1024^3" if e is not None
-                      else f"{case}: no exponent (a size is missing)")
-    out = ROOT / "bench" / "results" / "sim_speed.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({
-        "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-        "python": platform.python_version(), "numpy": np.__version__,
-        "peers_python": peers, "rows": rows, "exponents_256_to_1024": exponents,
-        "triton_best_s": best_triton(rows),
+    host = machine()
+    path = write("sim_speed", {
+        "machine": host["machine"], "cpus": host["cpus"], "python": host["python"],
+        "numpy": host["numpy"], "peers_python": peers, "rows": rows,
+        "exponents_256_to_1024": exponents, "triton_best_s": triton,
         "speedup_over_best_triton": {f"{r['case']} {r['size']}": triton[r["size"]] / r["median_s"]
                                      for r in rows if r["case"] in SIM_CASES
                                      and r["size"] in triton and "median_s" in r},
-    }, indent=2) + "\n")
-    console.print(f"wrote {out.relative_to(ROOT)}")
+    }, args.out)
+    show(table("simulator speed (median after a warm-up, one process per case)",
+               ("case", "size", "median", "peak", "peer at size", "target"),
+               [_cells(r, triton) for r in rows]),
+         *(f"{case}: time grows as n^{e:.2f} from 256^3 to 1024^3" if e is not None
+           else f"{case}: no exponent (a size is missing)" for case, e in exponents.items()),
+         f"wrote {relative(path)}")
+
+
+def _cells(r: dict[str, Any], triton: dict[int, float]) -> tuple[object, ...]:
+    """A row of the table: the case's median and peak beside the best Triton and its target."""
+    if "median_s" not in r:
+        return (r["case"], r["size"], r["error"], None, None, None)
+    peer = (f"triton {triton[r['size']]:.3f} s ({triton[r['size']] / r['median_s']:.1f}x)"
+            if r["case"] in SIM_CASES and r["size"] in triton else None)
+    target = ""
+    if "target_s" in r:
+        target = f"<= {r['target_s']} s {'ok' if r['meets_time'] else 'MISSED'}"
+    if "target_mb" in r:
+        target += f", <= {r['target_mb']:.0f} MB {'ok' if r['meets_memory'] else 'MISSED'}"
+    return (r["case"], f"{r['size']}^3", f"{r['median_s']:.3f} s", f"{r['peak_mb']:.0f} MB",
+            peer, target)
 
 
 if __name__ == "__main__":

@@ -18,23 +18,19 @@ Writes bench/results/special_values_h200.json; exits non-zero on any failed chec
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from backends import registry  # noqa: E402
-from backends.pipeline import rewrite_for  # noqa: E402
-from sarek.errors import SarekError  # noqa: E402
-from sarek.launch import Launch  # noqa: E402
-from sarek.loader import load_module  # noqa: E402
-from sarek.matrix_scheme import Lowering  # noqa: E402
+from backends import registry
+from backends.pipeline import rewrite_for
+from bench.harness import ROOT, write
+from sarek.errors import SarekError
+from sarek.launch import Launch
+from sarek.loader import load_module
+from sarek.matrix_scheme import Lowering
 
 SIZE = (70, 45, 33)
 F32_MAX = float(np.finfo(np.float32).max)
@@ -117,8 +113,7 @@ def main() -> int:
                       f"kind-diff {kinds_differ:4} nonfinite {rows[-1]['original_nonfinite']:4}"
                       f" {'ok' if passed else 'FAIL'}")
     out = {"size": SIZE, "absent": absent, "all_passed": ok, "rows": rows}
-    (ROOT / "bench" / "results" / "special_values_h200.json").write_text(
-        json.dumps(out, indent=2) + "\n")
+    write("special_values_h200", out)
     print(f"{len(rows)} cases; all passed: {ok}; absent: {absent or 'none'}")
     return 0 if ok else 1
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import sys
 import tempfile
 import zlib
@@ -41,14 +40,10 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from tensor_core_h200 import OPERANDS, WARP, probe_kernel  # noqa: E402
-
-import sarek  # noqa: E402
-from sim import tensor_core  # noqa: E402
+import sarek
+from bench.harness import RESULTS, ROOT, write
+from bench.tensor_core_h200 import OPERANDS, WARP, probe_kernel
+from sim import tensor_core
 
 SEED = 20261201
 TILES = 384  # per distribution: 11 distributions x 384 tiles x 256 outputs = 1,081,344 a type
@@ -56,7 +51,7 @@ DRY_TILES = 2
 SIM_TILES = 8  # tiles per distribution also run lane by lane through sarek.simulate
 MAX_CASES = 2000  # mismatching outputs recorded in full (all are counted)
 N = 16
-RESULT = ROOT / "bench" / "results" / "tensor_core_adversarial_h200.json"
+RESULT = RESULTS / "tensor_core_adversarial_h200.json"
 Inputs = tuple[np.ndarray, np.ndarray, np.ndarray]  # a, b (operand type), c (f32)
 Draw = Callable[[np.random.Generator, type, int], Inputs]
 Runner = Callable[[str, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
@@ -429,7 +424,7 @@ def compare_phase(path: Path, result: Path, sim_tiles: int = SIM_TILES) -> bool:
         "numpy": np.__version__, "ml_dtypes": ml_dtypes.__version__,
         "h200_model_matches": ok, "mismatches": total_bad, "nan_payloads": nan_payloads,
         "rows": rows, "cases": cases, "cases_left_out": total_bad - len(cases)}
-    result.write_text(json.dumps(report, indent=1) + "\n")
+    write("tensor_core_adversarial_h200", report, result)
     _print_table(rows, str(saved["device"]))
     print(f"{total_bad} mismatches; device NaN payloads {nan_payloads}; wrote {result}")
     return ok

@@ -17,22 +17,18 @@ counting each model's mismatches against the h200 model, with no device and no J
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-import sarek  # noqa: E402
-from backends.cuda.run import device_arch, device_name, run  # noqa: E402
-from sarek import ir  # noqa: E402
-from sarek.ir import BinOp, Builtin, ElemType, FragUse  # noqa: E402
+import sarek
+from backends.cuda.run import device_arch, device_name, run
+from bench.harness import write
+from sarek import ir
+from sarek.ir import BinOp, Builtin, ElemType, FragUse
 
 TILES = 400
 DRY_TILES = 4
@@ -144,8 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     ok = all(r["mismatches"]["h200"] == 0 for r in rows)
     result = {"device": device_name(), "arch": arch, "instruction": "mma.sync m16n8k16 f32",
               "h200_model_bit_exact": ok, "rows": rows}
-    path = ROOT / "bench" / "results" / "tensor_core_h200.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
+    write("tensor_core_h200", result)
     print("h200 model bit-exact on every output:", ok)
     return 0 if ok else 1
 

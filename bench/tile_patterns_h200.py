@@ -9,23 +9,23 @@ and prints a table. Needs an NVIDIA GPU with sm_90 (stmatrix) and cuda-bindings.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+from bench.harness import RESULTS, ROOT, write
 
-from tile_cases import Case, expected_registers, expected_shared  # noqa: E402
+# a device check drawing on the test suite's cases (tests/), as pytest does
+sys.path.insert(0, str(ROOT / "tests"))
 
-from backends.cuda.run import device_arch, device_name, run  # noqa: E402
-from sarek.layout import TileLayout, laneid  # noqa: E402
-from sarek.loader import load_module  # noqa: E402
-from sarek.tile_probe import probe_kernel  # noqa: E402
-from sim import simulate  # noqa: E402
+from tile_cases import Case, expected_registers, expected_shared  # type: ignore[import-not-found]
+
+from backends.cuda.run import device_arch, device_name, run
+from sarek.layout import TileLayout, laneid
+from sarek.loader import load_module
+from sarek.tile_probe import probe_kernel
+from sim import simulate
 
 
 def plain(kind: str, count: int, trans: bool, repeats: int = 1) -> Case:
@@ -134,9 +134,8 @@ def main() -> int:
              == 0 for r in rows)
     result = {"device": device_name(), "arch": device_arch(), "all_bit_exact": ok,
               "cases": rows, "seconds": round(time.perf_counter() - started, 2)}
-    out = ROOT / "bench" / "results" / "tile_patterns_h200.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    out = RESULTS / "tile_patterns_h200.json"
+    write("tile_patterns_h200", result, out)
     print(f"{result['device']} ({result['arch']}): {len(rows)} cases")
     print(f"{'case':52} {'instr':>5} {'words':>6} {'dev!=sim':>8} {'sim!=contract':>13}")
     for r in rows:

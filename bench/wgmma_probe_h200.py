@@ -24,7 +24,7 @@ accumulator's lane layout), and with small integers every output must be NumPy's
 product. The descriptor's two strides are tried in the documented roles first and swapped
 second; the probe says which held, and stops if neither did.
 
-    python bench/wgmma_probe_h200.py [--tiles 384] [--out DIR]
+    python -m bench.wgmma_probe_h200 [--tiles 384] [--out DIR]
 
 Prints a table per operand type and writes ``wgmma_probe_h200.json`` (under ``--out``, by
 default ``bench/results``).
@@ -33,7 +33,6 @@ default ``bench/results``).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -41,13 +40,9 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from tensor_core_adversarial_h200 import DISTRIBUTIONS, SEED, agree, digest, draw  # noqa: E402
-
-from sim import tensor_core  # noqa: E402
+from bench.harness import RESULTS, write
+from bench.tensor_core_adversarial_h200 import DISTRIBUTIONS, SEED, agree, digest, draw
+from sim import tensor_core
 
 M, N, K = 64, 16, 16
 THREADS = 128
@@ -230,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tiles", type=int, default=384,
                         help="16x16x16 tiles drawn per distribution (default 384)")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
 
     from rich.console import Console
@@ -264,8 +259,7 @@ def main(argv: list[str] | None = None) -> int:
                 table.add_row(r["distribution"], str(r["k"]), f"{r['outputs']:,}",
                               f"{r['mismatches']:,}", f"{r['first_16_rows_mismatches']:,}")
             console.print(table)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "wgmma_probe_h200.json").write_text(json.dumps(report, indent=1) + "\n")
+    write("wgmma_probe_h200", report, args.out / "wgmma_probe_h200.json")
     return 0 if ok else 1
 
 

@@ -4,7 +4,7 @@ stage either ran or refused with the project's own error and a reason, and a rew
 wrote every covered output with the original's value and nothing else.
 ``bench/fuzz_campaign.py`` runs the long version (``bench/results/fuzz_campaign.json``).
 
-A failure names the input's seed; ``bench/fuzz_campaign.py --replay KIND SEED`` runs it
+A failure names the input's seed; ``python -m bench.fuzz_campaign --replay KIND SEED`` runs it
 again."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def run(kind: str, seed: int) -> Outcome:
     with quiet():
         outcome = CASES[kind](random.Random(seed))
     assert not outcome.failed, (f"{outcome.kind} at {outcome.stage} (replay: "
-                                f"bench/fuzz_campaign.py --replay {kind} {seed}): "
+                                f"python -m bench.fuzz_campaign --replay {kind} {seed}): "
                                 f"{outcome.detail}")
     return outcome
 
