@@ -42,25 +42,31 @@ import numpy as np
 
 from bench.harness import RESULTS, write
 from bench.tensor_core_adversarial_h200 import DISTRIBUTIONS, SEED, agree, digest, draw
+from sarek import atoms
 from sim import tensor_core
 
 M, N, K = 64, 16, 16
 THREADS = 128
 OPERAND_TYPES = {"f16": np.float16, "bf16": ml_dtypes.bfloat16}
-CORE_K, CORE_MN = 128, 256  # bytes between core matrices adjacent along K, along M or N
+CORE = atoms.GMMA_K_INTER  # K-major core matrices of 8 rows of 16 bytes, no swizzle
+CORE_K = CORE.bytes  # bytes between core matrices adjacent along K
+CORE_MN = CORE.bytes * (K // CORE.shape[1])  # along M or N: the K columns' core matrices
+DOCUMENTED = CORE.descriptor_strides(along_mn=CORE_MN, along_k=CORE_K)  # (leading, stride)
 MODES = {"ss": "A and B from shared memory, both K-major",
          "rs": "A from registers (mma.sync's A layout), B from shared memory transposed"}
 
+_D = atoms.DESCRIPTOR
+_SHIFT = _D.unit.bit_length() - 1
 SOURCE = r"""
-#define CORE_K 128
-#define CORE_MN 256
+#define CORE_K @CORE_K@
+#define CORE_MN @CORE_MN@
 __device__ __forceinline__ int core(int mn, int k) {  // byte offset of (row or column, k)
     return (mn / 8) * CORE_MN + (k / 8) * CORE_K + (mn % 8) * 16 + (k % 8) * 2;
 }
 __device__ __forceinline__ unsigned long long descriptor(const void* p, int lbo, int sbo) {
     unsigned long long a = (unsigned)__cvta_generic_to_shared(p);
-    return ((a & 0x3FFFF) >> 4) | ((unsigned long long)(lbo >> 4) << 16)
-           | ((unsigned long long)(sbo >> 4) << 32);
+    return ((a & @MASK@) >> @SHIFT@) | ((unsigned long long)(lbo >> @SHIFT@) << @LEADING@)
+           | ((unsigned long long)(sbo >> @SHIFT@) << @STRIDE@);
 }
 extern "C" __global__ void __launch_bounds__(128) probe(
         const unsigned short* a, const unsigned short* b, const float* c, float* d,
@@ -126,6 +132,10 @@ extern "C" __global__ void __launch_bounds__(128) probe(
     }
 }
 """
+for _token, _value in (("@CORE_K@", CORE_K), ("@CORE_MN@", CORE_MN), ("@SHIFT@", _SHIFT),
+                       ("@MASK@", f"0x{(1 << (_D.field_bits + _SHIFT)) - 1:X}"),
+                       ("@LEADING@", _D.leading), ("@STRIDE@", _D.stride)):
+    SOURCE = SOURCE.replace(_token, str(_value))
 
 
 class Device:
@@ -186,20 +196,20 @@ def layout_checks(dev: Device, operand: str, mode: str) -> dict[str, Any]:
     rng = np.random.default_rng(SEED)
     c = (np.arange(2 * M * N, dtype=np.float32) + 1).reshape(2, M, N)
     zero_a, zero_b = np.zeros((2, M, K), dt), np.zeros((2, K, N), dt)
-    accumulator = bool((dev.run(operand, mode, zero_a, zero_b, c, (CORE_K, CORE_MN)) == c).all())
+    accumulator = bool((dev.run(operand, mode, zero_a, zero_b, c, DOCUMENTED) == c).all())
     a = rng.integers(-4, 5, (2, M, 2 * K)).astype(dt)
     b = rng.integers(-4, 5, (2, 2 * K, N)).astype(dt)
     c = rng.integers(-64, 65, (2, M, N)).astype(np.float32)
     exact = np.einsum("pmk,pkn->pmn", a.astype(np.float64), b.astype(np.float64)) + c
     held = None
-    for strides in ((CORE_K, CORE_MN), (CORE_MN, CORE_K)):
+    for strides in (DOCUMENTED, DOCUMENTED[::-1]):
         if (dev.run(operand, mode, a, b, c, strides) == exact).all():
             held = strides
             break
     return {"accumulator_layout_holds": accumulator,
             "descriptor_strides": None if held is None else
             {"leading_byte_offset": held[0], "stride_byte_offset": held[1]},
-            "documented_roles": held == (CORE_K, CORE_MN)}
+            "documented_roles": held == DOCUMENTED}
 
 
 def compare(dev: Device, operand: str, mode: str, tiles: int, strides: tuple[int, int]

@@ -23,6 +23,15 @@ specification, "SIMD-group matrix"), with ``g = lane / 4`` and ``t = lane % 4``:
   ``m`` of lane ``4*r + w``.
 * Metal's 8x8 ``simdgroup_matrix``: lane ``l`` holds row ``((l/2) % 4) + 4*(l/16)``, columns
   ``c0`` and ``c0 + 1`` with ``c0 = 2*(l % 2) + 4*((l/8) % 2)``.
+* Hopper's ``wgmma`` (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"; in the
+  form of CuTe's ``mma_traits_sm90_gmma.hpp``): thread ``t`` of the warpgroup (warp ``w =
+  t/32``, ``g`` and ``t%4`` as above for its lane) holds accumulator value ``i`` at row ``16w +
+  g + 8*((i/2) % 2)``, column ``8*(i/4) + 2*(t%4) + i%2`` (``WGMMA.c``), A from registers
+  likewise over 16 columns
+  (``WGMMA.a``); shared-memory operands lie in atoms (``GMMA_*``: 8x8 core matrices of 16-byte
+  rows, or 8 rows of 128 bytes under the 128-byte swizzle, whose 16-byte chunk index is xored
+  with the row index, ``SWIZZLE_128B``), which a 64-bit matrix descriptor (``DESCRIPTOR``)
+  addresses by a start, a leading and a stride byte offset and a layout type.
 """
 
 from __future__ import annotations
@@ -209,3 +218,138 @@ LDMATRIX = MatrixMoveFacts()
 SIMDGROUP_8X8 = LaneLayout(8, 8, (2, 4, 2, 2), (16, 1, 32, 4), (2,), (8,))
 """Metal's 8x8 ``simdgroup_matrix``: which lane of the 32 holds which two elements (as
 ``thread_elements()`` exposes them)."""
+
+
+# --------------------------------------------------------------------------- Hopper: wgmma
+
+
+@dataclass(frozen=True)
+class Swizzle:
+    """CuTe's ``Swizzle<bits, base, shift>`` over offsets: the ``bits`` bits of an offset from
+    bit ``base + shift`` up are xored into its ``bits`` bits from bit ``base`` up."""
+
+    bits: int
+    base: int
+    shift: int
+
+    def __call__(self, x: np.ndarray | int) -> np.ndarray | int:
+        mask = ((1 << self.bits) - 1) << (self.base + self.shift)
+        return x ^ ((x & mask) >> self.shift)
+
+    def recast(self, element_bytes: int) -> Swizzle:
+        """The same permutation of bytes over offsets counted in elements of
+        ``element_bytes`` (CuTe's ``upcast``)."""
+        return Swizzle(self.bits, self.base - (element_bytes.bit_length() - 1), self.shift)
+
+
+SWIZZLE_128B = Swizzle(3, 4, 3)
+"""wgmma's 128-byte swizzle, over byte offsets in a 1024-byte aligned atom of 8 rows of 128
+bytes: the 16-byte chunk index (bits 4-6) is xored with the row index (bits 7-9)."""
+
+
+@dataclass(frozen=True)
+class GmmaAtom:
+    """One of CuTe's ``GMMA::Layout_{MN,K}_{INTER,SW128}_Atom`` for 16-bit elements: the
+    smallest tile of a ``wgmma`` operand in shared memory, ``shape = (mn, k)`` elements at
+    element offset ``swizzle(mn * stride[0] + k * stride[1])`` (``major``: the dimension whose
+    elements are contiguous), and how a matrix descriptor steps between atoms: ``mode`` is the
+    descriptor's layout type, and its leading byte offset steps along ``leading`` ("mn", "k",
+    or "" where it is unused) while its stride byte offset steps along the other dimension
+    (PTX ISA, "Matrix Descriptor Format" and "Shared Memory Matrix Layout")."""
+
+    name: str
+    major: str
+    shape: tuple[int, int]
+    stride: tuple[int, int]
+    swizzle: Swizzle | None
+    mode: int
+    leading: str
+    element_bytes: int = 2
+
+    @property
+    def bytes(self) -> int:
+        """The atom's size, which is also its alignment in shared memory."""
+        return self.shape[0] * self.shape[1] * self.element_bytes
+
+    @property
+    def row(self) -> int:
+        """Elements of one contiguous row (along ``major``)."""
+        return self.shape[0] if self.major == "mn" else self.shape[1]
+
+    def offset(self, mn: np.ndarray | int, k: np.ndarray | int) -> np.ndarray | int:
+        """The element offset in the atom of element (``mn``, ``k``)."""
+        flat = mn * self.stride[0] + k * self.stride[1]
+        return flat if self.swizzle is None else self.swizzle.recast(self.element_bytes)(flat)
+
+    def descriptor_strides(self, along_mn: int, along_k: int) -> tuple[int, int]:
+        """``(leading, stride)`` byte offsets of a descriptor for atoms ``along_mn`` bytes
+        apart along M or N and ``along_k`` bytes apart along K (an unused leading offset is
+        one unit, 16 bytes)."""
+        between = {"mn": along_mn, "k": along_k}
+        other = "k" if self.leading == "mn" else "mn"
+        leading = between[self.leading] if self.leading else DESCRIPTOR.unit
+        return leading, between[other]
+
+
+GMMA_MN_INTER = GmmaAtom("MN_INTER", "mn", (8, 8), (1, 8), None, 0, "k")
+"""A core matrix, MN-major without swizzle: 8 rows of 16 bytes along M or N, one per k."""
+GMMA_K_INTER = GmmaAtom("K_INTER", "k", (8, 8), (8, 1), None, 0, "k")
+"""A core matrix, K-major without swizzle: 8 rows of 16 bytes along K, one per m or n."""
+GMMA_MN_SW128 = GmmaAtom("MN_SW128", "mn", (64, 8), (1, 64), SWIZZLE_128B, 1, "mn")
+"""MN-major in 128-byte swizzle: 8 k-rows of 64 elements along M or N, 1024 bytes."""
+GMMA_K_SW128 = GmmaAtom("K_SW128", "k", (8, 64), (64, 1), SWIZZLE_128B, 1, "")
+"""K-major in 128-byte swizzle: 8 rows of 64 elements along K, 1024 bytes."""
+
+
+@dataclass(frozen=True)
+class DescriptorFormat:
+    """wgmma's 64-bit shared-memory matrix descriptor (CuTe's ``GmmaDescriptor``): the start
+    address, leading and stride byte offsets, each in ``unit``s of 16 bytes in ``field_bits``
+    bits at bits ``start``, ``leading`` and ``stride``, and the layout type at bit ``mode``."""
+
+    unit: int = 16
+    field_bits: int = 14
+    start: int = 0
+    leading: int = 16
+    stride: int = 32
+    mode: int = 62
+
+    def encode(self, address: int, leading: int, stride: int, mode: int) -> int:
+        """The descriptor of a shared-memory ``address`` (bytes) with the byte offsets
+        ``leading`` and ``stride`` and layout type ``mode``."""
+        shift, mask = self.unit.bit_length() - 1, (1 << self.field_bits) - 1
+        return ((((address >> shift) & mask) << self.start) | (((leading >> shift) & mask)
+                << self.leading) | (((stride >> shift) & mask) << self.stride)
+                | (mode << self.mode))
+
+
+DESCRIPTOR = DescriptorFormat()
+
+
+@dataclass(frozen=True)
+class WgmmaFacts:
+    """``wgmma.mma_async.sync.aligned.m64nNk16`` of one warpgroup (``warps`` warps): ``D (m x
+    n) = A (m x k) * B (k x n) + D``, ``n`` a multiple of ``n_step`` up to ``n_max``. ``a``
+    (A from registers) and ``c(n)`` (the accumulator) are CuTe's ``ALayout_64x16`` and
+    ``CLayout_64xN``: (thread of the warpgroup, value) -> (row, column)."""
+
+    m: int = 64
+    k: int = 16
+    warps: int = 4
+    n_step: int = 8
+    n_max: int = 256
+    a: LaneLayout = LaneLayout(64, 16, (4, 8, 4), (128, 1, 16), (2, 2, 2), (64, 8, 512))
+
+    def c(self, n: int) -> LaneLayout:
+        """The accumulator's layout for ``n`` columns."""
+        return LaneLayout(self.m, n, (4, 8, 4), (128, 1, 16), (2, 2, n // self.n_step),
+                          (64, 8, 512))
+
+    def ptx(self, n: int, operand: ElemType) -> str:
+        """The opcode accumulating ``operand`` products into f32."""
+        t = operand.value
+        return f"wgmma.mma_async.sync.aligned.m{self.m}n{n}k{self.k}.f32.{t}.{t}"
+
+
+WGMMA = WgmmaFacts()
+"""The one ``wgmma`` form the project prints (f16 or bf16 into f32)."""

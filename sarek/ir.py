@@ -410,7 +410,9 @@ class ArrayDecl(_Stmt):
     """Declares a shared (one per block) or local (one per invocation) array of ``size``
     elements, aligned to ``align`` bytes. Shared arrays start with unspecified contents (the
     simulator fills them with a canary); local arrays too. With a ``layout`` the array is also
-    a tensor whose coordinates map to element offsets (``specs/tile-patterns.md``)."""
+    a tensor whose coordinates map to element offsets (``specs/tile-patterns.md``). A target's
+    lowering may place a shared array at byte ``dynamic_offset`` of the block's one dynamic
+    shared allocation (None: an allocation of its own)."""
 
     kind: Literal["array_decl"] = "array_decl"
     name: str
@@ -419,6 +421,7 @@ class ArrayDecl(_Stmt):
     space: MemSpace
     align: int = 16
     layout: TileLayout | None = None
+    dynamic_offset: int | None = Field(default=None, ge=0, exclude_if=lambda v: v is None)
 
 
 class TensorView(_Stmt):
@@ -623,6 +626,16 @@ class Mma(_Stmt):
     c_offset: int = Field(default=0, ge=0)
 
 
+class MatrixDescriptor(_Node):
+    """What a ``wgmma`` shared-memory matrix descriptor carries besides the start address: the
+    leading and stride byte offsets and the layout type (0: none, 1: 128-byte swizzle), as
+    the target's lowering chose them for the operand's layout (``sarek.atoms.GmmaAtom``)."""
+
+    leading_bytes: int = Field(gt=0)
+    stride_bytes: int = Field(gt=0)
+    mode: int = Field(ge=0, le=3)
+
+
 class Wgmma(_Stmt):
     """Lane-explicit ``wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{elem}.{elem}`` of the
     block's four warps (one warpgroup), B from shared memory, A from registers or from shared
@@ -642,8 +655,9 @@ class Wgmma(_Stmt):
     (k/8)*core_k + (k%8)*8 + (c/8)*core_n + c%8``; with ``swizzle`` 128 in 128-byte swizzle
     atoms of 8 rows of 64: at ``b_index + (k/8)*core_k + (c/64)*core_n + (k%8)*64 + (((c%64)/8)
     ^ (k%8))*8 + c%8``, the atoms 1024-byte aligned. ``a_index`` and ``b_index`` are the same
-    for the whole warpgroup. The instruction is preceded by a ``wgmma.fence`` and complete
-    after the next ``WgmmaWait``."""
+    for the whole warpgroup. ``b_descriptor`` and ``a_descriptor`` (A from shared memory) are
+    the descriptors' strides and modes for those layouts, which a printer prints. The
+    instruction is preceded by a ``wgmma.fence`` and complete after the next ``WgmmaWait``."""
 
     kind: Literal["wgmma"] = "wgmma"
     elem: ElemType
@@ -657,6 +671,8 @@ class Wgmma(_Stmt):
     swizzle: Literal[0, 128] = 0
     a_index: Expr | None = None
     a_core_m: int = Field(default=512, gt=0)
+    b_descriptor: MatrixDescriptor | None = None
+    a_descriptor: MatrixDescriptor | None = None
 
 
 class WgmmaWait(_Stmt):
@@ -768,8 +784,8 @@ __all__ = [
     "ArrayDecl", "ArrayParam", "Assign", "Barrier", "BinOp", "Binary", "Bitcast", "Builtin",
     "BuiltinValue", "Call", "Cast", "Const", "CpAsync", "ElemType", "Expr", "For", "FragAdd",
     "FragDecl", "FragFill", "FragLayout", "FragLoad", "FragMulAdd", "FragShape", "FragStore",
-    "FragUse", "If", "Kernel", "LaneTile", "Ldmatrix", "Let", "Load", "MathFn", "MemSpace", "Mma",
-    "MmaAtom", "Param", "ProvidedRows", "Return", "ScalarParam", "Select", "StageCommit",
-    "StageCopy", "StageWait", "Stmatrix", "Stmt", "Store", "TensorView", "TileApply", "TileOp",
-    "UnOp", "Unary", "Var", "While", "schema",
+    "FragUse", "If", "Kernel", "LaneTile", "Ldmatrix", "Let", "Load", "MathFn", "MatrixDescriptor",
+    "MemSpace", "Mma", "MmaAtom", "Param", "ProvidedRows", "Return", "ScalarParam", "Select",
+    "StageCommit", "StageCopy", "StageWait", "Stmatrix", "Stmt", "Store", "TensorView",
+    "TileApply", "TileOp", "UnOp", "Unary", "Var", "While", "schema",
 ]

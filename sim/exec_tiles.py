@@ -119,36 +119,43 @@ class Tiles(Core):
         a, d, b = (self._array(scope, name) for name in (s.a, s.d, s.b))
         f_b = self.expr(s.b_index, scope, site)
         f_a = None if s.a_index is None else self.expr(s.a_index, scope, site)
-        geo, model = self.geo, self.arith
+        geo, model, per = self.geo, self.arith, atoms.WGMMA.warps
         if geo.block_size != lanes.WARPGROUP:
             raise LaunchError(f"wgmma is issued by one warpgroup of {lanes.WARPGROUP} "
                               f"invocations; the launch's blocks have {geo.block_size}",
                               site.path, site.line)
-        k, c = np.arange(16)[:, None], np.arange(s.n)[None, :]
-        if s.swizzle:
-            b_offsets = (k // 8) * s.core_k + (c // 64) * s.core_n + (k % 8) * 64 + \
-                (((c % 64) // 8) ^ (k % 8)) * 8 + c % 8
-        else:
-            b_offsets = (k // 8) * s.core_k + (k % 8) * 8 + (c // 8) * s.core_n + c % 8
-        m = np.arange(64)[:, None]
-        a_offsets = (m // 8) * s.a_core_m + (m % 8) * 64 + np.arange(16)  # before the swizzle
+        # B (k x n) in MN-major atoms (sarek.atoms): atoms core_k apart along k, core_n along n
+        b_atom = atoms.GMMA_MN_SW128 if s.swizzle else atoms.GMMA_MN_INTER
+        along_n, along_k = b_atom.shape
+        k, c = np.arange(atoms.WGMMA.k)[:, None], np.arange(s.n)[None, :]
+        b_offsets = (k // along_k) * s.core_k + (c // along_n) * s.core_n + np.asarray(
+            b_atom.offset(c % along_n, k % along_k))
+        # A (m x k) K-major in 128-byte swizzle atoms, a_core_m apart along m; the swizzle
+        # applies to the whole index (the atoms are aligned to their size)
+        a_atom = atoms.GMMA_K_SW128
+        a_swizzle = a_atom.swizzle.recast(a_atom.element_bytes) if a_atom.swizzle else None
+        assert a_swizzle is not None
+        m = np.arange(atoms.WGMMA.m)[:, None]
+        a_rows = a_atom.shape[0]
+        a_offsets = (m // a_rows) * s.a_core_m + (m % a_rows) * a_atom.stride[0] + \
+            np.arange(atoms.WGMMA.k) * a_atom.stride[1]  # before the swizzle
 
         def operand(st: State, m: Mask, f_index: ExprFn, arr: Array, offsets: np.ndarray,
                     warps: np.ndarray, use: str) -> np.ndarray:
             """``[warpgroup, ...offsets]``: the warpgroups' values of the shared operand whose
             start ``f_index`` gives, at ``offsets`` from it."""
             index = np.broadcast_to(self.spread(f_index(st, m)), (self.n,))
-            first = warps[::4] * lanes.WARP  # each warpgroup's lane 0
+            first = warps[::per] * lanes.WARP  # each warpgroup's lane 0
             each = index[lanes.warp_lanes(warps)].reshape(len(first), -1)
             if (each != each[:, :1]).any():
                 self._fail(SubgroupDivergence, f"wgmma's {use} is one for the warpgroup; its "
                            "warps name different ones", site, None)
             within = index[first].astype(np.int64).reshape(-1, *[1] * offsets.ndim) + offsets
             if use == "A":
-                if (index[first] % 64 > 48).any():
+                if (index[first] % a_atom.row > a_atom.row - atoms.WGMMA.k).any():
                     self._fail(OutOfBounds, f"wgmma's A rows of 16 elements cross a 128-byte "
                                f"row of {arr.name!r}'s swizzle atoms", site, None)
-                within = within ^ (((within // 64) % 8) * 8)
+                within = np.asarray(a_swizzle(within))
             if within.min() < 0 or within.max() >= arr.size:
                 self._fail(OutOfBounds, f"wgmma's {use} lies outside {arr.name!r} ({arr.size} "
                            "elements)", site, None)
@@ -159,23 +166,25 @@ class Tiles(Core):
             # each warp's lane 0 reads the operand (the four warps of a warpgroup share it)
             threads = np.repeat(geo.lane_thread[warps * lanes.WARP].astype(np.int32),
                                 flat[0].size)
-            smem.read(np.repeat(flat, 4, axis=0).ravel(), threads, None, site)
+            smem.read(np.repeat(flat, per, axis=0).ravel(), threads, None, site)
             return np.ascontiguousarray(smem.data[flat]).view(dtypes.numpy_dtype(s.elem))
 
         def run(st: State, m: Mask) -> None:
             warps = self._warps(m, site)
-            groups = warps.reshape(-1, 4) if warps.size % 4 == 0 else None
-            if groups is None or (groups[:, 0] % 4).any() or \
-                    (groups != groups[:, :1] + np.arange(4)).any():
+            groups = warps.reshape(-1, per) if warps.size % per == 0 else None
+            if groups is None or (groups[:, 0] % per).any() or \
+                    (groups != groups[:, :1] + np.arange(per)).any():
                 self._fail(SubgroupDivergence, "wgmma needs every warp of the warpgroup "
                            "active", site, m)
-            values = np.repeat(operand(st, m, f_b, b, b_offsets, warps, "B"), 4, axis=0)
+            values = np.repeat(operand(st, m, f_b, b, b_offsets, warps, "B"), per, axis=0)
             if f_a is None:
                 local_a = st.arrays[a.slot]
                 assert isinstance(local_a, LocalArray)
                 a_tile = lanes.a_registers(facts, (local_a, a.size), warps)
             else:  # warp w of a warpgroup: rows 16w .. 16w+15 of the warpgroup's 64
-                a_tile = operand(st, m, f_a, a, a_offsets, warps, "A").reshape(-1, 16, 16)
+                rows = atoms.WGMMA.m // atoms.WGMMA.warps
+                a_tile = operand(st, m, f_a, a, a_offsets, warps, "A").reshape(
+                    -1, rows, atoms.WGMMA.k)
             local_d = st.arrays[d.slot]
             assert isinstance(local_d, LocalArray)
             lanes.wgmma(facts, model, a_tile, (local_d, d.size), values, s.n, warps)

@@ -26,7 +26,7 @@ from sim.memory import LocalArray, SharedArray, Site
 WARP = atoms.LDMATRIX.lanes
 
 
-WARPGROUP = 4 * WARP  # invocations that issue one wgmma together
+WARPGROUP = atoms.WGMMA.warps * WARP  # invocations that issue one wgmma together
 
 
 def wgmma(facts: atoms.MmaAtomFacts, model: fragments.Model, a: np.ndarray,

@@ -148,3 +148,76 @@ def test_divisor_of_the_rewrite_offsets() -> None:
                                                  type=ElemType.I32), b=c(8), type=ElemType.I32)
     assert divisor(offset) == 8
     assert divisor(ir.Binary(op=BinOp.ADD, a=offset, b=w, type=ElemType.I32)) == 1
+
+
+# ---- Hopper: the PTX ISA's wgmma formulas ("Register Fragments and Shared Memory Matrix
+# Layouts", "Matrix Descriptor Format"), written out here
+
+
+THREAD = np.arange(128)[:, None]
+WARP, LANE_OF = THREAD // 32, THREAD % 32
+
+
+def test_wgmma_accumulator_is_the_ptx_layout_for_every_n() -> None:
+    for n in (8, 16, 128, 256):
+        i = np.arange(n // 2)[None, :]
+        rc = atoms.WGMMA.c(n).coordinates
+        assert rc.shape == (128, n // 2, 2)
+        assert np.array_equal(rc[..., 0], 16 * WARP + LANE_OF // 4 + 8 * ((i // 2) % 2))
+        assert np.array_equal(rc[..., 1], 8 * (i // 4) + 2 * (LANE_OF % 4) + i % 2)
+
+
+def test_wgmma_register_a_is_the_ptx_layout() -> None:
+    i = np.arange(8)[None, :]
+    rc = atoms.WGMMA.a.coordinates
+    assert np.array_equal(rc[..., 0], 16 * WARP + LANE_OF // 4 + 8 * ((i // 2) % 2))
+    assert np.array_equal(rc[..., 1], np.broadcast_to(2 * (LANE_OF % 4) + i % 2 + 8 * (i // 4),
+                                                      (128, 8)))
+
+
+def test_wgmma_opcode_is_the_ptx_form() -> None:
+    assert atoms.WGMMA.ptx(128, ElemType.BF16) == \
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"
+
+
+def test_the_128_byte_swizzle_xors_the_chunk_with_the_row() -> None:
+    byte = np.arange(4096)
+    row, chunk = (byte // 128) % 8, (byte // 16) % 8
+    want = byte - 16 * chunk + 16 * (chunk ^ row)
+    assert np.array_equal(atoms.SWIZZLE_128B(byte), want)
+    half = np.arange(2048)  # the same permutation over 16-bit elements
+    assert np.array_equal(2 * atoms.SWIZZLE_128B.recast(2)(half), atoms.SWIZZLE_128B(2 * half))
+
+
+def test_the_core_matrix_atoms_are_8_rows_of_16_bytes() -> None:
+    mn, k = np.arange(8)[:, None], np.arange(8)[None, :]
+    assert np.array_equal(atoms.GMMA_MN_INTER.offset(mn, k), 8 * k + mn)  # rows along mn
+    assert np.array_equal(atoms.GMMA_K_INTER.offset(mn, k), 8 * mn + k)  # rows along k
+    assert atoms.GMMA_MN_INTER.bytes == atoms.GMMA_K_INTER.bytes == 128
+
+
+def test_the_swizzled_atoms_are_8_rows_of_128_bytes_chunks_xored_with_the_row() -> None:
+    along, row = np.arange(64)[:, None], np.arange(8)[None, :]
+    want = 64 * row + 8 * ((along // 8) ^ row) + along % 8
+    assert np.array_equal(atoms.GMMA_MN_SW128.offset(along, row), want)
+    assert np.array_equal(atoms.GMMA_K_SW128.offset(row.T, along.T), want.T)
+    assert atoms.GMMA_MN_SW128.bytes == atoms.GMMA_K_SW128.bytes == 1024
+
+
+def test_descriptor_strides_follow_the_ptx_roles() -> None:
+    # no swizzle: leading = between core matrices along k, stride = along m or n; 128-byte
+    # swizzle, MN-major: leading = between atoms along m or n, stride = between 8-row groups
+    # along k; K-major: leading unused (one 16-byte unit), stride = between 8-row groups
+    assert atoms.GMMA_K_INTER.descriptor_strides(along_mn=256, along_k=128) == (128, 256)
+    assert atoms.GMMA_MN_INTER.descriptor_strides(along_mn=2048, along_k=128) == (128, 2048)
+    assert atoms.GMMA_MN_SW128.descriptor_strides(along_mn=16384, along_k=1024) == (16384, 1024)
+    assert atoms.GMMA_K_SW128.descriptor_strides(along_mn=1024, along_k=1024) == (16, 1024)
+    assert [a.mode for a in (atoms.GMMA_K_INTER, atoms.GMMA_MN_INTER, atoms.GMMA_MN_SW128,
+                             atoms.GMMA_K_SW128)] == [0, 0, 1, 1]
+
+
+def test_the_descriptor_packs_its_fields_as_the_ptx_table_says() -> None:
+    # bits 0-13 start address >> 4, 16-29 leading >> 4, 32-45 stride >> 4, 62-63 layout type
+    d = atoms.DESCRIPTOR.encode(0x1230, 16384, 1024, 1)
+    assert d & 0x3FFF == 0x123 and (d >> 16) & 0x3FFF == 1024 and (d >> 32) & 0x3FFF == 64
+    assert d >> 62 == 1 and (d >> 46) & 0xFFFF == 0 and (d >> 14) & 3 == 0

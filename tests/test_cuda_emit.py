@@ -134,3 +134,36 @@ def test_compiling_leaves_the_processs_one_byte_objects_alone() -> None:
     compile_cubin(emit(launch.kernel), "sm_80")
     assert " ".encode()[0] == 32  # noqa: UP012 (the encoder hands out the shared byte)
     assert bytes(bytearray(b"x y"))[1:2][0] == 32
+
+
+def test_the_lowering_records_where_each_shared_array_lies_in_the_dynamic_allocation() -> None:
+    from backends.cuda import lower as cuda_lower
+    from sarek import ir
+    from sarek.ir_walk import walk
+
+    f32, u16 = ir.ElemType.F32, ir.ElemType.U16
+    kernel = ir.Kernel(name="k", params=(), body=(
+        ir.ArrayDecl(name="a", elem=f32, size=10_000, space=ir.MemSpace.SHARED),  # 40000 B
+        ir.ArrayDecl(name="b", elem=u16, size=3, space=ir.MemSpace.SHARED, align=1024),
+        ir.ArrayDecl(name="c", elem=f32, size=4000, space=ir.MemSpace.SHARED),
+        ir.ArrayDecl(name="d", elem=f32, size=4, space=ir.MemSpace.LOCAL)))
+    lowered = cuda_lower.lower(kernel)
+    got = {s.name: s.dynamic_offset for s in walk(lowered.body) if isinstance(s, ir.ArrayDecl)}
+    # a at 0; b at the next multiple of 1024 after 40000; c at the next of 16 after b's 6 bytes
+    assert got == {"a": 0, "b": 40960, "c": 40976, "d": None}
+    src = emit(kernel)
+    assert "float* const c = (float*)(sk_dynamic + 40976);" in src
+    assert "unsigned short* const b = (unsigned short*)(sk_dynamic + 40960);" in src
+
+
+def test_kernels_within_48_kib_record_no_dynamic_placement() -> None:
+    from backends.cuda import lower as cuda_lower
+    from sarek import ir
+    from sarek.ir_walk import walk
+
+    kernel = ir.Kernel(name="k", params=(), body=(ir.ArrayDecl(
+        name="s", elem=ir.ElemType.F32, size=12_288, space=ir.MemSpace.SHARED),))
+    lowered = cuda_lower.lower(kernel)
+    assert all(s.dynamic_offset is None for s in walk(lowered.body)
+               if isinstance(s, ir.ArrayDecl))
+    assert "__shared__ __align__(16) float s[12288];" in emit(kernel)

@@ -274,3 +274,27 @@ def test_a_wgmma_kernel_compiled_for_an_older_gpu_is_refused_with_the_reason() -
     src = sarek.emit(rewrite(WARPGROUP[0]).kernel, "cuda")
     with pytest.raises(NvrtcError, match=r"wgmma .* which only sm_90a has, not sm_80"):
         compile_cubin(src, "sm_80")
+
+
+@pytest.mark.parametrize(("schedule", "b", "a"), [
+    # 64 k-rows of 128 (+8) halves: 128-byte swizzle atoms of 8 k-rows x 64 columns (1024 B);
+    # leading = between atoms along n (8 atoms along k each: 8 KiB), stride = along k (1 KiB);
+    # A K-major in the same atoms, 8-row groups 1 KiB apart, the leading offset unused
+    (WARPGROUP[0], (8192, 1024, 1), (16, 1024, 1)),
+    # 32 k-rows: not whole kilobytes, so 8x8 core matrices of 128 B; leading = along k (128 B),
+    # stride = between the 8-column blocks along n (32 rows x 16 B); A from registers
+    (WARPGROUP[1], (128, 512, 0), None)])
+def test_the_lowering_records_each_descriptors_strides_and_the_printer_prints_them(
+        schedule: Schedule, b: tuple[int, int, int], a: tuple[int, int, int] | None) -> None:
+    lowered = cuda_lower.lower(rewrite(schedule).kernel)
+    found = {(s.b_descriptor, s.a_descriptor) for s in walk(lowered.body)
+             if isinstance(s, ir.Wgmma)}
+
+    def desc(t: tuple[int, int, int] | None) -> ir.MatrixDescriptor | None:
+        return None if t is None else ir.MatrixDescriptor(leading_bytes=t[0],
+                                                          stride_bytes=t[1], mode=t[2])
+
+    assert found == {(desc(b), desc(a))}
+    text = target("cuda").print_lowered(lowered)
+    assert f"{b[0]}u, {b[1]}u, {b[2]}ull)" in text
+    assert (a is None) == ("16u, 1024u, 1ull)" not in text)

@@ -20,6 +20,7 @@ from backends.cuda import shared
 from backends.cuda.lower import lower
 from sarek import atoms, ir, ir_check
 from sarek.ir import BinOp, Builtin, ElemType, MathFn
+from sarek.ir_walk import walk
 
 TYPES = {
     ElemType.I8: "signed char", ElemType.U8: "unsigned char", ElemType.I16: "short",
@@ -105,42 +106,51 @@ def _hook(p: Printer, s: ir.Stmt) -> list[str] | None:
     return None
 
 
-WGMMA_DESCRIPTOR = r"""
+def _descriptor_helper(f: atoms.DescriptorFormat) -> str:
+    """``sk_wgmma_desc``: the descriptor of a shared address, encoded as ``f`` lays it out
+    (each field in units of ``f.unit`` bytes; the address's field starts at bit 0)."""
+    shift = f.unit.bit_length() - 1
+    mask = (1 << (f.field_bits + shift)) - 1
+    return rf"""
 /* A wgmma matrix descriptor: start, leading and stride byte offsets, swizzle mode. */
 __device__ inline unsigned long long sk_wgmma_desc(const void* p, unsigned lbo, unsigned sbo,
-                                                   unsigned long long mode) {
+                                                   unsigned long long mode) {{
     unsigned long long a = (unsigned)__cvta_generic_to_shared(p);
-    return ((a & 0x3FFFF) >> 4) | ((unsigned long long)(lbo >> 4) << 16)
-           | ((unsigned long long)(sbo >> 4) << 32) | (mode << 62);
-}
+    return ((a & 0x{mask:X}) >> {shift}) | ((unsigned long long)(lbo >> {shift}) << {f.leading})
+           | ((unsigned long long)(sbo >> {shift}) << {f.stride}) | (mode << {f.mode});
+}}
 """
+
+
+WGMMA_DESCRIPTOR = _descriptor_helper(atoms.DESCRIPTOR)
+
+
+def _descriptor(p: Printer, array: str, index: ir.Expr, d: ir.MatrixDescriptor | None
+                ) -> str:
+    assert d is not None  # CUDA's lowering records every descriptor it needs
+    return (f"sk_wgmma_desc(&{array}[{p.expr(index)}], {d.leading_bytes}u, {d.stride_bytes}u, "
+            f"{d.mode}ull)")
 
 
 def _wgmma(p: Printer, s: ir.Wgmma) -> list[str]:
     """A ``wgmma.fence`` and one ``wgmma.mma_async``: A from this lane's four registers or
-    through a descriptor (K-major, 128-byte swizzle), B transposed (its core matrices' 16-byte
-    rows run along n) through a descriptor."""
-    t = "f16" if s.elem is ElemType.F16 else "bf16"
+    through its descriptor, B through its descriptor (the strides and modes the lowering
+    recorded)."""
     values = s.n // 2
     d = ", ".join(f"%{j}" for j in range(values))
     outs = ", ".join(f'"+f"({s.d}[{j}])' for j in range(values))
-    size = 2  # bytes of an f16 or bf16 element
-    # Transposed B: without swizzle the leading offset runs along k and the stride along n;
-    # in 128-byte swizzle atoms the leading offset runs along n and the stride along k.
-    lbo, sbo = (s.core_n, s.core_k) if s.swizzle else (s.core_k, s.core_n)
-    b_desc = (f"sk_wgmma_desc(&{s.b}[{p.expr(s.b_index)}], {lbo * size}u, {sbo * size}u, "
-              f"{1 if s.swizzle else 0}ull)")
+    b_desc = _descriptor(p, s.b, s.b_index, s.b_descriptor)
     if s.a_index is None:
         a = "{" + ", ".join(f"%{values + j}" for j in range(4)) + "}"
         ins = ", ".join(f'"r"({s.a}[{j}])' for j in range(4))
         b = f"%{values + 4}"
         scales = "p, 1, 1, 1"  # scale-d, scale-a, scale-b, transpose-b
-    else:  # K-major A: its 16 columns lie in one 128-byte row, the leading offset unused
-        a_desc = f"sk_wgmma_desc(&{s.a}[{p.expr(s.a_index)}], 16u, {s.a_core_m * size}u, 1ull)"
+    else:
+        a_desc = _descriptor(p, s.a, s.a_index, s.a_descriptor)
         a, b = f"%{values}", f"%{values + 1}"
         ins = f'"l"({a_desc})'
         scales = "p, 1, 1, 0, 1"  # scale-d, scale-a, scale-b, transpose-a, transpose-b
-    op = f"wgmma.mma_async.sync.aligned.m64n{s.n}k16.f32.{t}.{t}"
+    op = atoms.WGMMA.ptx(s.n, s.elem)
     return ['asm volatile("wgmma.fence.sync.aligned;" ::: "memory");',
             f'asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, 1, 0;\\n{op} {{{d}}}, '
             f'{a}, {b}, {scales};\\n}}" : {outs} : {ins}, "l"({b_desc}) '
@@ -255,17 +265,17 @@ DIALECT = Dialect(
 
 
 def print_kernel(kernel: ir.Kernel) -> str:
-    """A kernel without neutral fragments (original, or lowered for CUDA) as CUDA C++; shared
-    arrays past 48 KiB in all come out of one dynamic allocation (``backends.cuda.shared``)."""
-    layout = shared.offsets(kernel)
-    if layout is None:
+    """A kernel lowered for CUDA as CUDA C++; shared arrays the lowering placed in the dynamic
+    allocation (``dynamic_offset``, ``backends.cuda.shared.place``) are pointers into it."""
+    if not any(isinstance(s, ir.ArrayDecl) and s.dynamic_offset is not None
+               for s in walk(kernel.body)):
         return render(kernel, DIALECT)
 
     def hook(p: Printer, s: ir.Stmt) -> list[str] | None:
-        if not (isinstance(s, ir.ArrayDecl) and s.space is ir.MemSpace.SHARED):
+        if not (isinstance(s, ir.ArrayDecl) and s.dynamic_offset is not None):
             return _hook(p, s)
         p.arrays[s.name] = s
-        t, offset = p.mem_t(s.elem), layout[s.name]
+        t, offset = p.mem_t(s.elem), s.dynamic_offset
         first = [f"extern __shared__ __align__(16) unsigned char {shared.DYNAMIC}[];"]
         return [*(first if offset == 0 else []),
                 f"{t}* const {s.name} = ({t}*)({shared.DYNAMIC} + {offset});"]

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from backends.cstyle import EmitError
-from backends.cuda import chains, copies, wgmma
+from backends.cuda import chains, copies, shared, wgmma
 from sarek import atoms, ir, ir_check, tile
 from sarek.ir import BinOp, Builtin, ElemType, FragLayout, FragUse, MemSpace
 from sarek.ir_build import add, binary, const, mul, var
@@ -80,15 +80,17 @@ I32, U32 = ElemType.I32, ElemType.U32
 def lower(kernel: ir.Kernel) -> ir.Kernel:
     """``kernel`` with every fragment statement lowered (kernels without fragments come back
     unchanged) and its staged copies as ``cp.async`` (``backends.cuda.copies``), runs of
-    fragment statements with fresh accumulators one chain at a time (``backends.cuda.chains``);
-    ``EmitError`` with the reason for a fragment CUDA has no instruction for."""
+    fragment statements with fresh accumulators one chain at a time (``backends.cuda.chains``),
+    tile patterns as ``LaneTile``s and, past 48 KiB, every shared array placed in the dynamic
+    allocation (``backends.cuda.shared.place``); ``EmitError`` with the reason for a fragment
+    CUDA has no instruction for or shared memory past what a block may have."""
     places = wgmma.wgmma_arrays(kernel)
     kernel = copies.lower(kernel, places)
     if any(isinstance(s, ir.TileApply) for s in walk(kernel.body)):
         kernel = kernel.model_copy(update={"body": lane_tiles(kernel.body)})
         ir_check.ensure_valid(kernel)
     if not any(isinstance(s, _FRAGMENT_STMTS) for s in walk(kernel.body)):
-        return kernel
+        return shared.place(kernel)
     kernel = kernel.model_copy(update={"body": chains.regroup(kernel.body)})
     if kernel.subgroup not in (None, *SUBGROUPS):
         raise EmitError(f"CUDA runs subgroups of 32 lanes; kernel {kernel.name!r} is written "
@@ -103,7 +105,7 @@ def lower(kernel: ir.Kernel) -> ir.Kernel:
     body = lowering.block(kernel.body)
     if any(isinstance(s, ir.Wgmma) for s in walk(body)):
         body = wgmma.fence_and_wait(body)
-    lowered = kernel.model_copy(update={"body": prologue + body, "subgroup": 32})
+    lowered = shared.place(kernel.model_copy(update={"body": prologue + body, "subgroup": 32}))
     ir_check.ensure_valid(lowered)
     return lowered
 
@@ -455,14 +457,22 @@ class _Lowering:
         if load is None:
             raise EmitError(f"B fragment {fb.name!r} is multiplied before it is loaded")
         layout = self.places[load.array]
-        a, a_index = fa.name, None
+        a, a_index, a_descriptor = fa.name, None, None
+        a_core_m = wgmma.SWIZZLE_ROW * wgmma.CORE  # elements between A's 8-row groups
         if fa.name in self.shared_a:  # warp w's rows start 16w rows into the warpgroup's
             a_load = self.shared_a[fa.name]
-            warp = binary(BinOp.REM, ir.BuiltinValue(which=Builtin.SUBGROUP_ID), const(4))
+            warps = atoms.WGMMA.warps
+            warp = binary(BinOp.REM, ir.BuiltinValue(which=Builtin.SUBGROUP_ID), const(warps))
             a = a_load.array
             a_index = binary(BinOp.SUB, self.places[a].logical(a_load.offset),
-                             mul(warp, const(EDGE * wgmma.SWIZZLE_ROW)))
+                             mul(warp, const(atoms.WGMMA.m // warps * wgmma.SWIZZLE_ROW)))
+            k_major = atoms.GMMA_K_SW128  # its 16 columns in one 128-byte row of an atom
+            leading, stride = k_major.descriptor_strides(
+                along_mn=a_core_m * k_major.element_bytes, along_k=k_major.bytes)
+            a_descriptor = ir.MatrixDescriptor(leading_bytes=leading, stride_bytes=stride,
+                                               mode=k_major.mode)
         return ir.Wgmma(elem=fa.elem, n=fb.shape.n, d=fd.name, a=a, b=load.array,
                         b_index=layout.start(load.offset), core_k=layout.core_k,
                         core_n=layout.core_n, swizzle=128 if layout.swizzle else 0,
-                        a_index=a_index, a_core_m=wgmma.SWIZZLE_ROW * wgmma.CORE, line=line)
+                        a_index=a_index, a_core_m=a_core_m, line=line,
+                        b_descriptor=layout.descriptor(), a_descriptor=a_descriptor)

@@ -4,14 +4,15 @@ Up to ``STATIC_BYTES`` (48 KiB, the most a kernel may declare statically) each s
 a ``__shared__`` declaration. Beyond, every shared array is carved, in declaration order and at
 its own alignment, out of one dynamic allocation (``extern __shared__``), which the launch
 asks for by size after raising the kernel's limit (``cuFuncSetAttribute``), up to
-``MAX_BYTES``, the most an sm_90 block may opt in to.
+``MAX_BYTES``, the most an sm_90 block may opt in to. CUDA's lowering records the placement
+(``place``: each shared array's ``dynamic_offset``), which the printer prints.
 """
 
 from __future__ import annotations
 
 from backends.cstyle import EmitError
 from sarek import dtypes, ir
-from sarek.ir_walk import shared_arrays
+from sarek.ir_walk import replace_statements, shared_arrays
 
 STATIC_BYTES = 48 * 1024
 MAX_BYTES = 227 * 1024
@@ -34,6 +35,22 @@ def offsets(kernel: ir.Kernel) -> dict[str, int] | None:
                         "a shallower step or fewer stages (left out, the target's policy "
                         "chooses one that fits)")
     return out if end > STATIC_BYTES else None
+
+
+def place(kernel: ir.Kernel) -> ir.Kernel:
+    """``kernel`` with every shared array's ``dynamic_offset`` recorded where ``offsets``
+    places them (the kernel unchanged when its shared arrays fit in static declarations);
+    ``EmitError`` past ``MAX_BYTES``."""
+    layout = offsets(kernel)
+    if layout is None:
+        return kernel
+
+    def replace(s: ir.Stmt) -> list[ir.Stmt] | None:
+        if isinstance(s, ir.ArrayDecl) and s.space is ir.MemSpace.SHARED:
+            return [s.model_copy(update={"dynamic_offset": layout[s.name]})]
+        return None
+
+    return kernel.model_copy(update={"body": replace_statements(kernel.body, replace)})
 
 
 def dynamic_bytes(kernel: ir.Kernel) -> int:

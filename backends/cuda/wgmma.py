@@ -27,15 +27,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from backends.cstyle import EmitError
-from sarek import ir
+from sarek import atoms, ir
 from sarek.ir import BinOp, FragUse, MemSpace
 from sarek.ir_build import add, binary, const, mul
 from sarek.ir_walk import map_blocks, walk
 
-CORE = 8  # elements along each side of a core matrix (8 rows of 16 bytes of 16-bit elements)
-SWIZZLE_ROW = 64  # elements in one 128-byte row of a 128-byte swizzle atom (8 rows)
-SWIZZLE_BYTES = 1024  # one atom, aligned to itself
-WARPGROUP_ROWS = 64  # of A, one wgmma's m: 16 for each of the warpgroup's four warps
+CORE = atoms.GMMA_MN_INTER.row  # elements along each side of a core matrix (8 rows of 16 bytes)
+SWIZZLE_ROW = atoms.GMMA_MN_SW128.row  # elements in one 128-byte row of a 128-byte swizzle atom
+SWIZZLE_BYTES = atoms.GMMA_MN_SW128.bytes  # one atom, aligned to itself
+WARPGROUP_ROWS = atoms.WGMMA.m  # of A, one wgmma's m: 16 for each of the warpgroup's warps
+ELEMENT_BYTES = atoms.GMMA_MN_SW128.element_bytes
+_SWIZZLE = atoms.SWIZZLE_128B.recast(ELEMENT_BYTES)  # over element offsets
+_LOG_CORE, _LOG_ROW = CORE.bit_length() - 1, SWIZZLE_ROW.bit_length() - 1
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,19 @@ class CoreLayout:
         return SWIZZLE_ROW * CORE if self.swizzle else CORE * CORE
 
     @property
+    def atom(self) -> atoms.GmmaAtom:
+        """The atom a B tile lies in (transposed: rows of 16 bytes along n)."""
+        return atoms.GMMA_MN_SW128 if self.swizzle else atoms.GMMA_MN_INTER
+
+    def descriptor(self) -> ir.MatrixDescriptor:
+        """The strides and mode of a descriptor of a B tile in this layout."""
+        size = self.atom.element_bytes
+        leading, stride = self.atom.descriptor_strides(along_mn=self.core_n * size,
+                                                       along_k=self.core_k * size)
+        return ir.MatrixDescriptor(leading_bytes=leading, stride_bytes=stride,
+                                   mode=self.atom.mode)
+
+    @property
     def core_n(self) -> int:
         """Elements between the column blocks (core matrices, or atoms) adjacent along n."""
         return (self.rows // CORE) * SWIZZLE_ROW * CORE if self.swizzle else CORE * self.rows
@@ -73,11 +89,13 @@ class CoreLayout:
 
         # (row / 8) * core_k + (row % 8) * per_row is row * per_row: core_k = 8 * per_row
         if not self.swizzle:
-            blocked = add(mul(high(col, 3), const(self.core_n)), low(col, 3))
+            blocked = add(mul(high(col, _LOG_CORE), const(self.core_n)), low(col, _LOG_CORE))
             return add(offset, add(mul(row, const(CORE)), blocked))
-        chunk = binary(BinOp.XOR, low(high(col, 3), 3), low(row, 3))
-        inside = add(mul(chunk, const(CORE)), low(col, 3))
-        along = add(mul(row, const(SWIZZLE_ROW)), mul(high(col, 6), const(self.core_n)))
+        # sarek.atoms.SWIZZLE_128B: the chunk of a row is xored with the row within the atom
+        chunk = binary(BinOp.XOR, low(high(col, _SWIZZLE.base), _SWIZZLE.bits),
+                       low(row, _SWIZZLE.bits))
+        inside = add(mul(chunk, const(CORE)), low(col, _SWIZZLE.base))
+        along = add(mul(row, const(SWIZZLE_ROW)), mul(high(col, _LOG_ROW), const(self.core_n)))
         return add(offset, add(along, inside))
 
     def start(self, neutral: ir.Expr) -> ir.Expr:
@@ -150,7 +168,7 @@ def _staged_layout(stmts: list[ir.Stmt], name: str, frags: set[str]
         if touches:
             return None, (f"{name!r} feeds wgmma and is also accessed by a "
                           f"{type(s).__name__}; CUDA lays it out for wgmma alone")
-    swizzle = rows * pitch * 2 % SWIZZLE_BYTES == 0 and cols % SWIZZLE_ROW == 0
+    swizzle = rows * pitch * ELEMENT_BYTES % SWIZZLE_BYTES == 0 and cols % SWIZZLE_ROW == 0
     return CoreLayout(rows, pitch, swizzle, cols), None
 
 
