@@ -35,10 +35,11 @@ from sarek.ir_format import format_expr
 from sarek.launch import Launch
 from sarek.loader import load_module
 from sarek.matrix_pattern import recognize
-from sarek.matrix_scheme import Lowering
+from sarek.matrix_scheme import Lowering, scheme_for
 
 if TYPE_CHECKING:
     from backends.pipeline import Compiled
+    from sarek.ir import ElemType
 
 FEATURED = ("gemm_epilogue", "gemm_f16", "gemm_i8", "gemm_i32")
 """The examples the demo takes through every stage: f32 operands (Bf16x3) with a fused
@@ -63,10 +64,14 @@ SANITY = {Lowering.BF16X3_OPERANDS: 1e-5, Lowering.F16_OPERANDS: 4e-3,
 operands (the tests check the rigorous per-element bounds): a few units of each lowering's
 operand rounding. Every other lowering must be bit-identical."""
 
-ROUNDING = {Lowering.BF16X3_OPERANDS: "each f32 operand carried as three bf16 terms",
-            Lowering.F16_OPERANDS: "f32 operands rounded to f16",
-            Lowering.BF16_OPERANDS: "f32 operands rounded to bf16"}
-"""Why a lowering of f32 operands is not bit-identical to the original."""
+
+def rounding(lowering: Lowering, operand: ElemType) -> str:
+    """Why ``lowering`` of ``operand`` operands is not bit-identical to the original: how its
+    scheme (``sarek.matrix_scheme``) carries each operand to the matrix unit."""
+    scheme = scheme_for(lowering, operand)
+    if len(scheme.terms) > 1:
+        return f"each {operand} operand carried as {len(scheme.terms)} {scheme.operand} terms"
+    return f"{operand} operands rounded to {scheme.operand}"
 
 FULL_MATRIX = ("The demo shows a few examples at one size. Every example at every size under "
                "every lowering,\nsubgroup and fragment, in the simulator (--target opencl, cuda "
@@ -206,8 +211,8 @@ def rewrite_row(ex: Example) -> Row:
                    f"{ex.name} rewritten under {rw.lowering}: {relative:.1e} of max|C| from "
                    f"the original, promised {promise}")
     return Row((*head, f"{relative:.1e} of max|C|"),
-               (f"{ROUNDING[rw.lowering]}: within {bound:.0e} of max|C|, the bound the demo "
-                "accepts (specs/matrix-pattern-rewrite.md gives the per-element bounds)",))
+               (f"{rounding(rw.lowering, a.elem)}: within {bound:.0e} of max|C|, the bound the "
+                "demo accepts (specs/matrix-pattern-rewrite.md gives the per-element bounds)",))
 
 
 # --------------------------------------------------------------------------- 3. every target
