@@ -73,6 +73,7 @@ def rounding(lowering: Lowering, operand: ElemType) -> str:
         return f"each {operand} operand carried as {len(scheme.terms)} {scheme.operand} terms"
     return f"{operand} operands rounded to {scheme.operand}"
 
+
 FULL_MATRIX = ("The demo shows a few examples at one size. Every example at every size under "
                "every lowering,\nsubgroup and fragment, in the simulator (--target opencl, cuda "
                "or vulkan: on the device):\n    sarek conformance --target sim-opencl")
