@@ -114,8 +114,6 @@ class Tiles(Core):
     def wgmma(self, s: ir.Wgmma, scope: Scope, site: Site) -> StmtFn:
         """A warpgroup's wgmma: each warp's accumulator from its lanes' registers, A from them
         too or from shared memory, the block's B from shared memory (``ir.Wgmma``)."""
-        facts = atoms.mma_for(s.elem, ir.ElemType.F32)
-        assert facts is not None
         a, d, b = (self._array(scope, name) for name in (s.a, s.d, s.b))
         f_b = self.expr(s.b_index, scope, site)
         f_a = None if s.a_index is None else self.expr(s.a_index, scope, site)
@@ -176,18 +174,16 @@ class Tiles(Core):
                     (groups != groups[:, :1] + np.arange(per)).any():
                 self._fail(SubgroupDivergence, "wgmma needs every warp of the warpgroup "
                            "active", site, m)
-            values = np.repeat(operand(st, m, f_b, b, b_offsets, warps, "B"), per, axis=0)
+            values = operand(st, m, f_b, b, b_offsets, warps, "B")
             if f_a is None:
                 local_a = st.arrays[a.slot]
                 assert isinstance(local_a, LocalArray)
-                a_tile = lanes.a_registers(facts, (local_a, a.size), warps)
-            else:  # warp w of a warpgroup: rows 16w .. 16w+15 of the warpgroup's 64
-                rows = atoms.WGMMA.m // atoms.WGMMA.warps
-                a_tile = operand(st, m, f_a, a, a_offsets, warps, "A").reshape(
-                    -1, rows, atoms.WGMMA.k)
+                a_tile = lanes.a_registers(s.elem, (local_a, a.size), warps)
+            else:
+                a_tile = operand(st, m, f_a, a, a_offsets, warps, "A")
             local_d = st.arrays[d.slot]
             assert isinstance(local_d, LocalArray)
-            lanes.wgmma(facts, model, a_tile, (local_d, d.size), values, s.n, warps)
+            lanes.wgmma(model, a_tile, (local_d, d.size), values, s.n, warps)
 
         return run
 

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from sarek import atoms, dtypes, ir, tile
+from sarek.ir import ElemType
 from sarek.tile import ContractError
 from sim import fragments
 from sim.launch import Geometry
@@ -29,32 +30,30 @@ WARP = atoms.LDMATRIX.lanes
 WARPGROUP = atoms.WGMMA.warps * WARP  # invocations that issue one wgmma together
 
 
-def wgmma(facts: atoms.MmaAtomFacts, model: fragments.Model, a: np.ndarray,
-          d: tuple[LocalArray, int], b: np.ndarray, n: int, warps: np.ndarray) -> None:
-    """Runs one ``wgmma m64nNk16`` for ``warps`` (whole warpgroups): ``a[warp]`` the warp's
-    16x16 A, its 16 x ``n`` accumulator from its lanes' ``n / 2`` elements (``facts``' C
-    layout per 8 columns), ``b[warp]`` its 16 x ``n`` B; ``D = A * B + D`` under ``model``,
-    dealt back."""
-    lanes = warp_lanes(warps)
+def wgmma(model: fragments.Model, a: np.ndarray, d: tuple[LocalArray, int], b: np.ndarray,
+          n: int, warps: np.ndarray) -> None:
+    """Runs one ``wgmma m64nNk16`` for ``warps`` (whole warpgroups): ``a[group]`` the
+    warpgroup's 64x16 A, ``b[group]`` its 16 x ``n`` B, the 64 x ``n`` accumulator from its
+    threads' ``n / 2`` elements of ``d`` (``sarek.atoms.WGMMA.c``); ``D = A * B + D`` under
+    ``model``, dealt back."""
+    layout = atoms.WGMMA.c(n)
+    threads = warp_lanes(warps).reshape(-1, WARPGROUP)
     d_array, d_size = d
-    per = facts.c.values  # accumulator elements per 8 columns
-    flat = lanes[..., None] * d_size + np.arange(n // 8 * per)
-    acc = d_array.data[flat]
-    c = np.concatenate([facts.c.scatter(acc[..., h * per:(h + 1) * per])
-                        for h in range(n // 8)], axis=2)
-    out = fragments.mul_add(a, b, c, model)
-    d_array.data[flat] = np.concatenate([facts.c.gather(out[:, :, 8 * h:8 * (h + 1)])
-                                         for h in range(n // 8)], axis=-1)
+    flat = threads[..., None] * d_size + np.arange(layout.values)
+    c = layout.scatter(d_array.data[flat])
+    d_array.data[flat] = layout.gather(fragments.mul_add(a, b, c, model))
 
 
-def a_registers(facts: atoms.MmaAtomFacts, a: tuple[LocalArray, int], warps: np.ndarray
+def a_registers(operand: ElemType, a: tuple[LocalArray, int], warps: np.ndarray
                 ) -> np.ndarray:
-    """``[warp, 16, 16]``: each warp's A from its lanes' four registers (``facts``' A
-    layout)."""
+    """``[group, 64, 16]``: each warpgroup's A from its threads' registers
+    (``sarek.atoms.WGMMA.a``)."""
     a_array, a_size = a
-    words = np.ascontiguousarray(a_array.data[warp_lanes(warps)[..., None] * a_size +
-                                              np.arange(4)])
-    return facts.a.scatter(words.view(dtypes.numpy_dtype(facts.operand)))
+    layout = atoms.WGMMA.a
+    words = layout.values * operand.bits // 32
+    threads = warp_lanes(warps).reshape(-1, WARPGROUP)
+    raw = np.ascontiguousarray(a_array.data[threads[..., None] * a_size + np.arange(words)])
+    return layout.scatter(raw.view(dtypes.numpy_dtype(operand)))
 
 
 def warp_lanes(warps: np.ndarray) -> np.ndarray:
