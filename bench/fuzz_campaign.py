@@ -36,7 +36,7 @@ from bench.harness import RESULTS, ROOT, relative, show, table, write
 # The campaign is the fuzz tests' long run: their generator imports its siblings in tests/ by
 # name, as pytest puts that folder on the path.
 sys.path.insert(0, str(ROOT / "tests"))
-import fuzz_gen  # type: ignore[import-not-found]
+import fuzz_gen  # type: ignore[import-not-found, unused-ignore]
 
 MIX = {"json": 28, "dsl": 22, "launch": 20, "cli": 10, "gemm": 15, "layout": 5}
 """The share of each input kind (percent)."""
