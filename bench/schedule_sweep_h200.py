@@ -18,14 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from rich.console import Console
-from rich.table import Table
 
 from backends.cuda.run import device_arch, device_name
 from backends.pipeline import compile_launch
 from backends.registry import target
 from bench.gpu_speed_h200 import kernel_output, kernel_seconds
-from bench.harness import RESULTS, ROOT, write
+from bench.harness import RESULTS, ROOT, show, table, write
 from sarek.errors import SarekError
 from sarek.loader import load_module
 from sarek.matrix_scheme import Lowering
@@ -62,9 +60,7 @@ def main() -> int:
     args = parser.parse_args()
     n, arch, cuda = args.n, device_arch(), target("cuda")
     lowerings = [Lowering(x) for x in args.lowering] if args.lowering else list(Lowering)
-    table = Table(title=f"schedules at {n}^3 on {device_name()}")
-    for col in ("lowering", "schedule", "ms", "TFLOP/s", "x seed", "bits = seed"):
-        table.add_column(col)
+    cells: list[tuple[object, ...]] = []
     rows: list[dict[str, Any]] = []
     for lowering in lowerings:
         example = args.example or EXAMPLE[lowering]
@@ -84,13 +80,15 @@ def main() -> int:
                                                                seed_c))
                 row |= {"median_s": s, "tflops": 2.0 * n**3 / s / 1e12,
                         "vs_seed": seed_s / s, "bit_identical_to_seed": same}
-                table.add_row(lowering.value, schedule.name, f"{s * 1e3:.3f}",
-                              f"{row['tflops']:.1f}", f"{row['vs_seed']:.2f}", str(same))
+                cells.append((lowering.value, schedule.name, f"{s * 1e3:.3f}",
+                              f"{row['tflops']:.1f}", f"{row['vs_seed']:.2f}", same))
             except SarekError as e:  # too much shared memory, a schedule refused
                 row["error"] = e.reason.splitlines()[0][:200]
-                table.add_row(lowering.value, schedule.name, "-", "-", "-", row["error"][:60])
+                cells.append((lowering.value, schedule.name, "-", "-", "-", row["error"][:60]))
             rows.append(row)
-    Console(width=120).print(table)
+    show(table(f"schedules at {n}^3 on {device_name()}",
+               ("lowering", "schedule", "ms", "TFLOP/s", "x seed", "bits = seed"), cells,
+               left=2))
     write("schedule_sweep_h200", {"device": device_name(), "arch": arch, "n": n,
                                   "rows": rows}, args.out)
     return 0

@@ -41,7 +41,7 @@ import ml_dtypes
 import numpy as np
 
 import sarek
-from bench.harness import RESULTS, ROOT, write
+from bench.harness import RESULTS, ROOT, show, table, write
 from bench.tensor_core_h200 import OPERANDS, WARP, probe_kernel
 from sim import tensor_core
 
@@ -431,20 +431,14 @@ def compare_phase(path: Path, result: Path, sim_tiles: int = SIM_TILES) -> bool:
 
 
 def _print_table(rows: list[dict[str, Any]], device: str) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"mma.sync m16n8k16 on {device} against the h200 model")
-    for column in ("type", "distribution", "outputs", "mismatches", "NaN", "-0", "inf",
-                   "lane by lane (mismatches)"):
-        table.add_column(column, justify="left" if column in ("type", "distribution")
-                         else "right")
-    for r in rows:
-        table.add_row(r["operands"], r["distribution"], f"{r['outputs']:,}",
-                      str(r["mismatches"]), f"{r['nan_outputs']:,}",
-                      f"{r['negative_zeros']:,}", f"{r['infinite_outputs']:,}",
-                      f"{r['lane_by_lane_outputs']:,} ({r['lane_by_lane_mismatches']})")
-    Console(width=120).print(table)
+    show(table(f"mma.sync m16n8k16 on {device} against the h200 model",
+               ("type", "distribution", "outputs", "mismatches", "NaN", "-0", "inf",
+                "lane by lane (mismatches)"),
+               [(r["operands"], r["distribution"], f"{r['outputs']:,}", r["mismatches"],
+                 f"{r['nan_outputs']:,}", f"{r['negative_zeros']:,}",
+                 f"{r['infinite_outputs']:,}",
+                 f"{r['lane_by_lane_outputs']:,} ({r['lane_by_lane_mismatches']})")
+                for r in rows], left=2))
 
 
 def main(argv: list[str] | None = None) -> int:
