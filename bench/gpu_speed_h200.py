@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ from backends.cuda.run import device_arch, device_name, launch_cubin, time_cubin
 from backends.cuda.shared import dynamic_bytes
 from backends.pipeline import Compiled, compile_launch
 from backends.registry import target
-from bench.harness import RESULTS, ROOT, write
+from bench.harness import RESULTS, ROOT, Timing, write
 from sarek.dsl import numpy_dtype
 from sarek.loader import load_module
 from sarek.matrix_scheme import Lowering
@@ -57,8 +57,8 @@ def _compiled(compiled: Compiled, arch: str) -> tuple[bytes, list[Any]]:
 def kernel_seconds(compiled: Compiled, arch: str) -> float:
     cubin, params = _compiled(compiled, arch)
     launch = compiled.launch
-    return statistics.median(time_cubin(cubin, launch.kernel.name, params, launch.grid,
-                                        launch.block, REPEATS, dynamic_bytes(launch.kernel)))
+    return Timing.of(time_cubin(cubin, launch.kernel.name, params, launch.grid, launch.block,
+                                REPEATS, dynamic_bytes(launch.kernel))).median_s
 
 
 def kernel_output(compiled: Compiled, arch: str, array: str) -> np.ndarray:
@@ -78,7 +78,7 @@ def torch_seconds(fn: Callable[[], object]) -> float:
 
     fn()
     torch.cuda.synchronize()
-    times = []
+    times: list[float] = []
     for _ in range(REPEATS):
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
@@ -86,7 +86,7 @@ def torch_seconds(fn: Callable[[], object]) -> float:
         stop.record()
         stop.synchronize()
         times.append(start.elapsed_time(stop) / 1e3)
-    return statistics.median(times)
+    return Timing.of(times).median_s
 
 
 def baselines(n: int) -> dict[str, float]:
@@ -100,7 +100,7 @@ def baselines(n: int) -> dict[str, float]:
                       ("cuBLAS SGEMM (no TF32)", torch.float32)):
         a = torch.randn(n, n, device="cuda", dtype=dt)
         b = torch.randn(n, n, device="cuda", dtype=dt)
-        out[label] = torch_seconds(lambda a=a, b=b: a @ b)
+        out[label] = torch_seconds(partial(torch.matmul, a, b))
     try:
         import cupy
 
@@ -115,7 +115,7 @@ def baselines(n: int) -> dict[str, float]:
             stop.record()
             stop.synchronize()
             times.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
-        out["CuPy int32 matmul"] = statistics.median(times)
+        out["CuPy int32 matmul"] = Timing.of(times).median_s
     except Exception as e:  # a missing baseline is reported, not fatal
         print(f"CuPy int32 baseline unavailable: {e}")
     return out
@@ -217,11 +217,11 @@ def main() -> int:
             c = best.gemm.c.array
             same[label] = bool(np.array_equal(kernel_output(best, arch, c),
                                               kernel_output(seed, arch, c)))
-        for label, t in times.items():
+        for label, seconds in times.items():
             rows.append({"n": n, "kernel": label, "schedule": schedules[label],
-                         "median_s": t, "tflops": flops / t / 1e12})
-            table.add_row(str(n), label, schedules[label], f"{t * 1e3:.3f}",
-                          f"{flops / t / 1e12:.1f}")
+                         "median_s": seconds, "tflops": flops / seconds / 1e12})
+            table.add_row(str(n), label, schedules[label], f"{seconds * 1e3:.3f}",
+                          f"{flops / seconds / 1e12:.1f}")
         t = times
         ratios = {
             "F16 / cuBLAS f16": t["cuBLAS f16"] / t[LOWERINGS[0][0]],
