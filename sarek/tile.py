@@ -6,9 +6,11 @@ them back. Both operands are tensors of 32-bit containers ending in the modes
 ``(matrix, row, word) = (count, 8, 4)``; leading modes repeat the instruction. Which lane
 provides which row's address and which lane's register receives which word are hardware facts
 whose one home is ``sarek.atoms.LDMATRIX`` (its ``provided`` and ``owners`` tables); this module
-derives from them the contract, checked for the DSL and the IR checker, and the data movement
-the simulator and the CUDA printer share. ``.trans`` transposes each 8x8 matrix of 16-bit
-elements: register element ``(row, column)`` comes from shared element ``(column, row)``.
+derives from them the contract, checked for the DSL and the IR checker, the pattern lane by
+lane (``lane_tile``: the ``LaneTile`` of ``Ldmatrix`` / ``Stmatrix`` moves that CUDA's lowering
+prints and the simulator runs) and the data movement of one instruction (``gather_rows``,
+``scatter_rows``). ``.trans`` transposes each 8x8 matrix of 16-bit elements: register element
+``(row, column)`` comes from shared element ``(column, row)``.
 
 ``specs/tile-patterns.md`` is the normative text; ``check`` names the broken rule of a
 contract violation in a ``ContractError``.
@@ -260,15 +262,6 @@ def lane_tile(s: ir.TileApply, dst: Placed, src: Placed) -> ir.LaneTile:
 def instructions(registers: TileLayout) -> list[tuple[int, ...]]:
     """The repeat coordinates, one warp instruction each, in order."""
     return _coords(registers.shape[:-3])
-
-
-def provider_rows(op: ir.TileOp, shared: TileLayout, repeat: tuple[int, ...]) -> np.ndarray:
-    """The word offset each lane of the warp provides for one instruction: the start of the
-    (matrix, row) that ``sarek.atoms.LDMATRIX.provided`` assigns it (lanes past the
-    instruction's rows repeat valid ones)."""
-    matrix, row = LDMATRIX.provided(op.count).T
-    starts: np.ndarray = shared.offsets()[repeat][..., 0]
-    return np.asarray(starts[matrix, row])
 
 
 def register_slots(registers: TileLayout, repeat: tuple[int, ...]) -> np.ndarray:

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tile_cases import Case, expected_registers, expected_shared, legal_cases, with_stride
 
-from sarek import ir, tile
+from sarek import atoms, ir, tile
 from sarek.layout import S, Stride, TileLayout, laneid
 from sarek.tile import ContractError, Operand
 
@@ -25,24 +25,40 @@ def operands(case: Case, shared: TileLayout | None = None, registers: TileLayout
     return regs, rows
 
 
+def moves(case: Case) -> list[tuple[np.ndarray, tuple[int, ...]]]:
+    """``(starts[matrix, row], slots)`` of each instruction of ``sarek.tile.lane_tile``: the
+    word each row starts at, from the lane that provides it (``sarek.atoms.LDMATRIX``)."""
+    op = tile.parse_op(case.opcode)
+    dst, src = ("regs", "rows") if op.kind == "ldmatrix" else ("rows", "regs")
+    placed = {"regs": tile.Placed("raw", case.registers), "rows": tile.Placed("sm", case.shared)}
+    lowered = tile.lane_tile(ir.TileApply(op=op, dst=dst, src=src), placed[dst], placed[src])
+    out = []
+    for move in lowered.moves:
+        assert move.rows is not None and move.slots is not None
+        matrix, row = atoms.LDMATRIX.provided(op.count)[: 8 * op.count].T
+        starts = np.empty((op.count, 8), np.int64)
+        starts[matrix, row] = (move.rows.start + matrix * move.rows.matrix_stride
+                               + row * move.rows.row_stride)
+        out.append((starts, move.slots))
+    return out
+
+
 def run_load(case: Case, shared_words: np.ndarray) -> np.ndarray:
-    """ldmatrix through sarek.tile's lane-explicit functions."""
+    """ldmatrix through sarek.tile's lane-explicit moves."""
     op = tile.parse_op(case.opcode)
     out = np.full((32, case.register_words), SENTINEL, np.uint32)
-    for rep in tile.instructions(case.registers):
-        starts = tile.provider_rows(op, case.shared, rep)[: 8 * op.count]
-        rows = shared_words[starts.reshape(op.count, 8)[..., None] + np.arange(4)]
-        out[:, tile.register_slots(case.registers, rep)] = tile.gather_rows(op, rows)
+    for starts, slots in moves(case):
+        rows = shared_words[starts[..., None] + np.arange(4)]
+        out[:, list(slots)] = tile.gather_rows(op, rows)
     return out
 
 
 def run_store(case: Case, registers: np.ndarray, shared_words: np.ndarray) -> np.ndarray:
     op = tile.parse_op(case.opcode)
     out = shared_words.copy()
-    for rep in tile.instructions(case.registers):
-        starts = tile.provider_rows(op, case.shared, rep)[: 8 * op.count]
-        rows = tile.scatter_rows(op, registers[:, tile.register_slots(case.registers, rep)])
-        out[starts.reshape(op.count, 8)[..., None] + np.arange(4)] = rows
+    for starts, slots in moves(case):
+        rows = tile.scatter_rows(op, registers[:, list(slots)])
+        out[starts[..., None] + np.arange(4)] = rows
     return out
 
 

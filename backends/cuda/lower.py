@@ -292,8 +292,9 @@ class _Lowering:
 
     def decl(self, d: ir.FragDecl) -> list[ir.Stmt]:
         shape = d.shape
-        wide = shape.n > EDGE and shape.m == EDGE and shape.k == EDGE and shape.n % 8 == 0 \
-            and shape.n <= 256 and d.elem in (ElemType.F16, ElemType.BF16, ElemType.F32)
+        wgmma_n = shape.n % atoms.WGMMA.n_step == 0 and shape.n <= atoms.WGMMA.n_max
+        wide = shape.n > EDGE and shape.m == EDGE and shape.k == atoms.WGMMA.k and wgmma_n \
+            and d.elem in (ElemType.F16, ElemType.BF16, ElemType.F32)
         if ((shape.m, shape.n) != (EDGE, EDGE) and not wide) or not any(
                 f.k == shape.k and d.elem in (f.operand, f.accumulator)
                 for f in atoms.MMA.values()):
