@@ -167,3 +167,16 @@ def test_kernels_within_48_kib_record_no_dynamic_placement() -> None:
     assert all(s.dynamic_offset is None for s in walk(lowered.body)
                if isinstance(s, ir.ArrayDecl))
     assert "__shared__ __align__(16) float s[12288];" in emit(kernel)
+
+
+def test_a_launch_asks_for_the_dynamic_shared_memory_the_lowering_placed() -> None:
+    from backends.cuda import lower as cuda_lower
+    from backends.cuda import shared
+    from sarek import ir
+
+    f32 = ir.ElemType.F32
+    kernel = ir.Kernel(name="k", params=(), body=(
+        ir.ArrayDecl(name="a", elem=f32, size=10_000, space=ir.MemSpace.SHARED),
+        ir.ArrayDecl(name="b", elem=f32, size=4000, space=ir.MemSpace.SHARED, align=1024)))
+    # b starts at the first multiple of 1024 after a's 40000 bytes and holds 16000
+    assert shared.dynamic_bytes(cuda_lower.lower(kernel)) == 40960 + 16000

@@ -54,9 +54,13 @@ def place(kernel: ir.Kernel) -> ir.Kernel:
 
 
 def dynamic_bytes(kernel: ir.Kernel) -> int:
-    """Bytes of dynamic shared memory a launch of ``kernel`` asks for (0: none)."""
-    layout = offsets(kernel)
-    if layout is None:
+    """Bytes of dynamic shared memory a launch of ``kernel`` asks for (0: none): where the
+    lowering placed its shared arrays (``place``), or, for a kernel not lowered, where it
+    would."""
+    decls = shared_arrays(kernel)
+    placed = {d.name: d.dynamic_offset for d in decls if d.dynamic_offset is not None}
+    layout = placed or offsets(kernel)
+    if not layout:
         return 0
-    last = max(shared_arrays(kernel), key=lambda d: layout[d.name])
+    last = max(decls, key=lambda d: layout[d.name])
     return layout[last.name] + last.size * dtypes.numpy_dtype(last.elem).itemsize
