@@ -6,13 +6,16 @@ region this large), printed, and timed over the same inputs: CUDA through the dr
 CUDA events, Vulkan with GPU timestamps (``backends.spirv.run.time_kernel``), each the median
 of 10 launches after a warm-up. The Vulkan output is compared bit for bit with CUDA's. The
 schedule Vulkan takes for small regions (the seed's ``t64k16``; ``t64k32`` for Int8) is
-timed beside it: what the policy ran at every size before it named large schedules. A lowering
-the Vulkan gate refuses gets a row with the reason.
+timed beside it: what the policy ran at every size before it named large schedules, and so is
+each schedule ``--also LOWERING=SCHEDULE`` names (candidates for the policy, timed in the same
+run). A lowering the Vulkan gate refuses gets a row with the reason.
 
 Writes ``bench/results/backends_speed_h200.json`` (``--out``), rows ``{target, lowering,
-schedule, n, tflops, cuda_tflops, ratio_to_cuda, bit_identical_to_cuda}``, prints a table and
-(``--readme FILE``) puts it as Markdown into FILE between its ``backends_speed_h200`` markers;
-``--render JSON`` writes that Markdown from a recorded result without a device.
+schedule, n, tflops, cuda_tflops, ratio_to_cuda, bit_identical_to_cuda}`` (Vulkan rows also
+``policy``: whether the policy chose the schedule, ``also``: named by ``--also``), prints a
+table and (``--readme FILE``) puts it as Markdown into FILE between its
+``backends_speed_h200`` markers; ``--render JSON`` writes that Markdown from a recorded result
+without a device.
 """
 
 from __future__ import annotations
@@ -42,8 +45,9 @@ EXAMPLES = {Lowering.F16_OPERANDS: "gemm_f16", Lowering.BF16_OPERANDS: "gemm_f32
 MARKERS = ("<!-- backends_speed_h200 -->", "<!-- /backends_speed_h200 -->")
 
 
-def measure(n: int) -> dict[str, Any]:
-    """The rows of one run on the device."""
+def measure(n: int, also: tuple[tuple[str, str], ...] = ()) -> dict[str, Any]:
+    """The rows of one run on the device (``also``: (lowering, schedule) pairs Vulkan runs
+    besides its policy's and the small regions' schedules)."""
     from gpu_speed_h200 import REPEATS, kernel_output, kernel_seconds
 
     from backends.cuda.run import device_arch
@@ -54,6 +58,7 @@ def measure(n: int) -> dict[str, Any]:
     from backends.spirv.run import time_kernel
     from sarek.errors import SarekError
     from sarek.loader import load_module
+    from sarek.schedule import Schedule
 
     arch, flops = device_arch(), 2.0 * n ** 3
     rows: list[dict[str, Any]] = []
@@ -69,7 +74,8 @@ def measure(n: int) -> dict[str, Any]:
         rows.append({"target": "cuda", **base, "schedule": cuda.rewritten.schedule.name,
                      "tflops": cuda_tflops, "ratio_to_cuda": 1.0, "bit_identical_to_cuda": True})
         before = dict(STAGING.small).get(lowering.value, SEED)
-        for schedule in (None, before):
+        extra = [Schedule.parse(name) for low, name in also if low == lowering.value]
+        for schedule in (None, before, *extra):
             try:
                 vk = compile_launch(target("vulkan"), original, lowering=lowering,
                                     schedule=schedule)
@@ -85,10 +91,10 @@ def measure(n: int) -> dict[str, Any]:
             tflops = flops / statistics.median(times) / 1e12
             got = out[c].view(f"u{out[c].dtype.itemsize}")
             rows.append({"target": "vulkan", **base, "schedule": vk.rewritten.schedule.name,
-                         "policy": schedule is None, "tflops": tflops,
+                         "policy": schedule is None, "also": schedule in extra, "tflops": tflops,
                          "ratio_to_cuda": tflops / cuda_tflops,
                          "bit_identical_to_cuda": bool(np.array_equal(got, want))})
-            if vk.rewritten.schedule == before:
+            if vk.rewritten.schedule == before and not extra:
                 break  # the policy took the small regions' schedule: timed once
     return {"device": device_name(), "arch": arch, "n": n, "repeats": REPEATS, "rows": rows,
             "target": "every lowering through Vulkan >= 0.5x the same lowering through CUDA "
@@ -106,7 +112,9 @@ def markdown(result: dict[str, Any]) -> str:
             lines.append(f"| {r['lowering']} | {r['target']} | — | refused | "
                          f"{r['cuda_tflops']:.1f} | — | {r['refused'][:120]} |")
             continue
-        seed = " (small regions')" if r["target"] == "vulkan" and not r.get("policy") else ""
+        seed = ""
+        if r["target"] == "vulkan" and not r.get("policy"):
+            seed = " (also timed)" if r.get("also") else " (small regions')"
         lines.append(f"| {r['lowering']} | {r['target']} | `{r['schedule']}`{seed} | "
                      f"{r['tflops']:.1f} | {r['cuda_tflops']:.1f} | {r['ratio_to_cuda']:.3f} | "
                      f"{r['bit_identical_to_cuda']} |")
@@ -120,11 +128,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="the report's name in bench/results")
     parser.add_argument("--readme", type=Path, help="a Markdown file with the markers")
     parser.add_argument("--render", type=Path, help="a recorded result: print its Markdown")
+    parser.add_argument("--also", action="append", default=[], metavar="LOWERING=SCHEDULE",
+                        help="a schedule Vulkan also runs for a lowering (F16_operands="
+                             "t128k16s4); may be repeated")
     opts = parser.parse_args(argv)
     if opts.render:
         result = json.loads(opts.render.read_text())
     else:
-        result = measure(opts.n)
+        also = tuple((low, name) for low, _, name in (x.partition("=") for x in opts.also))
+        result = measure(opts.n, also)
         (ROOT / "bench" / "results" / opts.out).write_text(json.dumps(result, indent=2) + "\n")
     table = markdown(result)
     print(table)

@@ -125,6 +125,20 @@ def test_copies_are_held_until_the_wait_that_lands_them() -> None:
     assert first_load < first_word_store.start()
 
 
+def test_copies_are_held_as_many_groups_deep_as_a_wait_leaves_pending() -> None:
+    # three stages: each step waits with one group pending, so two steps' words are held
+    kernel = lower(rewritten(Lowering.F16_OPERANDS, "t128k16s3").kernel)
+    assert {s.pending for s in walk(kernel.body) if isinstance(s, ir.StageWait)} == {0, 1}
+    text = emit(kernel)
+    check(text)
+    held = set(re.findall(r"(%\d+_sk_[ab]_held) = OpVariable", text))
+    assert len(held) == 2 * (2 + 2)  # two sets of two words of A and two of B
+    assert len(re.findall(r"= OpVariable %p_fu_i32 Function", text)) >= 1 + 4  # groups
+    # each copy picks its set by the count of commits, and issues its loads in that case
+    assert text.count("OpSwitch") == 2 * 2 + 2  # A and B: twice in the prologue, in the loop
+    assert re.search(r"OpSRem %i32 %\d+ %c_i32_2", text)
+
+
 def test_32_bit_raw_tiles_are_words_read_one_component_at_a_time() -> None:
     kernel = lower(rewritten(Lowering.BF16_OPERANDS, "t64k32s2").kernel)
     assert quad_arrays(kernel) == {"sk_ra", "sk_rb"}  # the bf16 terms are stored element-wise

@@ -124,10 +124,9 @@ class _Module(CopyPrinter):
             case ir.StageCopy():
                 self.stage_copy(s)
             case ir.StageCommit():
-                self.issued.clear()
-            case ir.StageWait():  # every held copy lands (earlier than asked is allowed)
-                for (dst, _, _), held in self.held.items():
-                    self.land(dst, held)
+                self.commit()
+            case ir.StageWait(pending=pending):
+                self.wait(pending)
             case ir.FragMulAdd(d=d, a=a, b=b, c=c):
                 self.mul_add(d, a, b, c)
             case ir.FragAdd(d=d, a=a, b=b):
