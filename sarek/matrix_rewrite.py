@@ -267,6 +267,9 @@ class _Builder:
                        and self.tile_n % 8 == 0 and all(
                            (rows * cols // PACK) % self.threads == 0
                            for rows, cols in ((self.tile, self.step), (self.step, self.tile_n))))
+        if (pad and staging.shared_bytes is not None
+                and self.shared_bytes() > staging.shared_bytes):
+            self.a_stride = self.step  # the room of A's padding, for a schedule that needs it
 
     # ---------------------------------------------------------------- coordinates
 
@@ -342,6 +345,11 @@ class _Builder:
         """The access, rows and columns of operand ``name``'s tile of one step."""
         return (self.gemm.a, self.tile, self.step) if name == "a" else (
             self.gemm.b, self.step, self.tile_n)
+
+    def shared_bytes(self) -> int:
+        """Bytes of the shared arrays ``declarations`` declares."""
+        return sum(d.size * d.elem.bits // 8 for d in self.declarations()
+                   if isinstance(d, ir.ArrayDecl))
 
     def declarations(self) -> list[ir.Stmt]:
         out: list[ir.Stmt] = []

@@ -39,7 +39,9 @@ class Staging:
     conformance`` checks as it checks ``large``; ``packed_planes``: where invocations stage
     byte planes from registers (the seed's and prefetching schedules), each converts four
     consecutive k of one row of A or column of column-major B and writes every plane's four
-    bytes with one 32-bit ``StorePacked``."""
+    bytes with one 32-bit ``StorePacked``; ``shared_bytes``: the most shared memory a block
+    of the target may declare (None: no limit the rewrite heeds), under which a schedule whose
+    padded rows would not fit stages A's rows unpadded (padding only spreads banks)."""
 
     row_pad_bytes: int = 0
     narrow_b_col_major: bool = False
@@ -48,6 +50,7 @@ class Staging:
     small: tuple[tuple[str, Schedule], ...] = ()
     offered: tuple[tuple[str, Schedule], ...] = ()
     packed_planes: bool = False
+    shared_bytes: int | None = None
 
     def schedule_for(self, lowering: str, me: int, ne: int,
                      takes: Callable[[Schedule], bool] = lambda _: True) -> Schedule:

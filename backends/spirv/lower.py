@@ -30,7 +30,7 @@ from sarek.staging import Staging
 
 SUBGROUPS = (32, 64)
 FRAGMENTS = (16, 8)
-STAGING = Staging(row_pad_bytes=16, byte_k=32, small=tuple(
+STAGING = Staging(row_pad_bytes=16, byte_k=32, shared_bytes=48 * 1024, small=tuple(
     (name, Schedule(step=32)) for name in ("Int8_operands", "Int32_byte_planes")), large=(
     ("F16_operands", Schedule(tile=128, step=16, stages=2, wide=True)),
     ("Bf16_operands", Schedule(tile=128, step=16, stages=2)),
