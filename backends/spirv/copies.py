@@ -21,13 +21,10 @@ from sarek.ir_walk import walk
 @dataclass(frozen=True)
 class Held:
     """The registers of a copy in flight: (word, word index) Function variables per word of
-    an invocation, a bool variable that says whether they wait to land and, where copies are
-    held across several groups, an i32 variable with the group the copy belongs to (the
-    count of ``StageCommit`` before it was issued)."""
+    an invocation, and a bool variable that says whether they wait to land."""
 
     words: tuple[tuple[str, str], ...]
     flag: str
-    group: str | None = None
 
 
 class CopyPrinter(ExpressionPrinter):
@@ -36,13 +33,8 @@ class CopyPrinter(ExpressionPrinter):
     def __init__(self, kernel: ir.Kernel) -> None:
         super().__init__(kernel)
         self.quads = quad_arrays(kernel)
-        # Registers of copies in flight, per copy key, oldest first: as many sets as groups a
-        # StageWait may leave pending, plus one.
-        self.held: dict[tuple[str, int, int], tuple[Held, ...]] = {}
+        self.held: dict[tuple[str, int, int], Held] = {}  # registers of copies in flight
         self.issued: dict[str, int] = {}  # copies per destination since the last commit
-        self.depth = 1 + max((s.pending for s in walk(kernel.body)
-                              if isinstance(s, ir.StageWait)), default=0)
-        self.committed = ""  # the i32 variable counting commits (where depth > 1)
 
     def quad_type(self) -> str:
         """``uvec4``: the 16-byte word staged tiles move in."""
@@ -91,37 +83,14 @@ class CopyPrinter(ExpressionPrinter):
         return view
 
     def stage_copy(self, s: ir.StageCopy) -> None:
-        """``s`` in 16-byte words held in registers (``issue``). Where copies are held across
-        several groups, the copy takes the set of registers of its group modulo their number
-        (``depth``), chosen by a switch whose every case issues the loads into its own set, so
-        that no loaded word is moved between registers before it lands."""
-        sets = self.held[self.copy_key(s)]
-        if len(sets) == 1:
-            self.issue(s, sets[0])
-            return
-        i32 = self.type_of(T.I32)
-        which = self.op(i32, "OpSRem", self.op(i32, "OpLoad", self.committed),
-                        self.const(len(sets), T.I32))
-        cases = [self.fresh("held_set") for _ in sets]
-        merge = self.fresh("held_end")
-        self.do("OpSelectionMerge", merge, "None")
-        self.do("OpSwitch", which, cases[0],
-                *(f"{i} {label}" for i, label in enumerate(cases) if i))
-        for label, held in zip(cases, sets, strict=True):
-            self.start(label)
-            self.issue(s, held)
-            self.branch(merge)
-        self.start(merge)
-
-    def issue(self, s: ir.StageCopy, held: Held) -> None:
-        """``s`` into the registers ``held``: each invocation takes whole words of the tile
-        (word ``w = trip * threads + thread``, row ``w / words per row``) and loads them all
-        before it stores any, so that the loads are in flight together. Where the whole tile
-        lies inside the limits, its source rows are consecutive elements and 16-byte aligned
-        (one uniform test), each word is one ``uvec4`` load; else each word is tested alone
-        (``word``). The words are held in registers and stored into the shared array at a
-        ``StageWait`` that completes their group (the latest completion), or before the same
-        registers take another copy, whichever comes first; ``uvec4`` stores."""
+        """``s`` in 16-byte words: each invocation takes whole words of the tile (word ``w =
+        trip * threads + thread``, row ``w / words per row``) and loads them all before it
+        stores any, so that the loads are in flight together. Where the whole tile lies
+        inside the limits, its source rows are consecutive elements and 16-byte aligned (one
+        uniform test), each word is one ``uvec4`` load; else each word is tested alone
+        (``word``). The words are held in registers and stored into the shared array at the
+        next ``StageWait`` (the copy's latest completion), or before the same copy is issued
+        again, whichever comes first; ``uvec4`` stores."""
         assert self.kernel.block is not None
         per = per_quad(memory_type(s.fill.type))
         threads = math.prod(self.kernel.block)
@@ -145,14 +114,12 @@ class CopyPrinter(ExpressionPrinter):
             indices.append(self.op(i32, "OpShiftRightArithmetic",
                                    self.op(i32, "OpIAdd", offset, at), shift))
         self.scope = self.scope.parents
-        self.land(s.dst, held)  # the registers' earlier copy lands first
+        held = self.held[self.copy_key(s)]
+        self.land(s.dst, held)  # the same copy issued again: the earlier one lands first
         for (word_var, index_var), word, index in zip(held.words, words, indices, strict=True):
             self.do("OpStore", word_var, word)
             self.do("OpStore", index_var, index)
         self.do("OpStore", held.flag, self.const(True, T.BOOL))
-        if held.group is not None:
-            self.do("OpStore", held.group, self.op(self.type_of(T.I32), "OpLoad",
-                                                   self.committed))
 
     def tile_words(self, s: ir.StageCopy, places: list[tuple[str, str]], per: int
                    ) -> list[str]:
@@ -208,9 +175,8 @@ class CopyPrinter(ExpressionPrinter):
 
     def hold_registers(self) -> None:
         """Function variables for every copy key the kernel uses (found before the body is
-        printed, so that every ``StageWait`` lands them all): per key ``depth`` sets of its
-        words, their indices, whether they wait to land (false on entry) and, where ``depth``
-        exceeds one, their group; then the count of commits (0 on entry)."""
+        printed, so that every ``StageWait`` lands them all): each key's words, their
+        indices and whether they wait to land (false on entry)."""
         for s in walk(self.kernel.body):
             if isinstance(s, ir.StageCommit):
                 self.issued.clear()
@@ -219,64 +185,27 @@ class CopyPrinter(ExpressionPrinter):
                 if key in self.held:
                     continue
                 v4, i32 = self.quad_type(), self.type_of(T.I32)
-                if self.depth > 1 and not self.committed:
-                    self.committed = self.fresh("committed")
-                    self.fn_vars.append(f"{self.committed} = OpVariable "
-                                        f"{self.pointer('Function', i32)} Function")
-                    self.entry.append(f"OpStore {self.committed} {self.const(0, T.I32)}")
-                sets = []
-                for _ in range(self.depth):
-                    regs = []
-                    for _ in range(key[2]):
-                        word, index = self.fresh(f"{s.dst}_held"), self.fresh(f"{s.dst}_at")
-                        self.fn_vars += [
-                            f"{word} = OpVariable {self.pointer('Function', v4)} Function",
-                            f"{index} = OpVariable {self.pointer('Function', i32)} Function"]
-                        regs.append((word, index))
-                    flag = self.fresh(f"{s.dst}_pending")
-                    bool_t = self.type_of(T.BOOL)
-                    self.fn_vars.append(f"{flag} = OpVariable "
-                                        f"{self.pointer('Function', bool_t)} Function")
-                    self.entry.append(f"OpStore {flag} {self.const(False, T.BOOL)}")
-                    group = None
-                    if self.depth > 1:
-                        group = self.fresh(f"{s.dst}_group")
-                        self.fn_vars.append(f"{group} = OpVariable "
-                                            f"{self.pointer('Function', i32)} Function")
-                        self.entry.append(f"OpStore {group} {self.const(0, T.I32)}")
-                    sets.append(Held(tuple(regs), flag, group))
-                self.held[key] = tuple(sets)
+                regs = []
+                for _ in range(key[2]):
+                    word, index = self.fresh(f"{s.dst}_held"), self.fresh(f"{s.dst}_at")
+                    self.fn_vars += [
+                        f"{word} = OpVariable {self.pointer('Function', v4)} Function",
+                        f"{index} = OpVariable {self.pointer('Function', i32)} Function"]
+                    regs.append((word, index))
+                flag = self.fresh(f"{s.dst}_pending")
+                bool_t = self.type_of(T.BOOL)
+                self.fn_vars.append(f"{flag} = OpVariable {self.pointer('Function', bool_t)} "
+                                    "Function")
+                self.entry.append(f"OpStore {flag} {self.const(False, T.BOOL)}")
+                self.held[key] = Held(tuple(regs), flag)
         self.issued.clear()
 
-    def commit(self) -> None:
-        """``StageCommit``: a new group begins (counted where copies are held across
-        groups)."""
-        self.issued.clear()
-        if self.committed:
-            i32 = self.type_of(T.I32)
-            self.do("OpStore", self.committed, self.op(
-                i32, "OpIAdd", self.op(i32, "OpLoad", self.committed), self.const(1, T.I32)))
-
-    def wait(self, pending: int) -> None:
-        """``StageWait``: every held copy of a group older than the ``pending`` most recent
-        lands (every held copy where they are held one group deep: earlier than asked is
-        allowed)."""
-        for (dst, _, _), sets in self.held.items():
-            for held in sets:
-                self.land(dst, held, pending)
-
-    def land(self, dst: str, held: Held, pending: int = 0) -> None:
-        """The held words of one copy stored into ``dst`` if they wait to land (and, where
-        groups are counted, belong to a group older than the ``pending`` most recent)."""
+    def land(self, dst: str, held: Held) -> None:
+        """The held words of one copy stored into ``dst`` if they wait to land."""
         arr, v4, i32 = self.array(dst), self.quad_type(), self.type_of(T.I32)
         bool_t = self.type_of(T.BOOL)
         yes, merge = self.fresh("land"), self.fresh("landed")
         waiting = self.op(bool_t, "OpLoad", held.flag)
-        if held.group is not None and pending:
-            due = self.op(i32, "OpISub", self.op(i32, "OpLoad", self.committed),
-                          self.const(pending, T.I32))
-            old = self.op(bool_t, "OpSLessThan", self.op(i32, "OpLoad", held.group), due)
-            waiting = self.op(bool_t, "OpLogicalAnd", waiting, old)
         self.do("OpSelectionMerge", merge, "None")
         self.do("OpBranchConditional", waiting, yes, merge)
         self.start(yes)

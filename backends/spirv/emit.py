@@ -124,9 +124,10 @@ class _Module(CopyPrinter):
             case ir.StageCopy():
                 self.stage_copy(s)
             case ir.StageCommit():
-                self.commit()
-            case ir.StageWait(pending=pending):
-                self.wait(pending)
+                self.issued.clear()
+            case ir.StageWait():  # every held copy lands (earlier than asked is allowed)
+                for (dst, _, _), held in self.held.items():
+                    self.land(dst, held)
             case ir.FragMulAdd(d=d, a=a, b=b, c=c):
                 self.mul_add(d, a, b, c)
             case ir.FragAdd(d=d, a=a, b=b):
