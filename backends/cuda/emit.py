@@ -136,14 +136,15 @@ def _wgmma(p: Printer, s: ir.Wgmma) -> list[str]:
     """A ``wgmma.fence`` and one ``wgmma.mma_async``: A from this lane's four registers or
     through its descriptor, B through its descriptor (the strides and modes the lowering
     recorded)."""
-    values = s.n // 2
+    values = atoms.WGMMA.c(s.n).values  # accumulator elements of each thread
     d = ", ".join(f"%{j}" for j in range(values))
     outs = ", ".join(f'"+f"({s.d}[{j}])' for j in range(values))
     b_desc = _descriptor(p, s.b, s.b_index, s.b_descriptor)
     if s.a_index is None:
-        a = "{" + ", ".join(f"%{values + j}" for j in range(4)) + "}"
-        ins = ", ".join(f'"r"({s.a}[{j}])' for j in range(4))
-        b = f"%{values + 4}"
+        words = atoms.WGMMA.a.values * s.elem.bits // 32  # A's registers of each thread
+        a = "{" + ", ".join(f"%{values + j}" for j in range(words)) + "}"
+        ins = ", ".join(f'"r"({s.a}[{j}])' for j in range(words))
+        b = f"%{values + words}"
         scales = "p, 1, 1, 1"  # scale-d, scale-a, scale-b, transpose-b
     else:
         a_desc = _descriptor(p, s.a, s.a_index, s.a_descriptor)

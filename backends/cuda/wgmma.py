@@ -14,7 +14,9 @@ the lowering may place tile element ``(k, c)`` of a buffer elsewhere, every 16-b
 row still whole (``CoreLayout``): in 128-byte swizzle atoms where a buffer is a whole number of
 kilobytes, else in 8x8-element core matrices at ``8k + (c/8) * 8 * rows + c%8``. A fragment
 load at the neutral offset ``o`` starts at ``o - o % B + w * ((o % B) / pitch)`` (``B = rows *
-pitch``, ``w`` the elements of one of the layout's rows).
+pitch``, ``w`` the elements of one of the layout's rows). The atoms, the swizzle and the
+descriptor strides each ``Wgmma`` records are ``sarek.atoms``' (``GMMA_MN_INTER``,
+``GMMA_MN_SW128``, ``GMMA_K_SW128``, ``SWIZZLE_128B``, ``WGMMA``).
 
 After each staged wait every invocation fences its shared memory toward the asynchronous
 proxy ``wgmma`` reads through (``AsyncProxyFence``), and each run of ``Ldmatrix`` and
