@@ -267,9 +267,11 @@ class _Builder:
                        and self.tile_n % 8 == 0 and all(
                            (rows * cols // PACK) % self.threads == 0
                            for rows, cols in ((self.tile, self.step), (self.step, self.tile_n))))
-        if (pad and staging.shared_bytes is not None
-                and self.shared_bytes() > staging.shared_bytes):
+        limit = staging.shared_bytes
+        if pad and limit is not None and self.shared_bytes() > limit:
             self.a_stride = self.step  # the room of A's padding, for a schedule that needs it
+            if self.shared_bytes() > limit:
+                self.a_stride += pad  # no fit either way: as the policy pads
 
     # ---------------------------------------------------------------- coordinates
 

@@ -142,6 +142,25 @@ def test_a_schedule_that_fits_padded_keeps_its_padding() -> None:
     assert {a.name: a.size for a in shared_arrays(kernel)}["sk_a"] == 2 * 128 * (16 + 8)
 
 
+def test_copies_are_held_as_many_groups_deep_as_a_wait_leaves_pending() -> None:
+    # three stages: each step waits with one group pending, so two steps' words are held
+    kernel = lower(rewritten(Lowering.F16_OPERANDS, "t128k16s3").kernel)
+    assert {s.pending for s in walk(kernel.body) if isinstance(s, ir.StageWait)} == {0, 1}
+    text = emit(kernel)
+    check(text)
+    held = set(re.findall(r"(%\d+_sk_[ab]_held) = OpVariable", text))
+    assert len(held) == 2 * (2 + 2)  # two sets of two words of A and two of B
+    # the loop is printed two steps a trip (the second behind a test of the bound), so that
+    # each copy printed has its own set of registers
+    assert text.count("_trip = OpLabel") == 1
+    assert text.count("OpCooperativeMatrixMulAddKHR") == 2 * 16
+
+
+def test_copies_are_held_one_group_deep_where_every_wait_leaves_none_pending() -> None:
+    text = emit(lower(rewritten(Lowering.F16_OPERANDS, "t128k32s2").kernel))
+    assert "_trip = OpLabel" not in text and "_group = OpVariable" not in text
+
+
 def test_32_bit_raw_tiles_are_words_read_one_component_at_a_time() -> None:
     kernel = lower(rewritten(Lowering.BF16_OPERANDS, "t64k32s2").kernel)
     assert quad_arrays(kernel) == {"sk_ra", "sk_rb"}  # the bf16 terms are stored element-wise

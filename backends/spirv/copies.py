@@ -21,10 +21,28 @@ from sarek.ir_walk import walk
 @dataclass(frozen=True)
 class Held:
     """The registers of a copy in flight: (word, word index) Function variables per word of
-    an invocation, and a bool variable that says whether they wait to land."""
+    an invocation, a bool variable that says whether they wait to land and, where copies are
+    held several groups deep, an i32 variable with the copy's group (the count of
+    ``StageCommit`` before it was issued)."""
 
     words: tuple[tuple[str, str], ...]
     flag: str
+    group: str | None = None
+
+
+def hold_depth(kernel: ir.Kernel) -> int:
+    """How many groups deep copies are held: one more than the most groups a ``StageWait``
+    leaves pending, where every ``StageCommit`` lies in the kernel's body or directly in the
+    body of a loop there (so that the printer knows which group each copy it prints belongs
+    to, modulo the depth, once each such loop is unrolled that many times); else one."""
+    top = [s for s in kernel.body if isinstance(s, ir.StageCommit)]
+    loops = [s for f in kernel.body if isinstance(f, ir.For) for s in f.body
+             if isinstance(s, ir.StageCommit)]
+    commits = [s for s in walk(kernel.body) if isinstance(s, ir.StageCommit)]
+    if len(top) + len(loops) != len(commits):
+        return 1
+    return 1 + max((s.pending for s in walk(kernel.body) if isinstance(s, ir.StageWait)),
+                   default=0)
 
 
 class CopyPrinter(ExpressionPrinter):
@@ -33,8 +51,12 @@ class CopyPrinter(ExpressionPrinter):
     def __init__(self, kernel: ir.Kernel) -> None:
         super().__init__(kernel)
         self.quads = quad_arrays(kernel)
-        self.held: dict[tuple[str, int, int], Held] = {}  # registers of copies in flight
+        # Registers of copies in flight, per copy key: one set per group modulo ``depth``.
+        self.held: dict[tuple[str, int, int], tuple[Held, ...]] = {}
         self.issued: dict[str, int] = {}  # copies per destination since the last commit
+        self.depth = hold_depth(kernel)
+        self.commits = 0  # the commits printed so far: which set the next copy takes
+        self.committed = ""  # the i32 variable counting commits as they run (depth > 1)
 
     def quad_type(self) -> str:
         """``uvec4``: the 16-byte word staged tiles move in."""
@@ -114,12 +136,15 @@ class CopyPrinter(ExpressionPrinter):
             indices.append(self.op(i32, "OpShiftRightArithmetic",
                                    self.op(i32, "OpIAdd", offset, at), shift))
         self.scope = self.scope.parents
-        held = self.held[self.copy_key(s)]
-        self.land(s.dst, held)  # the same copy issued again: the earlier one lands first
+        held = self.held[self.copy_key(s)][self.commits % self.depth]
+        self.land(s.dst, held)  # the registers' earlier copy lands first
         for (word_var, index_var), word, index in zip(held.words, words, indices, strict=True):
             self.do("OpStore", word_var, word)
             self.do("OpStore", index_var, index)
         self.do("OpStore", held.flag, self.const(True, T.BOOL))
+        if held.group is not None:
+            self.do("OpStore", held.group, self.op(self.type_of(T.I32), "OpLoad",
+                                                   self.committed))
 
     def tile_words(self, s: ir.StageCopy, places: list[tuple[str, str]], per: int
                    ) -> list[str]:
@@ -175,8 +200,9 @@ class CopyPrinter(ExpressionPrinter):
 
     def hold_registers(self) -> None:
         """Function variables for every copy key the kernel uses (found before the body is
-        printed, so that every ``StageWait`` lands them all): each key's words, their
-        indices and whether they wait to land (false on entry)."""
+        printed, so that every ``StageWait`` lands them all): per key ``depth`` sets of its
+        words, their indices, whether they wait to land (false on entry) and, where
+        ``depth`` exceeds one, their group; then the count of commits (0 on entry)."""
         for s in walk(self.kernel.body):
             if isinstance(s, ir.StageCommit):
                 self.issued.clear()
@@ -185,27 +211,65 @@ class CopyPrinter(ExpressionPrinter):
                 if key in self.held:
                     continue
                 v4, i32 = self.quad_type(), self.type_of(T.I32)
-                regs = []
-                for _ in range(key[2]):
-                    word, index = self.fresh(f"{s.dst}_held"), self.fresh(f"{s.dst}_at")
-                    self.fn_vars += [
-                        f"{word} = OpVariable {self.pointer('Function', v4)} Function",
-                        f"{index} = OpVariable {self.pointer('Function', i32)} Function"]
-                    regs.append((word, index))
-                flag = self.fresh(f"{s.dst}_pending")
-                bool_t = self.type_of(T.BOOL)
-                self.fn_vars.append(f"{flag} = OpVariable {self.pointer('Function', bool_t)} "
-                                    "Function")
-                self.entry.append(f"OpStore {flag} {self.const(False, T.BOOL)}")
-                self.held[key] = Held(tuple(regs), flag)
+                if self.depth > 1 and not self.committed:
+                    self.committed = self.fresh("committed")
+                    self.fn_vars.append(f"{self.committed} = OpVariable "
+                                        f"{self.pointer('Function', i32)} Function")
+                    self.entry.append(f"OpStore {self.committed} {self.const(0, T.I32)}")
+                sets = []
+                for _ in range(self.depth):
+                    regs = []
+                    for _ in range(key[2]):
+                        word, index = self.fresh(f"{s.dst}_held"), self.fresh(f"{s.dst}_at")
+                        self.fn_vars += [
+                            f"{word} = OpVariable {self.pointer('Function', v4)} Function",
+                            f"{index} = OpVariable {self.pointer('Function', i32)} Function"]
+                        regs.append((word, index))
+                    flag = self.fresh(f"{s.dst}_pending")
+                    bool_t = self.type_of(T.BOOL)
+                    self.fn_vars.append(f"{flag} = OpVariable "
+                                        f"{self.pointer('Function', bool_t)} Function")
+                    self.entry.append(f"OpStore {flag} {self.const(False, T.BOOL)}")
+                    group = None
+                    if self.depth > 1:
+                        group = self.fresh(f"{s.dst}_group")
+                        self.fn_vars.append(f"{group} = OpVariable "
+                                            f"{self.pointer('Function', i32)} Function")
+                        self.entry.append(f"OpStore {group} {self.const(0, T.I32)}")
+                    sets.append(Held(tuple(regs), flag, group))
+                self.held[key] = tuple(sets)
         self.issued.clear()
 
-    def land(self, dst: str, held: Held) -> None:
-        """The held words of one copy stored into ``dst`` if they wait to land."""
+    def commit(self) -> None:
+        """``StageCommit``: a new group begins (counted as printed, and as run where copies
+        are held several groups deep)."""
+        self.issued.clear()
+        self.commits += 1
+        if self.committed:
+            i32 = self.type_of(T.I32)
+            self.do("OpStore", self.committed, self.op(
+                i32, "OpIAdd", self.op(i32, "OpLoad", self.committed), self.const(1, T.I32)))
+
+    def wait(self, pending: int) -> None:
+        """``StageWait``: every held copy lands, or where copies are held several groups deep
+        every held copy of a group older than the ``pending`` most recent (earlier than asked
+        is allowed)."""
+        for (dst, _, _), sets in self.held.items():
+            for held in sets:
+                self.land(dst, held, pending)
+
+    def land(self, dst: str, held: Held, pending: int = 0) -> None:
+        """The held words of one copy stored into ``dst`` if they wait to land (and, where
+        groups are counted, belong to a group older than the ``pending`` most recent)."""
         arr, v4, i32 = self.array(dst), self.quad_type(), self.type_of(T.I32)
         bool_t = self.type_of(T.BOOL)
         yes, merge = self.fresh("land"), self.fresh("landed")
         waiting = self.op(bool_t, "OpLoad", held.flag)
+        if held.group is not None and pending:
+            due = self.op(i32, "OpISub", self.op(i32, "OpLoad", self.committed),
+                          self.const(pending, T.I32))
+            old = self.op(bool_t, "OpSLessThan", self.op(i32, "OpLoad", held.group), due)
+            waiting = self.op(bool_t, "OpLogicalAnd", waiting, old)
         self.do("OpSelectionMerge", merge, "None")
         self.do("OpBranchConditional", waiting, yes, merge)
         self.start(yes)

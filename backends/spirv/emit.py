@@ -124,10 +124,9 @@ class _Module(CopyPrinter):
             case ir.StageCopy():
                 self.stage_copy(s)
             case ir.StageCommit():
-                self.issued.clear()
-            case ir.StageWait():  # every held copy lands (earlier than asked is allowed)
-                for (dst, _, _), held in self.held.items():
-                    self.land(dst, held)
+                self.commit()
+            case ir.StageWait(pending=pending):
+                self.wait(pending)
             case ir.FragMulAdd(d=d, a=a, b=b, c=c):
                 self.mul_add(d, a, b, c)
             case ir.FragAdd(d=d, a=a, b=b):
@@ -137,8 +136,14 @@ class _Module(CopyPrinter):
                                 "(lower the kernel for spirv first)")
 
     def for_loop(self, s: ir.For) -> None:
+        """``s`` as a structured loop. A loop whose body commits groups of copies held several
+        groups deep is printed unrolled ``depth`` times (each later trip behind its own test
+        of the bound), so that each copy printed takes one set of registers
+        (``backends.spirv.copies``)."""
         start, stop, step = (self.value(x) for x in (s.start, s.stop, s.step))
-        bool_t, i32 = self.type_of(T.BOOL), self.type_of(T.I32)
+        _, i32 = self.type_of(T.BOOL), self.type_of(T.I32)  # declared in this order
+        unroll = self.depth if self.depth > 1 and any(
+            isinstance(x, ir.StageCommit) for x in s.body) else 1
         self.scope = self.scope.new_child()
         var = self.local(s.var, T.I32)
         self.do("OpStore", var, start)
@@ -149,24 +154,54 @@ class _Module(CopyPrinter):
         self.do("OpLoopMerge", merge, cont, "Unroll" if short_loop(s) else "None")
         self.branch(check)
         self.start(check)
-        i = self.op(i32, "OpLoad", var)
-        if isinstance(s.step, ir.Const):
-            going = self.op(bool_t, "OpSLessThan" if int(s.step.value) > 0
-                            else "OpSGreaterThan", i, stop)
-        else:  # a step known at run time: its sign picks the direction
-            up = self.op(bool_t, "OpSGreaterThan", step, self.const(0, T.I32))
-            going = self.op(bool_t, "OpSelect", up, self.op(bool_t, "OpSLessThan", i, stop),
-                            self.op(bool_t, "OpSGreaterThan", i, stop))
+        going = self.within(s, self.op(i32, "OpLoad", var), stop, step)
         self.do("OpBranchConditional", going, body, merge)
         self.terminated = True
         self.start(body)
         self.block(s.body)
+        if unroll > 1:
+            self.later_trips(s, var, stop, step, unroll)
+            step = self.op(i32, "OpIMul", step, self.const(unroll, T.I32))
         self.branch(cont)
         self.start(cont)
         self.do("OpStore", var, self.op(i32, "OpIAdd", self.op(i32, "OpLoad", var), step))
         self.branch(header)
         self.start(merge)
         self.scope = self.scope.parents
+
+    def within(self, s: ir.For, i: str, stop: str, step: str) -> str:
+        """Whether ``i`` is a trip of ``s`` (below ``stop``, or above it for a negative
+        step)."""
+        bool_t = self.type_of(T.BOOL)
+        if isinstance(s.step, ir.Const):
+            return self.op(bool_t, "OpSLessThan" if int(s.step.value) > 0
+                           else "OpSGreaterThan", i, stop)
+        up = self.op(bool_t, "OpSGreaterThan", step, self.const(0, T.I32))  # its sign decides
+        return self.op(bool_t, "OpSelect", up, self.op(bool_t, "OpSLessThan", i, stop),
+                       self.op(bool_t, "OpSGreaterThan", i, stop))
+
+    def later_trips(self, s: ir.For, var: str, stop: str, step: str, unroll: int) -> None:
+        """Trips 1 .. ``unroll - 1`` after the one at ``var`` of the loop ``s``, each printed
+        inside the test of the one before."""
+        i32 = self.type_of(T.I32)
+        merges = []
+        for trip in range(1, unroll):
+            i = self.op(i32, "OpIAdd", self.op(i32, "OpLoad", var),
+                        self.op(i32, "OpIMul", step, self.const(trip, T.I32)))
+            yes, done = self.fresh("trip"), self.fresh("trip_end")
+            going = self.within(s, i, stop, step)
+            self.do("OpSelectionMerge", done, "None")
+            self.do("OpBranchConditional", going, yes, done)
+            self.terminated = True
+            self.start(yes)
+            self.scope = self.scope.new_child()
+            self.do("OpStore", self.local(s.var, T.I32), i)
+            self.block(s.body)
+            merges.append(done)
+        for done in reversed(merges):
+            self.scope = self.scope.parents
+            self.branch(done)
+            self.start(done)
 
     def while_loop(self, cond: ir.Expr, body: tuple[ir.Stmt, ...]) -> None:
         header, check, inner = self.fresh("while"), self.fresh("while_check"), self.fresh("do")
