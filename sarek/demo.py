@@ -482,42 +482,6 @@ def skipped_lines(missing: Mapping[str, str]) -> list[str]:
     return [f"{' and '.join(names)}: {reason}" for reason, names in by_reason.items()]
 
 
-def metal_rows(examples: Path) -> list[tuple[str, ...]]:
-    """Each example printed as Metal Shading Language, and its rewrite onto simdgroup
-    matrices (the selected lowering, subgroup 32, fragment 8, or Metal's reason for refusing
-    it), each checked by clang as C++ against the stand-in <metal_stdlib>: a syntax and type
-    check, not Apple's compiler."""
-    from backends.metal import clang_unavailable, emit
-    from backends.pipeline import compile_launch
-    from backends.registry import target
-    from sarek.matrix_scheme import select
-
-    missing = clang_unavailable()
-
-    def checked(text: str, name: str) -> str:
-        return f"not checked: {missing}" if missing else _metal_check(text, name)[0]
-
-    rows: list[tuple[str, ...]] = []
-    for path in sorted(examples.glob("gemm_*.py")):
-        launch = load_module(path).make(*SIZE)
-        src = emit(launch.kernel)
-        try:
-            compiled = compile_launch(target("metal"), launch, subgroup=32, frag=8)
-        except SarekError as e:
-            # the refusal does not say which lowering it refused: the one compile selects
-            lowering = select(recognize(launch.kernel))
-            rewritten, verdict = f"{lowering}: refused", e.reason.split(": ")[-1]
-        else:
-            done = compiled.rewritten
-            rewritten = (f"{done.lowering}: {compiled.text.count('simdgroup_multiply_accumulate(')}"
-                         " simdgroup_multiply_accumulate" if done else "not rewritten")
-            verdict = checked(compiled.text, f"{path.stem}_rewritten") if done else str(
-                compiled.not_rewritten)
-        rows.append((path.stem, f"{len(src.splitlines())} lines", checked(src, path.stem),
-                     rewritten, verdict))
-    return rows
-
-
 # --------------------------------------------------------------------------- running, printing
 
 

@@ -361,19 +361,3 @@ def test_a_kernel_metal_refuses_is_never_printed() -> None:
     rw16 = rewrite_launch(f16_launch(), lowering=Lowering.F16_OPERANDS, frag=16).launch
     with pytest.raises(sarek.SarekError, match="8x8"):
         metal_emit.print_kernel(rw16.kernel)
-
-
-def test_the_demo_row_checks_each_example_and_names_metals_refusal() -> None:
-    from sarek.demo import metal_rows
-
-    rows = {r[0]: r for r in metal_rows(EXAMPLES[0].parent)}
-    assert set(rows) == {p.stem for p in EXAMPLES}
-    verdict = "clang: no error" if MISSING is None else f"not checked: {MISSING}"
-    for name, (_, lines, original, rewritten, checked) in rows.items():
-        assert lines.endswith(" lines") and original == verdict, name
-        integer = {"gemm_i32": "Int32_byte_planes", "gemm_i8": "Int8_operands"}
-        if name in integer:
-            assert rewritten == f"{integer[name]}: refused"
-            assert "no integer simdgroup matrices" in checked
-        else:
-            assert "simdgroup_multiply_accumulate" in rewritten and checked == verdict, name
