@@ -110,9 +110,10 @@ class CopyPrinter(ExpressionPrinter):
         stores any, so that the loads are in flight together. Where the whole tile lies
         inside the limits, its source rows are consecutive elements and 16-byte aligned (one
         uniform test), each word is one ``uvec4`` load; else each word is tested alone
-        (``word``). The words are held in registers and stored into the shared array at the
-        next ``StageWait`` (the copy's latest completion), or before the same copy is issued
-        again, whichever comes first; ``uvec4`` stores."""
+        (``word``). The words are held in the registers of the copy's group (modulo
+        ``depth``) and stored into the shared array at the first ``StageWait`` that completes
+        the group (the copy's latest completion), or before those registers take another
+        copy, whichever comes first; ``uvec4`` stores."""
         assert self.kernel.block is not None
         per = per_quad(memory_type(s.fill.type))
         threads = math.prod(self.kernel.block)
