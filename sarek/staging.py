@@ -40,8 +40,8 @@ class Staging:
     byte planes from registers (the seed's and prefetching schedules), each converts four
     consecutive k of one row of A or column of column-major B and writes every plane's four
     bytes with one 32-bit ``StorePacked``; ``shared_bytes``: the most shared memory a block
-    of the target may declare (None: no limit the rewrite heeds), under which a schedule whose
-    padded rows would not fit stages A's rows unpadded (padding only spreads banks)."""
+    of the target may declare (None: no limit the rewrite heeds), under which a schedule that
+    fits only with A's rows unpadded stages them so (padding only spreads banks)."""
 
     row_pad_bytes: int = 0
     narrow_b_col_major: bool = False

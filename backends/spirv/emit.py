@@ -141,7 +141,8 @@ class _Module(CopyPrinter):
         of the bound), so that each copy printed takes one set of registers
         (``backends.spirv.copies``)."""
         start, stop, step = (self.value(x) for x in (s.start, s.stop, s.step))
-        _, i32 = self.type_of(T.BOOL), self.type_of(T.I32)  # declared in this order
+        self.type_of(T.BOOL)  # declared before i32, as loops always declared them
+        i32 = self.type_of(T.I32)
         unroll = self.depth if self.depth > 1 and any(
             isinstance(x, ir.StageCommit) for x in s.body) else 1
         self.scope = self.scope.new_child()
@@ -159,7 +160,7 @@ class _Module(CopyPrinter):
         self.terminated = True
         self.start(body)
         self.block(s.body)
-        if unroll > 1:
+        if unroll > 1 and not self.terminated:
             self.later_trips(s, var, stop, step, unroll)
             step = self.op(i32, "OpIMul", step, self.const(unroll, T.I32))
         self.branch(cont)
