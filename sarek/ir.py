@@ -17,7 +17,7 @@ modules.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Literal, TypeAlias
+from typing import Annotated, Literal, TypeAlias, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -742,13 +742,42 @@ class CpAsync(_Stmt):
     src_index: Expr
 
 
+PlainStmt: TypeAlias = (Let | Assign | Store | StorePacked | For | While | If | Barrier | Return
+                        | ArrayDecl)
+"""Scalar code, control flow, memory and barriers: what every target prints."""
+StagingStmt: TypeAlias = StageCopy | StageCommit | StageWait
+"""Copies into shared memory in groups an invocation waits for: neutral; a target prints them
+as its asynchronous copies or lowers them to plain copies."""
+FragmentStmt: TypeAlias = FragDecl | FragFill | FragLoad | FragStore | FragMulAdd | FragAdd
+"""The neutral fragment operations the rewrite emits: whole matrices per subgroup, their lane
+layout left to the target (cooperative and simdgroup matrices take them as they are; CUDA and
+the OpenCL emulation lower them to lane-explicit code)."""
+TileStmt: TypeAlias = TensorView | TileApply
+"""Tile patterns in the layout language (``sarek.tile``): ldmatrix/stmatrix moves before CUDA's
+lowering writes them out lane by lane."""
+WarpStmt: TypeAlias = Ldmatrix | Stmatrix | LaneTile | Mma | CpAsync
+"""NVIDIA's per-lane warp instructions: what CUDA's lowering produces for ``mma.sync``."""
+WarpgroupStmt: TypeAlias = Wgmma | WgmmaWait | AsyncProxyFence
+"""NVIDIA's warpgroup instructions (sm_90a): what CUDA's lowering produces for ``wgmma``."""
+
 Stmt: TypeAlias = Annotated[
-    Let | Assign | Store | StorePacked | For | While | If | Barrier | Return | ArrayDecl
-    | TensorView | FragDecl | FragFill | FragLoad | FragStore | FragMulAdd | FragAdd | TileApply
-    | Ldmatrix | Mma | Wgmma | WgmmaWait | AsyncProxyFence | StageCopy | StageCommit | StageWait
-    | CpAsync | Stmatrix | LaneTile,
+    PlainStmt | StagingStmt | FragmentStmt | TileStmt | WarpStmt | WarpgroupStmt,
     Field(discriminator="kind"),
 ]
+
+STATEMENT_FAMILIES: dict[str, tuple[type[_Stmt], ...]] = {
+    "plain": get_args(PlainStmt), "staging": get_args(StagingStmt),
+    "fragment": get_args(FragmentStmt), "tile": get_args(TileStmt),
+    "warp": get_args(WarpStmt), "warpgroup": get_args(WarpgroupStmt)}
+"""Each statement family by name; every statement type is in exactly one."""
+FAMILY_OF: dict[type[_Stmt], str] = {t: name for name, types in STATEMENT_FAMILIES.items()
+                                     for t in types}
+"""The family of each statement type."""
+
+
+def family(s: _Stmt) -> str:
+    """The name of the family statement ``s`` belongs to (``STATEMENT_FAMILIES``)."""
+    return FAMILY_OF[type(s)]
 
 
 class Kernel(_Node):
@@ -781,11 +810,68 @@ def schema() -> dict[str, object]:
 
 
 __all__ = [
-    "ArrayDecl", "ArrayParam", "Assign", "Barrier", "BinOp", "Binary", "Bitcast", "Builtin",
-    "BuiltinValue", "Call", "Cast", "Const", "CpAsync", "ElemType", "Expr", "For", "FragAdd",
-    "FragDecl", "FragFill", "FragLayout", "FragLoad", "FragMulAdd", "FragShape", "FragStore",
-    "FragUse", "If", "Kernel", "LaneTile", "Ldmatrix", "Let", "Load", "MathFn", "MatrixDescriptor",
-    "MemSpace", "Mma", "MmaAtom", "Param", "ProvidedRows", "Return", "ScalarParam", "Select",
-    "StageCommit", "StageCopy", "StageWait", "Stmatrix", "Stmt", "Store", "TensorView",
-    "TileApply", "TileOp", "UnOp", "Unary", "Var", "While", "schema",
+    "FAMILY_OF",
+    "STATEMENT_FAMILIES",
+    "ArrayDecl",
+    "ArrayParam",
+    "Assign",
+    "Barrier",
+    "BinOp",
+    "Binary",
+    "Bitcast",
+    "Builtin",
+    "BuiltinValue",
+    "Call",
+    "Cast",
+    "Const",
+    "CpAsync",
+    "ElemType",
+    "Expr",
+    "For",
+    "FragAdd",
+    "FragDecl",
+    "FragFill",
+    "FragLayout",
+    "FragLoad",
+    "FragMulAdd",
+    "FragShape",
+    "FragStore",
+    "FragUse",
+    "FragmentStmt",
+    "If",
+    "Kernel",
+    "LaneTile",
+    "Ldmatrix",
+    "Let",
+    "Load",
+    "MathFn",
+    "MatrixDescriptor",
+    "MemSpace",
+    "Mma",
+    "MmaAtom",
+    "Param",
+    "PlainStmt",
+    "ProvidedRows",
+    "Return",
+    "ScalarParam",
+    "Select",
+    "StageCommit",
+    "StageCopy",
+    "StageWait",
+    "StagingStmt",
+    "Stmatrix",
+    "Stmt",
+    "Store",
+    "TensorView",
+    "TileApply",
+    "TileOp",
+    "TileStmt",
+    "UnOp",
+    "Unary",
+    "Var",
+    "WarpStmt",
+    "WarpgroupStmt",
+    "While",
+    "family",
+    "schema",
 ]

@@ -128,8 +128,7 @@ def lane_tiles(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
     return replace_statements(body, replace)
 
 
-_FRAGMENT_STMTS = (ir.FragDecl, ir.FragFill, ir.FragLoad, ir.FragStore, ir.FragMulAdd,
-                   ir.FragAdd)
+_FRAGMENT_STMTS = ir.STATEMENT_FAMILIES["fragment"]
 _OPERAND = {FragUse.A: "a", FragUse.B: "b", FragUse.ACCUMULATOR: "c"}
 
 

@@ -35,7 +35,8 @@ import re
 import numpy as np
 
 from backends.c_helpers import helpers
-from backends.cstyle import Dialect, EmitError, Printer, dim3_builtins
+from backends.cstyle import Dialect, Printer, dim3_builtins
+from backends.families import NEUTRAL, refusal
 from backends.metal.lower import EDGE, MATRIX_TYPES, THREAD_ELEMENTS, check, lower
 from sarek import ir, ir_check
 from sarek.ir import BinOp, Builtin, ElemType, FragLayout, MathFn
@@ -175,10 +176,8 @@ def _hook(p: Printer, s: ir.Stmt) -> list[str] | None:
             return [f"{d}.thread_elements()[{e}] = " + F32_OPS[BinOp.ADD].format(
                         a=f"{a}.thread_elements()[{e}]", b=f"{b}.thread_elements()[{e}]") + ";"
                     for e in range(THREAD_ELEMENTS)]
-        case ir.TileApply() | ir.Ldmatrix() | ir.Mma() | ir.CpAsync() | ir.Stmatrix() \
-                | ir.LaneTile():
-            raise EmitError(f"Metal has no {s.kind}: lower the kernel for Metal first "
-                            "(backends.metal.lower refuses it with the reason)")
+        case _ if (error := refusal(s, NEUTRAL, "Metal")) is not None:
+            raise error
     return None
 
 

@@ -30,6 +30,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from backends.cstyle import EmitError
+from backends.families import NEUTRAL, refuse_outside
 from backends.target import Target
 from sarek import coopmat, ir, ir_check, stage_copy
 from sarek.ir import ElemType, FragUse
@@ -164,14 +165,14 @@ def round_constants(kernel: ir.Kernel) -> ir.Kernel:
     return rounded
 
 
-_FRAGMENT_STMTS = (ir.FragDecl, ir.FragFill, ir.FragLoad, ir.FragStore, ir.FragMulAdd,
-                   ir.FragAdd)
+_FRAGMENT_STMTS = ir.STATEMENT_FAMILIES["fragment"]
 
 
 def check(kernel: ir.Kernel) -> None:
     """Raises ``EmitError`` with the reason when ``kernel`` (well-formed: ``ir.ensure_valid``)
     has something Metal cannot print as the simulator runs it (module docstring)."""
     name = kernel.name
+    refuse_outside(kernel.body, NEUTRAL, "Metal")  # simdgroup matrices take neutral fragments
     if kernel.subgroup not in (None, *SUBGROUPS):
         raise EmitError(f"kernel {name!r} is written for subgroups of {kernel.subgroup}; "
                         f"{WHY['subgroup']}")
@@ -197,10 +198,6 @@ def check(kernel: ir.Kernel) -> None:
                     raise EmitError(f"the multiply-accumulate into {d!r} takes "
                                     f"{'/'.join(u.value for u in uses)} fragments; Metal's is "
                                     "printed for A and B operands into f32 accumulators only")
-            case ir.TileApply() | ir.Ldmatrix() | ir.Mma() | ir.CpAsync() | ir.Stmatrix() \
-                    | ir.LaneTile():
-                raise EmitError(f"{s.kind} is an NVIDIA instruction (ldmatrix, mma.sync, "
-                                "cp.async); Metal has none: print the kernel for cuda")
 
 
 def _check_fragment(d: ir.FragDecl) -> None:

@@ -24,6 +24,7 @@ import dataclasses
 from backends import cstyle
 from backends.c_helpers import helpers
 from backends.cstyle import Dialect, EmitError, Printer, render
+from backends.families import refusal
 from backends.opencl.lower import lower
 from sarek import ir, ir_check
 from sarek.ir import Builtin, ElemType
@@ -130,19 +131,18 @@ CASTS = cstyle.conversion_casts([(ElemType.F16, ElemType.F32), (ElemType.F16, El
                                  (ElemType.F64, ElemType.BF16)])
 
 
-_NEUTRAL = (ir.FragDecl, ir.FragFill, ir.FragLoad, ir.FragStore, ir.FragMulAdd, ir.FragAdd)
+PORTABLE = frozenset({"plain"})
+"""What portable OpenCL C prints: its lowering has made fragments lane-explicit scalar code
+and staged copies plain copies; inline PTX belongs to opencl-nv."""
+NV = frozenset({"plain", "staging", "warp"})
+"""What opencl-nv prints: CUDA's lowering of ``mma.sync`` schedules, as inline PTX (not its
+tile patterns written out lane by lane, ``LaneTile``, which only CUDA prints)."""
 
 
 def _hook(p: Printer, s: ir.Stmt) -> list[str] | None:
-    """Portable OpenCL prints plain statements only: neutral fragments must have been lowered,
-    and inline PTX belongs to opencl-nv."""
-    if isinstance(s, _NEUTRAL):
-        raise EmitError(f"{s.kind} is a neutral fragment statement: lower the kernel for "
-                        "OpenCL first (backends.opencl.lower, or emit, which does)")
-    if isinstance(s, ir.Ldmatrix | ir.Stmatrix | ir.Mma | ir.TileApply | ir.LaneTile
-                  | ir.CpAsync):
-        raise EmitError(f"portable OpenCL C has no {s.kind} (inline PTX): print it for "
-                        "opencl-nv")
+    """Portable OpenCL prints plain statements only (``PORTABLE``)."""
+    if (error := refusal(s, PORTABLE, "portable OpenCL C")) is not None:
+        raise error
     return None
 
 
@@ -169,16 +169,11 @@ def _nv_hook(p: Printer, s: ir.Stmt) -> list[str] | None:
                                  f"&{s.src}[{p.expr(s.src_index)}]")]
         case ir.StageCommit() | ir.StageWait():
             return [group_asm(s)]
-        case ir.TileApply() | ir.LaneTile():
-            raise EmitError("opencl-nv does not print TileApply statements (tile patterns are "
+        case ir.LaneTile():
+            raise EmitError("opencl-nv does not print lane_tile statements (tile patterns are "
                             "printed for CUDA)")
-        case ir.Wgmma() | ir.WgmmaWait() | ir.AsyncProxyFence():
-            raise EmitError("opencl-nv prints ldmatrix and mma.sync, not wgmma: a warpgroup "
-                            "schedule's kernel is printed for CUDA alone (NVRTC builds it for "
-                            "sm_90a); opencl-nv's own schedules use mma.sync")
-        case _ if isinstance(s, _NEUTRAL):
-            raise EmitError(f"{s.kind} is a neutral fragment statement: lower the kernel for "
-                            "opencl-nv first (backends.cuda.lower, or emit_nv, which does)")
+        case _ if (error := refusal(s, NV, "opencl-nv")) is not None:
+            raise error
     return None
 
 

@@ -52,8 +52,7 @@ STAGING = DENSE
 or hinders it."""
 I32 = ElemType.I32
 
-_FRAGMENT_STMTS = (ir.FragDecl, ir.FragFill, ir.FragLoad, ir.FragStore, ir.FragMulAdd,
-                   ir.FragAdd)
+_FRAGMENT_STMTS = ir.STATEMENT_FAMILIES["fragment"]
 _ElementBody = Callable[["_Element"], list[ir.Stmt]]
 """What runs for one of a lane's elements of a fragment."""
 

@@ -21,6 +21,7 @@ import typing
 
 from backends.cstyle import EmitError
 from backends.cuda.lower import divisor
+from backends.families import NEUTRAL, refuse_outside
 from sarek import ir, packed_store, stage_copy
 from sarek.ir import ElemType, FragLayout, FragUse, MemSpace
 from sarek.ir_walk import rebuild, replace_statements, subexpressions, walk, with_blocks
@@ -64,8 +65,6 @@ PRODUCTS = {
 }
 """The accumulator types each pair of operand types multiplies into."""
 
-_LANE_EXPLICIT = (ir.Ldmatrix, ir.Mma, ir.Wgmma, ir.WgmmaWait, ir.AsyncProxyFence, ir.TileApply,
-                  ir.TensorView, ir.CpAsync)
 
 
 QUAD_BYTES = 16
@@ -195,13 +194,8 @@ def lower(kernel: ir.Kernel) -> ir.Kernel:
     for anything a cooperative matrix cannot express."""
     kernel = unsigned_accumulators(staged_copies(kernel))
     kernel = packed_store.elements(kernel)  # logical addressing has no wider pointers
-    stmts = list(walk(kernel.body))
-    for s in stmts:
-        if isinstance(s, _LANE_EXPLICIT):
-            raise EmitError(f"SPIR-V has no {type(s).__name__} statement (ldmatrix, mma.sync "
-                            "and tile patterns are NVIDIA warp instructions; cooperative "
-                            "matrices take neutral fragments)")
-    if not any(isinstance(s, _FRAGMENT) for s in stmts):
+    refuse_outside(kernel.body, NEUTRAL, "SPIR-V")  # cooperative matrices take neutral ones
+    if not any(isinstance(s, _FRAGMENT) for s in walk(kernel.body)):
         return kernel
     subgroup = kernel.subgroup or 32
     if subgroup not in SUBGROUPS:
@@ -211,7 +205,7 @@ def lower(kernel: ir.Kernel) -> ir.Kernel:
     return kernel if kernel.subgroup else kernel.model_copy(update={"subgroup": subgroup})
 
 
-_FRAGMENT = (ir.FragDecl, ir.FragFill, ir.FragLoad, ir.FragStore, ir.FragMulAdd, ir.FragAdd)
+_FRAGMENT = ir.STATEMENT_FAMILIES["fragment"]
 
 
 class _Checker:
