@@ -1,0 +1,100 @@
+"""The end of the rewritten body: each covered output leaves through shared memory with the
+original's epilogue (outputs a lowering cannot give the original's value recomputed by the
+original's own loop), and ``Builder.build``, which puts the whole body together."""
+
+from __future__ import annotations
+
+from sarek import ir
+from sarek.ir import BinOp, Builtin, MemSpace
+from sarek.ir_build import add, binary, const, logical_not, mul, var
+from sarek.rewrite.multiply import Multiply
+from sarek.rewrite.parts import (
+    I32,
+    builtin,
+    cast,
+)
+
+
+class Builder(Multiply):
+    """Builds the rewritten body for one gemm, lowering, subgroup and fragment."""
+
+    def original_where_beyond(self, limit: float) -> list[ir.Stmt]:
+        """``sk_sum`` recomputed as the original kernel computes it (its initial value, then
+        its update in k order) where it is NaN, infinite or at least ``limit`` in magnitude."""
+        g, acc_t = self.gemm, self.scheme.acc
+        total = var("sk_sum", acc_t)
+        row, col, p = var("sk_row"), var("sk_col"), var("sk_p")
+        a = cast(ir.Load(array=g.a.array, index=self.address(g.a, row, col, p), type=g.a.elem),
+                  acc_t)
+        b = cast(ir.Load(array=g.b.array, index=self.address(g.b, row, col, p), type=g.b.elem),
+                  acc_t)
+        update: ir.Expr = (ir.Call(fn=ir.MathFn.FMA, args=(a, b, total), type=acc_t) if g.fused
+                           else binary(BinOp.ADD, total, binary(BinOp.MUL, a, b)))
+        magnitude = ir.Call(fn=ir.MathFn.ABS, args=(total,), type=acc_t)
+        within = binary(BinOp.LT, magnitude, ir.Const(value=limit, type=acc_t))
+        return [ir.If(cond=logical_not(within), then=(
+            ir.Assign(name="sk_sum", value=cast(self.init(), acc_t)),
+            ir.For(var="sk_p", start=const(0), stop=var("sk_d"), step=const(1),
+                   body=(ir.Assign(name="sk_sum", value=update),))))]
+
+    def finish(self) -> list[ir.Stmt]:
+        """Accumulators out through the exchange array, one fragment per wave at a time; each
+        covered output gets the epilogue."""
+        g, acc_t = self.gemm, self.scheme.acc
+        here = self.covered(var("sk_row"), var("sk_col"))
+
+        def store(total: ir.Expr) -> ir.Stmt:
+            address = self.address(g.c, var("sk_row"), var("sk_col"), const(0))
+            if self.scheme.original_beyond is None:
+                return ir.If(cond=here, then=(ir.Store(
+                    array=g.c.array, index=address,
+                    value=cast(self.epilogue(total), g.c.elem)),))
+            return ir.If(cond=here, then=(
+                ir.Let(name="sk_sum", type=acc_t, value=total),
+                *self.original_where_beyond(self.scheme.original_beyond),
+                ir.Store(array=g.c.array, index=address,
+                         value=cast(self.epilogue(var("sk_sum", acc_t)), g.c.elem))))
+
+        exchanged = ir.Load(array="sk_cs", index=self.exchanged(), type=acc_t)
+        out: list[ir.Stmt] = []
+        if self.scheme.accumulators > 1:
+            out.append(ir.ArrayDecl(name="sk_out", elem=I32,
+                                    size=self.frag * self.frag // self.subgroup,
+                                    space=MemSpace.LOCAL))
+        for i, j in self.frag_names():
+            if self.scheme.accumulators == 1:
+                out += [self.through_exchange(f"sk_acc0_{i}_{j}"), ir.Barrier(),
+                        self.per_lane([*self.fragment_coordinates(i, j), store(exchanged)]),
+                        ir.Barrier()]
+                continue
+            # Byte planes: sk_out[q] = init + sum_s (acc_s << 8s), wrapping.
+            total = ir.Load(array="sk_out", index=var("sk_q"), type=I32)
+            out.append(self.per_lane([*self.fragment_coordinates(i, j), ir.Store(
+                array="sk_out", index=var("sk_q"), value=ir.Select(
+                    cond=here, a=cast(self.init(), I32), b=const(0), type=I32))]))
+            for a in range(self.scheme.accumulators):
+                shifted = binary(BinOp.SHL, exchanged, const(8 * a)) if a else exchanged
+                out += [self.through_exchange(f"sk_acc{a}_{i}_{j}"), ir.Barrier(),
+                        self.per_lane([ir.Store(array="sk_out", index=var("sk_q"),
+                                                value=add(total, shifted))]),
+                        ir.Barrier()]
+            out.append(self.per_lane([*self.fragment_coordinates(i, j), store(total)]))
+        return out
+
+    def build(self) -> tuple[ir.Stmt, ...]:
+        tid = builtin(Builtin.THREAD_IDX_X)
+        body: list[ir.Stmt] = [
+            ir.Let(name="sk_tid", type=I32, value=tid),
+            ir.Let(name="sk_wave", type=I32, value=builtin(Builtin.SUBGROUP_ID)),
+            ir.Let(name="sk_wave_lane", type=I32, value=builtin(Builtin.SUBGROUP_LANE)),
+            ir.Let(name="sk_row0", type=I32,
+                   value=mul(builtin(Builtin.BLOCK_IDX_Y), const(self.tile))),
+            ir.Let(name="sk_col0", type=I32,
+                   value=mul(builtin(Builtin.BLOCK_IDX_X), const(self.tile_n))),
+            ir.Let(name="sk_z", type=I32, value=builtin(Builtin.BLOCK_IDX_Z)),
+            *self.declarations(),
+            *self.start_accumulators(),
+            *self.reduction(),
+            *self.finish(),
+        ]
+        return tuple(body)

@@ -1,0 +1,221 @@
+"""The geometry of the rewritten body: the schedule's tiles, waves and fragments, the staged
+arrays' strides and declarations, the region test, and where each lane's elements of a
+fragment lie (``specs/matrix-pattern-rewrite.md``, "The rewrite")."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from sarek import ir
+from sarek.ir import BinOp, FragLayout, FragUse, MemSpace
+from sarek.ir_build import add, binary, const, mul, var
+from sarek.matrix_pattern import Access, Gemm, Mapping1D
+from sarek.matrix_scheme import Scheme
+from sarek.rewrite.parts import (
+    I32,
+    PACK,
+    U8,
+    conjunction,
+)
+from sarek.schedule import Schedule
+from sarek.staging import Staging
+
+
+class Layout:
+    """The body's geometry for one gemm, lowering, subgroup, fragment, staging policy and
+    schedule; the parts of the builder (``Copies``, ``Multiply``, ``Builder``) extend it."""
+
+    def __init__(self, gemm: Gemm, scheme: Scheme, subgroup: int, frag: int,
+                 staging: Staging, schedule: Schedule) -> None:
+        self.gemm, self.scheme, self.subgroup, self.frag = gemm, scheme, subgroup, frag
+        self.tile, self.wave_tile, self.step = schedule.tile, schedule.wave_tile, schedule.step
+        self.tile_n, self.wave_columns = schedule.tile_n, schedule.wave_columns
+        self.waves = schedule.waves
+        self.prefetching = schedule.prefetch
+        self.stages = schedule.stages
+        self.threads = self.waves * subgroup
+        self.per_wave = self.wave_tile // frag  # fragments along each side of a wave's tile
+        # Accumulator fragments per wave (rows, columns) and their width: a square grid of the
+        # wave's tile, or under a warpgroup schedule two 16 x 128 fragments (rows 16w and
+        # 64 + 16w of the tile) and one 16 x 128 B fragment per sub-step for the block.
+        self.warpgroup = schedule.warpgroup
+        self.grid = (2, 1) if self.warpgroup else (self.per_wave, self.per_wave)
+        self.acc_n = self.tile_n if self.warpgroup else frag
+        # Row strides and B's layout of the staged tiles: the target's policy (padded 16-bit
+        # rows, column-major 8-bit B), which moves elements but never changes a result.
+        pad = staging.row_pad_bytes * 8 // 16 if scheme.operand.bits == 16 else 0
+        self.a_stride, self.b_stride = self.step + pad, self.tile_n + pad
+        col_b = scheme.operand.bits == 8 and staging.narrow_b_col_major
+        self.b_layout = FragLayout.COL if col_b else FragLayout.ROW
+        if self.b_layout is FragLayout.COL:
+            self.b_stride = self.step
+        # How deep one multiply-accumulate reduces: the fragment, or for 8-bit operands the
+        # policy's deeper one where the steps divide into it (same sums: integers are exact).
+        deep = staging.byte_k if scheme.operand.bits == 8 and frag == 16 else frag
+        self.frag_k = deep if self.step % deep == 0 else frag
+        # Byte planes staged from registers four k at a time, one 32-bit store per plane (the
+        # target's policy), where A's and column-major B's four k are consecutive and the
+        # block's invocations share the groups evenly.
+        self.packed = (staging.packed_planes and scheme.operand is U8
+                       and self.b_layout is FragLayout.COL and self.step % PACK == 0
+                       and self.tile_n % 8 == 0 and all(
+                           (rows * cols // PACK) % self.threads == 0
+                           for rows, cols in ((self.tile, self.step), (self.step, self.tile_n))))
+        limit = staging.shared_bytes
+        if pad and limit is not None and self.shared_bytes() > limit:
+            self.a_stride = self.step  # the room of A's padding, for a schedule that needs it
+            if self.shared_bytes() > limit:
+                self.a_stride += pad  # no fit either way: as the policy pads
+
+    def covered(self, row: ir.Expr, col: ir.Expr) -> ir.Expr:
+        """Whether output (row, col) of this block's batch is in the region."""
+        me, ne, t = var("sk_me"), var("sk_ne"), var("sk_t")
+        mapping = self.gemm.mapping
+        col_major = isinstance(mapping, Mapping1D) and mapping.order == "col-major"
+        within = add(mul(row, ne), col) if not col_major else add(mul(col, me), row)
+        linear = add(mul(var("sk_z"), mul(me, ne)), within)
+        return conjunction(binary(BinOp.LT, row, me), binary(BinOp.LT, col, ne),
+                           binary(BinOp.LT, linear, t))
+
+    def init(self) -> ir.Expr:
+        """The initial value at output (sk_row, sk_col, sk_z)."""
+        return self.gemm.init_at(var("sk_row"), var("sk_col"), var("sk_z"))
+
+    def epilogue(self, acc: ir.Expr) -> ir.Expr:
+        """The value stored at output (sk_row, sk_col, sk_z) for the sum ``acc``."""
+        return self.gemm.epilogue_at(acc, var("sk_row"), var("sk_col"), var("sk_z"))
+
+    def address(self, access: Access, row: ir.Expr, col: ir.Expr, k: ir.Expr) -> ir.Expr:
+        return access.address(row, col, var("sk_z"), add(self.gemm.k_start, k))
+
+    def staged(self, operand: str, term: str) -> str:
+        return f"sk_{operand}{'_' + term if term else ''}"
+
+    def frag_names(self) -> Iterator[tuple[int, int]]:
+        for i in range(self.grid[0]):
+            for j in range(self.grid[1]):
+                yield i, j
+
+    def buffer(self, name: str) -> int:
+        """Elements of one step's staged tile of operand ``name`` (each term has its own)."""
+        if name == "a":
+            return self.tile * self.a_stride
+        return (self.step if self.b_layout is FragLayout.ROW else self.tile_n) * self.b_stride
+
+    def as_is(self, name: str) -> bool:
+        """Whether operand ``name``'s elements are staged as they are (one term of the array's
+        own type, B row-major), so that a staged copy puts them where the fragments read."""
+        access = self.gemm.a if name == "a" else self.gemm.b
+        return self.scheme.terms == ("",) and self.scheme.operand == access.elem and (
+            name == "a" or self.b_layout is FragLayout.ROW)
+
+    def raw(self, name: str) -> bool:
+        """Whether a pipelined schedule stages operand ``name`` raw: its elements as they are
+        in global memory, copied ``stages - 1`` steps ahead into ``sk_r{name}``, and converted
+        into the term arrays at the step that multiplies them."""
+        return self.stages > 1 and not self.as_is(name)
+
+    def raw_tile(self, name: str) -> tuple[Access, int, int]:
+        """The access, rows and columns of operand ``name``'s tile of one step."""
+        return (self.gemm.a, self.tile, self.step) if name == "a" else (
+            self.gemm.b, self.step, self.tile_n)
+
+    def shared_bytes(self) -> int:
+        """Bytes of the shared arrays ``declarations`` declares."""
+        return sum(d.size * d.elem.bits // 8 for d in self.declarations()
+                   if isinstance(d, ir.ArrayDecl))
+
+    def declarations(self) -> list[ir.Stmt]:
+        out: list[ir.Stmt] = []
+        for term in self.scheme.terms:
+            for name in ("a", "b"):
+                buffers = 1 if self.raw(name) else self.stages
+                out.append(ir.ArrayDecl(name=self.staged(name, term), elem=self.scheme.operand,
+                                        size=buffers * self.buffer(name),
+                                        space=MemSpace.SHARED))
+        for name in ("a", "b"):
+            if self.raw(name):
+                access, rows, cols = self.raw_tile(name)
+                out.append(ir.ArrayDecl(name=f"sk_r{name}", elem=access.elem,
+                                        size=self.stages * rows * cols, space=MemSpace.SHARED,
+                                        align=16))
+        # One fragment per wave at a time leaves through here (and an initial value enters).
+        out.append(ir.ArrayDecl(name="sk_cs", elem=self.scheme.acc,
+                                size=self.waves * self.frag * self.acc_n,
+                                space=MemSpace.SHARED))
+        shape = ir.FragShape(m=self.frag, n=self.acc_n, k=self.frag_k)
+        for i, j in self.frag_names():
+            for a in range(self.scheme.accumulators):
+                out.append(ir.FragDecl(name=f"sk_acc{a}_{i}_{j}", use=FragUse.ACCUMULATOR,
+                                       shape=shape, elem=self.scheme.acc))
+        if self.scheme.step_sums:
+            out += [ir.FragDecl(name=self.step_sum(a, i, j), use=FragUse.ACCUMULATOR,
+                                shape=shape, elem=self.scheme.acc)
+                    for i, j in self.frag_names() for a in range(self.scheme.accumulators)]
+        if self.warpgroup:  # A per row and sub-step, B per sub-step: none is reloaded in a step
+            subs = range(self.step // self.frag_k)
+            out += [ir.FragDecl(name=f"sk_fa0_{i}_{q}", use=FragUse.A, shape=shape,
+                                elem=self.scheme.operand) for q in subs for i in range(2)]
+            out += [ir.FragDecl(name=f"sk_fb0_{q}", use=FragUse.B, shape=shape,
+                                elem=self.scheme.operand) for q in subs]
+            return out
+        for t in range(len(self.scheme.terms)):
+            for i in range(self.per_wave):
+                out.append(ir.FragDecl(name=f"sk_fa{t}_{i}", use=FragUse.A, shape=shape,
+                                       elem=self.scheme.operand))
+                out.append(ir.FragDecl(name=f"sk_fb{t}_{i}", use=FragUse.B, shape=shape,
+                                       elem=self.scheme.operand))
+        return out
+
+    def step_sum(self, a: int, i: int, j: int) -> str:
+        """The fresh accumulator of accumulator ``a`` of fragment (i, j) (``Scheme.step_sums``)."""
+        return f"sk_step{a}_{i}_{j}"
+
+    def wave_origin(self, i: int, j: int) -> tuple[ir.Expr, ir.Expr]:
+        """Row and column, within the block's tile, of fragment (i, j) of this wave."""
+        w = var("sk_wave")
+        if self.warpgroup:
+            return add(mul(w, const(self.frag)), const(64 * i)), const(0)
+        columns = const(self.wave_columns)
+        row = add(mul(binary(BinOp.DIV, w, columns), const(self.wave_tile)),
+                  const(i * self.frag))
+        col = add(mul(binary(BinOp.REM, w, columns), const(self.wave_tile)),
+                  const(j * self.frag))
+        return row, col
+
+    def per_thread(self, elements: int, body: list[ir.Stmt]) -> ir.For:
+        """``for sk_q in range(elements / threads): sk_e = sk_q * threads + sk_tid; body``:
+        a uniform loop in which the block's threads cover ``elements`` together."""
+        e = add(mul(var("sk_q"), const(self.threads)), var("sk_tid"))
+        return ir.For(var="sk_q", start=const(0), stop=const(elements // self.threads),
+                      step=const(1), body=(ir.Let(name="sk_e", type=I32, value=e), *body))
+
+    def per_lane(self, body: list[ir.Stmt]) -> ir.For:
+        """``for sk_q in range(frag * frag / subgroup): sk_e = sk_q * subgroup + sk_wave_lane;
+        body``: a uniform loop in which a wave's lanes cover one fragment's elements."""
+        e = add(mul(var("sk_q"), const(self.subgroup)), var("sk_wave_lane"))
+        trips = self.frag * self.acc_n // self.subgroup
+        return ir.For(var="sk_q", start=const(0), stop=const(trips),
+                      step=const(1), body=(ir.Let(name="sk_e", type=I32, value=e), *body))
+
+    def exchange_offset(self) -> ir.Expr:
+        """Where this wave's fragment lies in the exchange array ``sk_cs``."""
+        return mul(var("sk_wave"), const(self.frag * self.acc_n))
+
+    def exchanged(self) -> ir.Expr:
+        """Element ``sk_e`` of this wave's fragment in ``sk_cs`` (row-major, stride frag)."""
+        return add(self.exchange_offset(), var("sk_e"))
+
+    def fragment_coordinates(self, i: int, j: int) -> list[ir.Stmt]:
+        """``sk_row``, ``sk_col``: the output of element ``sk_e`` of fragment (i, j)."""
+        row, col = self.wave_origin(i, j)
+        return [
+            ir.Let(name="sk_row", type=I32, value=add(
+                add(var("sk_row0"), row), binary(BinOp.DIV, var("sk_e"), const(self.acc_n)))),
+            ir.Let(name="sk_col", type=I32, value=add(
+                add(var("sk_col0"), col), binary(BinOp.REM, var("sk_e"), const(self.acc_n)))),
+        ]
+
+    def through_exchange(self, frag: str) -> ir.FragStore:
+        return ir.FragStore(frag=frag, array="sk_cs", offset=self.exchange_offset(),
+                            stride=const(self.acc_n))

@@ -1,0 +1,169 @@
+"""The rewritten body's reduction: accumulators started at the original's initial value, the
+loop over the steps (staged, prefetched or pipelined) and each step's multiply-accumulates of
+every product of the lowering's terms."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sarek import ir
+from sarek.ir import BinOp, FragLayout, MemSpace
+from sarek.ir_build import add, binary, const, mul, var
+from sarek.rewrite.copies import Copies
+from sarek.rewrite.parts import (
+    I32,
+    cast,
+    zero,
+)
+
+
+class Multiply(Copies):
+    """The reduction loop, on the staging and the geometry."""
+
+    def start_accumulators(self) -> list[ir.Stmt]:
+        init = self.gemm.init
+        constant = isinstance(init, ir.Const)
+        planes = self.scheme.accumulators > 1  # their initial value is added at the end
+        if planes or constant:
+            value = init if constant and not planes else zero(self.scheme.acc)
+            return [ir.FragFill(frag=f"sk_acc{a}_{i}_{j}", value=cast(value, self.scheme.acc))
+                    for i, j in self.frag_names() for a in range(self.scheme.accumulators)]
+        # The initial value varies by output: each wave stages it through its part of the
+        # exchange array, one fragment at a time.
+        here = self.covered(var("sk_row"), var("sk_col"))
+        out: list[ir.Stmt] = []
+        for i, j in self.frag_names():
+            out += [
+                self.per_lane([*self.fragment_coordinates(i, j), ir.Store(
+                    array="sk_cs", index=self.exchanged(), value=ir.Select(
+                        cond=here, a=cast(self.init(), self.scheme.acc), b=zero(self.scheme.acc),
+                        type=self.scheme.acc))]),
+                ir.Barrier(),
+                ir.FragLoad(frag=f"sk_acc0_{i}_{j}", array="sk_cs",
+                            offset=self.exchange_offset(), stride=const(self.acc_n)),
+                ir.Barrier(),
+            ]
+        return out
+
+    def pipelined(self) -> list[ir.Stmt]:
+        """The steps of the reduction with ``stages`` buffers: the first ``stages - 1`` steps
+        are issued before the loop; each step waits for its own tiles, passes a barrier (its
+        tiles are complete, and every wave is done with the buffer the step refills), issues
+        the tiles of ``stages - 1`` steps ahead into that buffer and multiplies. Raw tiles are
+        converted into the (single) term arrays first, behind a second barrier, and then the
+        refill is issued after the first sub-step's products."""
+        ahead, step = self.stages - 1, self.step
+        slot = binary(BinOp.REM, binary(BinOp.DIV, var("sk_k0"), const(step)),
+                      const(self.stages))
+        refill = binary(BinOp.REM, add(var("sk_slot"), const(ahead)), const(self.stages))
+        prologue = [stmt for s in range(ahead)
+                    for stmt in self.stage_into(const(s * step), const(s))]
+        body: tuple[ir.Stmt, ...] = (ir.Let(name="sk_slot", type=I32, value=slot),
+                                     ir.StageWait(pending=ahead - 1), ir.Barrier())
+        refills = self.stage_into(add(var("sk_k0"), const(ahead * step)), refill)
+        converts = self.convert_raw(var("sk_slot"))
+        # Where raw tiles are converted first, the refill goes out after the first sub-step's
+        # products (faster on the H200 for Bf16 and Bf16x3; slower for F16 staged as is).
+        if converts:
+            body = (*body, *converts, ir.Barrier(),
+                    *self.multiply(var("sk_slot"), between=refills))
+        else:
+            body = (*body, *refills, *self.multiply(var("sk_slot")))
+        return [*prologue,
+                ir.For(var="sk_k0", start=const(0), stop=var("sk_d"), step=const(step), body=body),
+                ir.StageWait(pending=0)]  # the copies issued past the end land too
+
+    def reduction(self) -> list[ir.Stmt]:
+        """The loop over the steps of the reduction. With prefetching, each step stages the
+        registers fetched during the previous one and fetches the next step's tiles before
+        multiplying; one barrier before the products (the staged tiles are complete) and one
+        after (nobody still reads them when the next step overwrites them)."""
+        if self.stages > 1:
+            return self.pipelined()
+        if not self.prefetching:
+            body = (*self.stage(), ir.Barrier(), *self.multiply(), ir.Barrier())
+            return [ir.For(var="sk_k0", start=const(0), stop=var("sk_d"), step=const(self.step),
+                           body=body)]
+        registers = [ir.ArrayDecl(name=f"sk_p{name}", elem=access.elem,
+                                  size=rows * cols // self.threads, space=MemSpace.LOCAL)
+                     for name, access, rows, cols in self.operands()]
+        nxt = add(var("sk_k0"), const(self.step))
+        body = (*self.stage_prefetched(), ir.Barrier(), *self.prefetch(nxt), *self.multiply(),
+                ir.Barrier())
+        return [*registers, *self.prefetch(const(0)),
+                ir.For(var="sk_k0", start=const(0), stop=var("sk_d"), step=const(self.step),
+                       body=body)]
+
+    def multiply(self, slot: ir.Expr | None = None, between: Sequence[ir.Stmt] = ()
+                 ) -> list[ir.Stmt]:
+        """Each wave: per sub-step of ``frag_k`` along k, load fragments (from buffer ``slot``
+        when the step's tiles are one of several), multiply-accumulate; ``between`` after the
+        first sub-step's products."""
+        out: list[ir.Stmt] = []
+        f = self.frag_k
+
+        def buffered(name: str, offset: ir.Expr) -> ir.Expr:
+            if slot is None or self.raw(name):  # one buffer of terms
+                return offset
+            return add(mul(slot, const(self.buffer(name))), offset)
+
+        if self.warpgroup:  # every wave: its two rows of A by the block's one B, per sub-step
+            for q, kk0 in enumerate(range(0, self.step, f)):
+                for i in range(2):
+                    row, _ = self.wave_origin(i, 0)
+                    out.append(ir.FragLoad(
+                        frag=f"sk_fa0_{i}_{q}", array=self.staged("a", ""),
+                        offset=buffered("a", add(mul(row, const(self.a_stride)), const(kk0))),
+                        stride=const(self.a_stride)))
+                out.append(ir.FragLoad(frag=f"sk_fb0_{q}", array=self.staged("b", ""),
+                                       offset=buffered("b", const(kk0 * self.b_stride)),
+                                       stride=const(self.b_stride)))
+                out += [ir.FragMulAdd(d=f"sk_acc0_{i}_0", a=f"sk_fa0_{i}_{q}",
+                                      b=f"sk_fb0_{q}", c=f"sk_acc0_{i}_0") for i in range(2)]
+                if q == 0:
+                    out += between
+            return out
+
+        for kk0 in range(0, self.step, f):
+            for t, term in enumerate(self.scheme.terms):
+                for i in range(self.per_wave):
+                    row, _ = self.wave_origin(i, 0)
+                    a_offset = add(mul(row, const(self.a_stride)), const(kk0))
+                    out.append(ir.FragLoad(frag=f"sk_fa{t}_{i}", array=self.staged("a", term),
+                                           offset=buffered("a", a_offset),
+                                           stride=const(self.a_stride), layout=FragLayout.ROW))
+                    _, col = self.wave_origin(0, i)
+                    b_offset = (add(const(kk0 * self.b_stride), col)
+                                if self.b_layout is FragLayout.ROW
+                                else add(mul(col, const(self.b_stride)), const(kk0)))
+                    out.append(ir.FragLoad(frag=f"sk_fb{t}_{i}", array=self.staged("b", term),
+                                           offset=buffered("b", b_offset),
+                                           stride=const(self.b_stride),
+                                           layout=self.b_layout))
+            out += self.products()
+            if kk0 == 0:
+                out += between
+        return out
+
+    def products(self) -> list[ir.Stmt]:
+        """One sub-step's products, in the scheme's order for each accumulator. Products
+        outer, fragments inner: every run of (i, j) is independent (a simulator batches it, a
+        device overlaps it). With ``step_sums`` they go into fresh accumulators, one per
+        fragment, that start at -0.0 (the identity of round-to-nearest addition, so an
+        all-zero sub-step leaves the running sum's bits alone, a -0.0 one too) and are then
+        added to the running ones."""
+        s = self.scheme
+        frags = [(a, i, j) for i, j in self.frag_names() for a in range(s.accumulators)]
+        into = {x: self.step_sum(*x) if s.step_sums else f"sk_acc{x[0]}_{x[1]}_{x[2]}"
+                for x in frags}
+        zero = ir.Const(value=-0.0 if s.acc.is_float else 0, type=s.acc)
+        out: list[ir.Stmt] = [ir.FragFill(frag=into[x], value=zero)
+                              for x in frags] if s.step_sums else []
+        for ta, tb, a in s.products:
+            for i, j in self.frag_names():
+                acc = into[(a, i, j)]
+                out.append(ir.FragMulAdd(d=acc, a=f"sk_fa{ta}_{i}", b=f"sk_fb{tb}_{j}", c=acc))
+        if s.step_sums:
+            out += [ir.FragAdd(d=f"sk_acc{a}_{i}_{j}", a=f"sk_acc{a}_{i}_{j}", b=into[(a, i, j)])
+                    for a, i, j in frags]
+        return out
