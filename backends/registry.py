@@ -31,7 +31,7 @@ def _cuda() -> Target:
     from backends.cuda import lower as cuda_lower
     from backends.cuda.emit import print_kernel
     from backends.cuda.run import run, unavailable_reason
-    from sarek.coopmat import cuda_support
+    from sarek.device_support import cuda_support
 
     return Target(
         name="cuda",

@@ -41,7 +41,7 @@ from tensor_core_h200 import (  # noqa: E402
 )
 
 import sarek  # noqa: E402
-from sarek.coopmat import recorded_h200_vulkan  # noqa: E402
+from sarek.device_support import recorded_h200_vulkan  # noqa: E402
 from sim import tensor_core  # noqa: E402
 
 MODELS = ("h200", "sequential", "exact")

@@ -1,6 +1,6 @@
 """Probe the GPU's Vulkan cooperative-matrix support and consult the gate with it.
 
-Runs ``sarek.coopmat.vulkan_devices()`` (vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR
+Runs ``backends.spirv.probe.vulkan_devices()`` (vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR
 through the ``vulkan`` package), compares each device's list with the recorded H200 list the
 tests use, and gives the gate's verdict for every lowering's configuration at fragments 16
 and 8. Writes bench/results/vulkan_probe_h200.json and prints a table. Needs a Vulkan driver
@@ -16,7 +16,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sarek import coopmat  # noqa: E402
+from backends.spirv import probe  # noqa: E402
+from sarek import coopmat, device_support  # noqa: E402
 from sarek.ir import ElemType  # noqa: E402
 from sarek.matrix_scheme import Lowering, config_of  # noqa: E402
 
@@ -25,9 +26,9 @@ OPERANDS = {Lowering.INT32_BYTE_PLANES: ElemType.I32, Lowering.F16_OPERANDS: Ele
 
 
 def main() -> int:
-    recorded = coopmat.recorded_h200_vulkan()
+    recorded = device_support.recorded_h200_vulkan()
     out = []
-    for support in coopmat.vulkan_devices():
+    for support in probe.vulkan_devices():
         configs = sorted(str(c) for c in support.configs or ())
         verdicts = {}
         for lowering, operand in OPERANDS.items():

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from sarek import coopmat, ir, matrix_mapping, matrix_pattern, matrix_scheme
+from sarek import coopmat, device_support, ir, matrix_mapping, matrix_pattern, matrix_scheme
 from sarek.cli_args import apple_family, compute_capability, scalar, triple
 from sarek.errors import SarekError
 from sarek.loader import load_kernel
@@ -137,11 +137,11 @@ def _support(args: argparse.Namespace, target: Target) -> coopmat.DeviceSupport:
             raise SarekError(f"--{option.replace('_', '-')} describes a device of "
                              f"{' or '.join(targets)}, not of {target.name}")
     if args.device == "h200":
-        return coopmat.recorded_h200_vulkan()
+        return device_support.recorded_h200_vulkan()
     if args.compute_capability is not None:
-        return coopmat.cuda_support(*args.compute_capability)
+        return device_support.cuda_support(*args.compute_capability)
     if args.apple_family is not None:
-        return coopmat.metal_support(args.apple_family)
+        return device_support.metal_support(args.apple_family)
     return target.support()
 
 

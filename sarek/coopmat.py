@@ -5,7 +5,8 @@ A of ``m x k``, B of ``k x n`` and C, D of ``m x n`` (``Shape``), each with a co
 at a scope (subgroup), saturating or not. A ``DeviceSupport`` says which configurations a device
 runs: a list read from the device (Vulkan's ``vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR``),
 a list derived from a documented hardware generation (CUDA compute capability, Metal GPU family),
-everything (the portable OpenCL emulation), or nothing known (never probed).
+everything (the portable OpenCL emulation), or nothing known (never probed); those tables are
+``sarek.device_support``'s, and reading a live Vulkan device is ``backends.spirv.probe``'s.
 ``verdict(config, support)`` is ``Available``, ``Unavailable(reason)`` or ``Unknown(reason)``;
 only ``Available`` lets a rewrite go ahead.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 from sarek import ir
 from sarek.errors import SarekError
@@ -192,8 +193,9 @@ def same_bits(config: Config) -> Config | None:
     products accumulated in s32 are accumulated in u32 (every product is non-negative and
     below 2^16, and u32 addition wraps to the bits of s32 addition, so every sum, and the
     result read as s32, keeps its bits modulo 2^32)."""
-    if (config.a, config.b, config.c, config.result) == (_C.U8, _C.U8, _C.S32, _C.S32):
-        return replace(config, c=_C.U32, result=_C.U32)
+    c = Component
+    if (config.a, config.b, config.c, config.result) == (c.U8, c.U8, c.S32, c.S32):
+        return replace(config, c=c.U32, result=c.U32)
     return None
 
 
@@ -233,54 +235,6 @@ def verdict(config: Config, support: DeviceSupport) -> Verdict:
 # --------------------------------------------------------------------------- descriptions
 
 
-def portable_opencl() -> DeviceSupport:
-    """The portable OpenCL subgroup emulation: every configuration (it multiplies in
-    software, in local memory)."""
-    return DeviceSupport("the portable OpenCL emulation", universal=True,
-                         note="software emulation in local memory")
-
-
-def unprobed(device: str) -> DeviceSupport:
-    """A device whose cooperative-matrix support nobody has read."""
-    return DeviceSupport(device, None)
-
-
-_C = Component
-
-
-def _cfg(m: int, n: int, k: int, a: Component, b: Component, c: Component,
-         r: Component) -> Config:
-    return Config(Shape(m, n, k), a, b, c, r)
-
-
-def cuda_support(major: int, minor: int = 0) -> DeviceSupport:
-    """An NVIDIA GPU of compute capability ``major.minor`` through the CUDA backend.
-
-    The backend builds a 16x16x16 fragment from two ``mma.sync.aligned.m16n8k16`` instructions
-    (PTX ISA 7.0 and later, sm_80 and later), and a 16x16x32 one of 8-bit operands from two
-    ``m16n8k32``; the configurations are exactly the instruction forms the backend prints
-    (``sarek.atoms.MMA``): f16 x f16 + f32, bf16 x bf16 + f32, u8 x u8 + s32 and s8 x s8 + s32
-    (the 8-bit ones 16 and 32 deep). The hardware has more (f16 accumulators, mixed u8/s8
-    operands) that the backend does not print, so they are not offered. Older GPUs have m16n8k8
-    (f16, sm_75), m8n8k16 (integers, sm_75) and m8n8k4 (sm_70), which the backend does not use;
-    no 8x8x8 float shape exists.
-    """
-    from sarek import atoms
-
-    device = f"CUDA sm_{major}{minor}"
-    if (major, minor) < (8, 0):
-        return DeviceSupport(device, frozenset(), note="compute capability",
-                             unsupported_reason=f"the CUDA backend multiplies with "
-                             f"mma.sync m16n8k16, which needs sm_80; this GPU is "
-                             f"sm_{major}{minor}")
-    configs = set()
-    for facts in atoms.MMA.values():
-        operand, acc = (component_of(t) for t in (facts.operand, facts.accumulator))
-        # two m16n8 instructions side by side make one 16x16 fragment
-        configs.add(_cfg(facts.m, 2 * facts.n, facts.k, operand, operand, acc, acc))
-    return DeviceSupport(device, frozenset(configs), note="compute capability (PTX ISA)")
-
-
 def component_of(elem: ElemType) -> Component:
     """The component type of fragments of IR element type ``elem``; ``GateError`` for a type
     no matrix unit takes."""
@@ -290,149 +244,3 @@ def component_of(elem: ElemType) -> Component:
     if elem not in names:
         raise GateError(f"no matrix unit has {elem} components")
     return names[elem]
-
-
-def metal_support(family: int, msl: tuple[int, int] = (3, 1)) -> DeviceSupport:
-    """An Apple GPU of family ``Apple{family}`` with Metal Shading Language ``msl``.
-
-    ``simdgroup_matrix`` 8x8 (half and float, a half x half + float product included) needs
-    MSL 2.3 and an Apple7 GPU (A14, M1) or later. bfloat simdgroup matrices need MSL 3.1; this
-    module assumes they run on every Apple7-or-later GPU with MSL 3.1 (an assumption, not a
-    measurement). Metal has no integer simdgroup matrices and no 16x16 fragment.
-    """
-    device = f"Metal Apple{family} (MSL {msl[0]}.{msl[1]})"
-    if family < 7 or msl < (2, 3):
-        return DeviceSupport(device, frozenset(), note="GPU family",
-                             unsupported_reason="simdgroup matrices need an Apple7 GPU and "
-                             "MSL 2.3")
-    configs = {
-        _cfg(8, 8, 8, _C.F16, _C.F16, _C.F16, _C.F16),
-        _cfg(8, 8, 8, _C.F16, _C.F16, _C.F32, _C.F32),
-        _cfg(8, 8, 8, _C.F32, _C.F32, _C.F32, _C.F32),
-    }
-    if msl >= (3, 1):
-        configs.add(_cfg(8, 8, 8, _C.BF16, _C.BF16, _C.F32, _C.F32))
-    return DeviceSupport(device, frozenset(configs), note="GPU family")
-
-
-H200_VULKAN: tuple[tuple[int, int, int, str, str, str, str], ...] = (
-    (16, 16, 16, "f16", "f16", "f16", "f16"), (16, 16, 16, "f16", "f16", "f32", "f32"),
-    (16, 8, 16, "f16", "f16", "f16", "f16"), (16, 8, 16, "f16", "f16", "f32", "f32"),
-    (16, 8, 8, "f16", "f16", "f16", "f16"), (16, 8, 8, "f16", "f16", "f32", "f32"),
-    (16, 16, 32, "u8", "u8", "u32", "u32"), (16, 8, 32, "u8", "u8", "u32", "u32"),
-    (16, 16, 32, "s8", "s8", "s32", "s32"), (16, 8, 32, "s8", "s8", "s32", "s32"),
-    (16, 16, 16, "bf16", "bf16", "f32", "f32"),
-)
-"""The cooperative-matrix list the H200 reported through Vulkan (driver 580), subgroup scope,
-as (m, n, k, a, b, c, result); recorded, so that the gate can be consulted without the GPU."""
-
-
-def recorded_h200_vulkan() -> DeviceSupport:
-    """The H200's Vulkan list as recorded (``H200_VULKAN``)."""
-    configs = frozenset(_cfg(m, n, k, *(Component(x) for x in t))
-                        for m, n, k, *t in H200_VULKAN)
-    return DeviceSupport("NVIDIA H200 (Vulkan, driver 580, recorded)", configs,
-                         note="recorded vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR")
-
-
-# --------------------------------------------------------------------------- Vulkan
-
-_VK_COMPONENT = {  # VkComponentTypeKHR
-    0: Component.F16, 1: Component.F32, 3: Component.S8, 5: Component.S32,
-    7: Component.U8, 9: Component.U32, 1000141000: Component.BF16,
-}
-_VK_SCOPE = {3: Scope.SUBGROUP, 2: Scope.WORKGROUP}  # VkScopeKHR
-
-
-def from_vulkan_properties(device: str, props: Any) -> DeviceSupport:
-    """A support description from ``VkCooperativeMatrixPropertiesKHR`` records (objects with
-    ``MSize NSize KSize AType BType CType ResultType saturatingAccumulation scope``);
-    component or scope codes sarek has no name for are skipped."""
-    configs = set()
-    for p in props:
-        codes = (p.AType, p.BType, p.CType, p.ResultType)
-        if not all(c in _VK_COMPONENT for c in codes) or p.scope not in _VK_SCOPE:
-            continue
-        a, b, c, r = (_VK_COMPONENT[x] for x in codes)
-        configs.add(Config(Shape(int(p.MSize), int(p.NSize), int(p.KSize)), a, b, c, r,
-                           _VK_SCOPE[p.scope], bool(p.saturatingAccumulation)))
-    return DeviceSupport(device, frozenset(configs),
-                         note="vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR")
-
-
-def vulkan_support(instance: Any, physical_device: Any) -> DeviceSupport:
-    """Reads ``vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR`` of ``physical_device``
-    through the ``vulkan`` package (imported here, so that sarek runs without it). A device
-    without ``VK_KHR_cooperative_matrix`` supports nothing. Needs a Vulkan driver: it runs on
-    the GPU machine, not in CI."""
-    try:
-        import vulkan as vk
-    except (ImportError, OSError) as e:
-        raise GateError(f"probing Vulkan needs the 'vulkan' package and a Vulkan loader ({e})"
-                        ) from None
-    props = vk.vkGetPhysicalDeviceProperties(physical_device)
-    name = f"{_vk_text(vk, props.deviceName)} (Vulkan)"
-    exts = {_vk_text(vk, e.extensionName)
-            for e in vk.vkEnumerateDeviceExtensionProperties(physical_device, None)}
-    if "VK_KHR_cooperative_matrix" not in exts:
-        return DeviceSupport(name, frozenset(), note="Vulkan extensions",
-                             unsupported_reason="the device lacks VK_KHR_cooperative_matrix")
-    query = vk.vkGetInstanceProcAddr(instance,
-                                     "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR")
-    return from_vulkan_properties(name, query(physical_device))
-
-
-def _vk_text(vk: Any, value: Any) -> str:
-    """A Vulkan string field: the ``vulkan`` package gives ``str`` (seen on the H200) or, in
-    other versions, a cffi char array."""
-    return value if isinstance(value, str) else str(vk.ffi.string(value).decode())
-
-
-def vulkan_devices() -> list[DeviceSupport]:
-    """Creates a Vulkan 1.3 instance and probes every physical device (GPU machine only)."""
-    try:
-        import vulkan as vk
-    except (ImportError, OSError) as e:
-        raise GateError(f"probing Vulkan needs the 'vulkan' package and a Vulkan loader ({e})"
-                        ) from None
-    app = vk.VkApplicationInfo(sType=vk.VK_STRUCTURE_TYPE_APPLICATION_INFO,
-                               pApplicationName="sarek", apiVersion=vk.VK_MAKE_VERSION(1, 3, 0))
-    info = vk.VkInstanceCreateInfo(sType=vk.VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
-                                   pApplicationInfo=app)
-    instance = vk.vkCreateInstance(info, None)
-    try:
-        return [vulkan_support(instance, d) for d in vk.vkEnumeratePhysicalDevices(instance)]
-    finally:
-        vk.vkDestroyInstance(instance, None)
-
-
-def named_support(name: str) -> DeviceSupport:
-    """A support description by name, as the command line takes it: ``opencl`` (portable
-    emulation), ``vulkan-h200`` (the recorded list), ``vulkan`` (probe the first device),
-    ``cuda:8.0`` / ``cuda:sm_90``, ``metal:apple7``, ``unprobed:NAME``."""
-    kind, _, rest = name.partition(":")
-    try:
-        match kind:
-            case "opencl":
-                return portable_opencl()
-            case "vulkan-h200":
-                return recorded_h200_vulkan()
-            case "vulkan":
-                devices = vulkan_devices()
-                if not devices:
-                    raise GateError("Vulkan reports no physical device")
-                return devices[0]
-            case "cuda":
-                cc = rest.removeprefix("sm_")
-                major, dot, minor = cc.partition(".")
-                if not dot:
-                    major, minor = cc[:-1], cc[-1:]
-                return cuda_support(int(major), int(minor))
-            case "metal":
-                return metal_support(int(rest.lower().removeprefix("apple")))
-            case "unprobed":
-                return unprobed(rest or "the device")
-    except ValueError:
-        pass
-    raise GateError(f"unknown target {name!r}: use opencl, vulkan-h200, vulkan, cuda:8.0 (or "
-                    "cuda:sm_90), metal:apple7 or unprobed:NAME")

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from backends.spirv.probe import from_vulkan_properties
 from sarek import ir
 from sarek.coopmat import (
     Available,
@@ -19,15 +20,15 @@ from sarek.coopmat import (
     Unknown,
     Use,
     configs_of,
+    same_bits,
+    verdict,
+)
+from sarek.device_support import (
     cuda_support,
-    from_vulkan_properties,
     metal_support,
-    named_support,
     portable_opencl,
     recorded_h200_vulkan,
-    same_bits,
     unprobed,
-    verdict,
 )
 from sarek.errors import SarekError
 from sarek.ir import ElemType
@@ -167,16 +168,6 @@ def test_components_per_lane_of_a_16x16_fragment_on_32_lanes() -> None:
 def test_fragment_that_does_not_spread_evenly_is_refused() -> None:
     with pytest.raises(GateError, match="cannot be spread evenly over 24 lanes"):
         cfg(16, 16, 16, Component.F16, Component.F32).per_lane(Use.A, 24)
-
-
-def test_targets_by_name() -> None:
-    assert [named_support(n).device for n in ("cuda:sm_90", "cuda:8.6", "metal:apple8")] == [
-        "CUDA sm_90", "CUDA sm_86", "Metal Apple8 (MSL 3.1)"]
-
-
-def test_unknown_target_name_is_refused() -> None:
-    with pytest.raises(GateError, match="unknown target 'rocm'"):
-        named_support("rocm")
 
 
 def test_subgroup_is_the_default_scope() -> None:

@@ -22,7 +22,7 @@ from backends.spirv import check, emit, tools_reason
 from backends.spirv.device import unsupported_configs
 from backends.spirv.lower import STAGING, lower, quad_arrays
 from sarek import ir
-from sarek.coopmat import recorded_h200_vulkan
+from sarek.device_support import recorded_h200_vulkan
 from sarek.dtypes import numpy_dtype
 from sarek.ir import ElemType
 from sarek.ir_walk import shared_arrays, walk

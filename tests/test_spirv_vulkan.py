@@ -57,7 +57,7 @@ def test_the_gate_permits_the_byte_planes_through_u32_accumulators(no_device: No
 
 
 def test_a_schedules_fragments_the_device_does_not_report_are_refused_before_running() -> None:
-    from sarek.coopmat import recorded_h200_vulkan
+    from sarek.device_support import recorded_h200_vulkan
     from sarek.schedule import Schedule
 
     launch = example("gemm_f16").make(150, 133, 70)
@@ -76,7 +76,7 @@ def test_a_schedules_fragments_the_device_does_not_report_are_refused_before_run
 
 
 def test_a_kernel_past_the_devices_workgroup_memory_or_size_is_refused_before_running() -> None:
-    from sarek.coopmat import recorded_h200_vulkan
+    from sarek.device_support import recorded_h200_vulkan
     from sarek.schedule import Schedule
 
     # the H200's limits as its Vulkan driver reports them (bench/results/vulkan_schedules_h200.json)

@@ -32,7 +32,7 @@ from pydantic import BaseModel
 from backends.cstyle import EmitError
 from backends.families import NEUTRAL, refuse_outside
 from backends.target import Target
-from sarek import coopmat, ir, ir_check, stage_copy
+from sarek import coopmat, device_support, ir, ir_check, stage_copy
 from sarek.ir import ElemType, FragUse
 from sarek.ir_walk import subexpressions, walk
 from sarek.matrix_scheme import Lowering
@@ -104,9 +104,9 @@ class MetalTarget(Target):
 
 def support() -> coopmat.DeviceSupport:
     """The device gate's view of the Metal target: the configurations of an Apple7 GPU with
-    MSL 3.1 (``coopmat.metal_support(7)``) that this printer prints, 8x8x8 half x half and
+    MSL 3.1 (``device_support.metal_support(7)``) that this printer prints, 8x8x8 half x half and
     bfloat x bfloat into float."""
-    full = coopmat.metal_support(7)
+    full = device_support.metal_support(7)
     assert full.configs is not None
     operands = {coopmat.component_of(t) for t in OPERANDS}
     accumulators = {coopmat.component_of(t) for t in ACCUMULATORS}

@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
+from backends.spirv.probe import from_vulkan_properties
 from backends.spirv.tools import tools_reason
 from sarek import ir
-from sarek.coopmat import Available, DeviceSupport, configs_of, from_vulkan_properties, verdict
+from sarek.coopmat import Available, DeviceSupport, configs_of, verdict
 from sarek.dtypes import numpy_dtype
 from sarek.errors import SarekError
 from sarek.ir_walk import shared_arrays
@@ -219,7 +220,7 @@ def _open(vk: Any, instance: Any, physical: Any, family: int) -> Device:
     memory_types = [(int(memory.memoryTypes[i].propertyFlags), int(memory.memoryTypes[i].heapIndex))
                     for i in range(memory.memoryTypeCount)]
     if "VK_KHR_cooperative_matrix" in exts:
-        from sarek.coopmat import vulkan_support
+        from backends.spirv.probe import vulkan_support
 
         support = vulkan_support(instance, physical)
     else:

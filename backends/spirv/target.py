@@ -8,7 +8,7 @@
   device reports the cooperative-matrix configuration it multiplies with
   (``sarek.coopmat.verdict``) and a subgroup size control range holding its subgroup. The
   support is the live device's list where a Vulkan device is here, else the list recorded on
-  the H200 (``sarek.coopmat.recorded_h200_vulkan``; NVIDIA runs subgroups of 32 only).
+  the H200 (``sarek.device_support.recorded_h200_vulkan``; NVIDIA runs subgroups of 32 only).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from backends.spirv import lower as spirv_lower
 from backends.spirv.emit import print_kernel
 from backends.target import Target
 from sarek import ir
-from sarek.coopmat import DeviceSupport, recorded_h200_vulkan, verdict
+from sarek.coopmat import DeviceSupport, verdict
+from sarek.device_support import recorded_h200_vulkan
 from sarek.errors import SarekError
 from sarek.matrix_scheme import Lowering, config_of
 
