@@ -34,7 +34,7 @@ import arith_cases  # type: ignore[import-not-found]
 from arith_cases import TRANSCENDENTAL, N
 
 from backends.opencl.run import find_device, run
-from sarek.demo import compare
+from sarek.demo_rows import compare
 from sarek.loader import load_module
 from sim import simulate
 

@@ -32,7 +32,7 @@ from backends.pipeline import Compiled, compile_launch
 from backends.registry import target
 from bench.harness import RESULTS, ROOT, relative, show, table, wall, write
 from sarek import ir
-from sarek.demo import compare
+from sarek.demo_rows import compare
 from sarek.dsl import numpy_dtype
 from sarek.loader import load_module
 from sarek.matrix_scheme import Lowering

@@ -20,6 +20,7 @@ import numpy as np
 
 from sarek import demo, ir
 from sarek.cli_args import Parser, count, triple
+from sarek.demo_rows import compare
 from sarek.dsl import KernelFunction
 from sarek.errors import SarekError
 from sarek.ir_walk import walk
@@ -178,7 +179,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     for name, arr in out.items():
         line = f"  {name}: {arr.size} x {arr.dtype}"
         if name in expected:
-            line += f", vs reference: {demo.compare(arr, np.asarray(expected[name]))[1]}"
+            line += f", vs reference: {compare(arr, np.asarray(expected[name]))[1]}"
         print(line)
     if args.out:
         try:
@@ -215,7 +216,7 @@ def _cmd_rewrite(args: argparse.Namespace) -> int:
     print("  body      " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
     if args.check:
         c, limits = rw.gemm.c.array, _limits(args)
-        _, how = demo.compare(rw.launch.simulate(subgroup=rw.subgroup, limits=limits)[c],
+        _, how = compare(rw.launch.simulate(subgroup=rw.subgroup, limits=limits)[c],
                               launch.simulate(limits=limits)[c])
         print(f"  check     rewritten vs original, simulated: {how}")
     return 0

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import EXAMPLES, GEMM_EXAMPLES, example
 
-from sarek.demo import compare
+from sarek.demo_rows import compare
 
 SIZES = [(37, 29, 23), (1, 1, 1), (16, 16, 16), (20, 9, 0)]
 

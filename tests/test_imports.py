@@ -160,11 +160,12 @@ def cycle_through(graph: dict[str, set[str]], component: list[str]) -> list[str]
 
 
 ENTRY_MODULES = frozenset({"sarek", "sarek.targets", "sarek.cli", "sarek.cli_args",
-                           "sarek.demo", "sarek.analyze", "sarek.dispatch"})
+                           "sarek.demo", "sarek.demo_rows", "sarek.demo_tools",
+                           "sarek.analyze", "sarek.dispatch"})
 """The modules of ``sarek`` that compose the compiler with the simulator and the targets: the
 package's re-exports, ``simulate``/``emit``, the command line (its argument types bound launch
-dimensions as the simulator does; ``analyze`` asks a target's device gate), the demo, and the
-launch path (``kernel[grid, block]``)."""
+dimensions as the simulator does; ``analyze`` asks a target's device gate), the demo (its
+rows and its tools), and the launch path (``kernel[grid, block]``)."""
 
 
 def test_no_import_cycle() -> None:

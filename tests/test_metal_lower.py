@@ -192,7 +192,8 @@ def test_f64_anywhere_is_refused_with_the_reason() -> None:
 
 def test_nvidia_tile_instructions_are_refused() -> None:
     seed = load_module(EXAMPLES[0].parent / "ldmatrix_interleaved.py").make()
-    with pytest.raises(EmitError, match="Metal has no (tensor_view|tile_apply) statement: tile patterns"):
+    with pytest.raises(EmitError,
+                       match=r"Metal has no (tensor_view|tile_apply) statement: tile patterns"):
         sarek.emit(seed.kernel, "metal")
 
 

@@ -130,8 +130,8 @@ def test_sarek_emit_prints_the_lowered_kernel() -> None:
 
 def test_printing_neutral_fragments_without_lowering_is_refused() -> None:
     rw = rewrite("gemm_f16", Lowering.F16_OPERANDS)
-    with pytest.raises(EmitError, match="portable OpenCL C has no frag_[a-z_]* statement: neutral "
-                       "fragment statements are lowered for the target first"):
+    with pytest.raises(EmitError, match=r"portable OpenCL C has no frag_[a-z_]* statement: "
+                       "neutral fragment statements are lowered for the target first"):
         print_kernel(rw.kernel)
 
 

@@ -105,7 +105,8 @@ def test_fragment_8_and_subgroup_64_are_refused_with_the_reason() -> None:
 
 def test_printing_neutral_fragments_for_opencl_nv_is_refused() -> None:
     _, rw = CASES[0]
-    with pytest.raises(EmitError, match="opencl-nv has no frag_[a-z_]* statement: neutral fragment statements are lowered for the target first"):
+    with pytest.raises(EmitError, match=r"opencl-nv has no frag_[a-z_]* statement: neutral "
+                       "fragment statements are lowered for the target first"):
         print_nv(rw.kernel)
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from backends.conformance.cases import Case, rewritten
 from backends.target import Target
 from sarek import ir, simulate
-from sarek.demo import compare
+from sarek.demo_rows import compare
 from sarek.errors import SarekError
 from sarek.launch import Launch
 from sarek.loader import load_module
