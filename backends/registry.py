@@ -16,11 +16,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from functools import cache
+from typing import TYPE_CHECKING
 
-from backends.target import Target
 from sarek import ir, ir_check
 from sarek.errors import SarekError
-from sarek.matrix_scheme import Lowering
+
+if TYPE_CHECKING:  # the targets import the compiler when built; names() needs none of it
+    from backends.target import Target
 
 
 class UnknownTarget(SarekError):
@@ -31,7 +33,9 @@ def _cuda() -> Target:
     from backends.cuda import lower as cuda_lower
     from backends.cuda.emit import print_kernel
     from backends.cuda.run import run, unavailable_reason
+    from backends.target import Target
     from sarek.device_support import cuda_support
+    from sarek.matrix_scheme import Lowering
 
     return Target(
         name="cuda",
@@ -87,6 +91,8 @@ def _opencl() -> Target:
     from backends.opencl import lower as opencl_lower
     from backends.opencl.emit import print_kernel
     from backends.opencl.run import opencl_available, run
+    from backends.target import Target
+    from sarek.matrix_scheme import Lowering
 
     return Target(
         name="opencl",

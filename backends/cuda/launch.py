@@ -207,8 +207,7 @@ def _compile(text: str, name: str, arch: str) -> bytes:
 
     reason = nvrtc_available()
     if reason is not None:
-        raise SarekError(f"the cuda target cannot compile {name}: {reason} "
-                         "(pip install 'sarek[cuda]')")
+        raise SarekError(f"the cuda target cannot compile {name}: {reason}")
     return compile_cubin(text, arch, f"{name}.cu")
 
 
