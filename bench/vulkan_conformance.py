@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             outcome = conformance.check(case, target, device=True)
             outcomes.append(outcome)
             if not outcome.ok:
-                print(conformance._failure(outcome), flush=True)
+                print(conformance.failure(outcome), flush=True)
             if i % 20 == 19:
                 write(False)
     result = write(True)
