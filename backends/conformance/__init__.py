@@ -49,7 +49,6 @@ from backends.conformance.cli import (
 )
 from backends.conformance.report import DEVICE_NAMES, device_name, failure, report, summary
 
-
 __all__ = [
     "ALIGNED_TILES", "CANARY", "DEVICE_NAMES", "EXIT_FAILED", "EXIT_NO_DEVICE", "EXIT_OK",
     "EXIT_USAGE", "EXTRA_SIZES", "GUARD", "LARGE_TILES", "RAGGED", "SCHEDULE_SIZES", "SIM_PREFIX",
