@@ -19,7 +19,17 @@ import numpy as np
 from sarek import ir
 from sarek.dtypes import numpy_dtype
 from sarek.errors import SarekError, user_facing
-from sarek.gemm import BATCH, COL, ROW, Access, Gemm, GlobalIndex, Mapping1D, Mapping2D
+from sarek.gemm import (
+    BATCH,
+    COL,
+    ROW,
+    Access,
+    Gemm,
+    GlobalIndex,
+    Mapping1D,
+    Mapping2D,
+    ThreadSplit,
+)
 from sarek.ir import BinOp, ElemType, MathFn, UnOp
 from sarek.ir_build import binary
 from sarek.ir_format import format_expr
@@ -169,13 +179,10 @@ def _check_split(gemm: Gemm, block: Dim3) -> None:
     """A kernel that reads its 1-D block as a tile (``thread_idx.x // W``, ``thread_idx.x % W``)
     needs blocks of exactly that tile: ``W`` times the rows its row part steps by, and one
     invocation along the other axes (except the batch's)."""
-    indices = _used_axes(gemm)
-    splits = [ix.split for ix in indices if ix.split is not None]
-    if not splits:
+    tiled = _split_tile(gemm)
+    if tiled is None:
         return
-    split = splits[0]
-    rows = next((ix.tile for ix in indices if ix.split is not None
-                 and ix.split.part == "div" and ix.tile is not None), 1)
+    split, rows = tiled
     want = [1, 1, 1]
     want["xyz".index(split.axis)] = split.width * rows
     z = gemm.mapping.batch
@@ -186,6 +193,18 @@ def _check_split(gemm: Gemm, block: Dim3) -> None:
                           f"invocations (thread_idx.{split.axis} // {split.width} and "
                           f"thread_idx.{split.axis} % {split.width}), so its blocks must be "
                           f"{tuple(want)}; this launch has {block}")
+
+
+def _split_tile(gemm: Gemm) -> tuple[ThreadSplit, int] | None:
+    """How a kernel reads its 1-D block as a tile: the split of ``thread_idx`` and the rows
+    its row part steps by; None for a kernel that reads no block that way."""
+    indices = _used_axes(gemm)
+    split = next((ix.split for ix in indices if ix.split is not None), None)
+    if split is None:
+        return None
+    rows = next((ix.tile for ix in indices if ix.split is not None
+                 and ix.split.part == "div" and ix.tile is not None), 1)
+    return split, rows
 
 
 def _used_axes(gemm: Gemm) -> list[GlobalIndex]:
@@ -279,17 +298,11 @@ block_dim.a + thread_idx.a`` along its axis: 16x16 for a 2-D mapping, 256 for a 
 
 def launch_for_sizes(kernel: ir.Kernel, gemm: Gemm, m: int, n: int, k: int, *,
                      batches: int = 1, block: Dim3 | None = None) -> Launch:
-    """A launch of ``kernel`` that covers an ``m`` x ``n`` output (``batches`` of them) with
-    reduction depth ``k``, built from the sizes alone: what printing a rewrite needs, without
-    data. The scalar parameters the kernel bounds its rows, columns, batches and reduction by
-    get the sizes (a bound such as ``m * n`` is solved for its one unknown); the block is
-    ``block``, else the one the kernel's indices need (its shared-memory tiles' block, the
-    tile it multiplies ``block_idx`` by), else 16x16 (256 for a 1-D mapping); the grid is the
-    fewest blocks that cover the output. Arrays are empty placeholders (the launch's
-    ``notes["sizes"]`` says so): it prints, it does not run. A scalar parameter that indexes
-    the arrays but is none of the sizes, or a launch whose region would not be exactly the
-    sizes, is a ``RegionError`` naming it."""
-
+    """A launch of ``kernel`` whose region is exactly ``m`` x ``n`` x ``batches`` outputs of
+    depth ``k``, built from the sizes alone to print a rewrite (``specs/matrix-pattern-
+    rewrite.md`` §2): the size expressions' scalar parameters get the sizes, the block is
+    ``block`` or the one the indices need, the grid the fewest blocks that cover the output,
+    the arrays empty placeholders. ``RegionError`` names a parameter the sizes do not give."""
     if min(m, n, k, batches) < 0:
         raise RegionError(f"sizes are not negative, got {m},{n},{k} and {batches} batches")
     values: dict[str, int] = {}
@@ -338,14 +351,12 @@ def launch_for_sizes(kernel: ir.Kernel, gemm: Gemm, m: int, n: int, k: int, *,
     for ix, extent in extents:
         axis = "xyz".index(ix.axis)
         if ix.uses_block:
-            one = [1, 1, 1]
-            per_block = _reached(ix, (one[0], one[1], one[2]), blk)
+            per_block = _reached(ix, (1, 1, 1), blk)
             grid[axis] = -(-extent // per_block) if per_block else 0
     launch = Launch(kernel, args, (grid[0], grid[1], grid[2]), blk,
                     {"sizes": (m, n, k, batches),
                      "data": "none: empty placeholder arrays, to print, not to run"})
-    reg = region(gemm, launch.grid, launch.block, values | {
-        name: args[name] for name in scalars})
+    reg = region(gemm, launch.grid, launch.block, {name: args[name] for name in scalars})
     if (reg.me, reg.ne, reg.ze, reg.d) != (m, n, batches, k) and m * n * batches > 0:
         raise RegionError(f"a launch of grid {launch.grid} and block {launch.block} covers "
                           f"{reg.me}x{reg.ne}x{reg.ze} outputs with reduction {reg.d}, not the "
@@ -373,14 +384,16 @@ def _sized_block(gemm: Gemm) -> Dim3:
     if gemm.staging is not None:
         return gemm.staging.block
     block = [1, 1, 1]
+    tiled = _split_tile(gemm)
+    if tiled is not None:  # the block the kernel reads as a tile (_check_split)
+        split, rows = tiled
+        block["xyz".index(split.axis)] = split.width * rows
     edge = DEFAULT_BLOCK_EDGE["2-D" if isinstance(gemm.mapping, Mapping2D) else "1-D"]
     for ix in _used_axes(gemm):
         a = "xyz".index(ix.axis)
         if ix.split is not None:
-            rows = next((j.tile for j in _used_axes(gemm) if j.split is not None
-                         and j.split.part == "div" and j.tile is not None), 1)
-            block["xyz".index(ix.split.axis)] = ix.split.width * rows
-        elif ix.tile is not None:
+            continue
+        if ix.tile is not None:
             block[a] = ix.tile
         elif ix.uses_thread and ix is not gemm.mapping.batch:
             block[a] = edge

@@ -67,39 +67,31 @@ class Tiles(Core):
 
     def ldmatrix(self, s: ir.Ldmatrix, scope: Scope, site: Site) -> StmtFn:
         """A warp's ldmatrix from the rows its lanes address."""
-        dst, src = self._array(scope, s.dst), self._array(scope, s.src)
-        address_of = self._addresses(s, src, scope, site)
-        slots = s.slots if s.slots is not None else tuple(s.offset + j for j in range(s.count))
-        geo = self.geo
-
-        def run(st: State, m: Mask) -> None:
-            warps = self._warps(m, site)
-            address = address_of(st, m)
-            local, smem = st.arrays[dst.slot], st.arrays[src.slot]
-            assert isinstance(local, LocalArray) and isinstance(smem, SharedArray)
-            bad = lanes.ldmatrix(s.count, s.trans, address, smem, local, dst.size, slots,
-                                 warps, geo, site)
-            if bad is not None:
-                self._bad_rows("an ldmatrix", src, address, bad, site)
-
-        return run
+        return self._move(s, s.dst, s.src, lanes.ldmatrix, "an ldmatrix", scope, site)
 
     def stmatrix(self, s: ir.Stmatrix, scope: Scope, site: Site) -> StmtFn:
         """A warp's stmatrix to the rows its lanes address."""
-        dst, src = self._array(scope, s.dst), self._array(scope, s.src)
-        address_of = self._addresses(s, dst, scope, site)
+        return self._move(s, s.src, s.dst, lanes.stmatrix, "an stmatrix", scope, site)
+
+    def _move(self, s: ir.Ldmatrix | ir.Stmatrix, registers: str, rows: str,
+              move: Callable[..., np.ndarray | None], what: str, scope: Scope,
+              site: Site) -> StmtFn:
+        """A warp's move between the registers ``registers`` and the shared rows of ``rows``
+        its lanes address (``sim.lanes.ldmatrix`` or ``stmatrix``)."""
+        local_array, shared = self._array(scope, registers), self._array(scope, rows)
+        address_of = self._addresses(s, shared, scope, site)
         slots = s.slots if s.slots is not None else tuple(s.offset + j for j in range(s.count))
         geo = self.geo
 
         def run(st: State, m: Mask) -> None:
             warps = self._warps(m, site)
             address = address_of(st, m)
-            local, smem = st.arrays[src.slot], st.arrays[dst.slot]
+            local, smem = st.arrays[local_array.slot], st.arrays[shared.slot]
             assert isinstance(local, LocalArray) and isinstance(smem, SharedArray)
-            bad = lanes.stmatrix(s.count, s.trans, address, smem, local, src.size, slots,
-                                 warps, geo, site)
+            bad = move(s.count, s.trans, address, smem, local, local_array.size, slots,
+                       warps, geo, site)
             if bad is not None:
-                self._bad_rows("an stmatrix", dst, address, bad, site)
+                self._bad_rows(what, shared, address, bad, site)
 
         return run
 
