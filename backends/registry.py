@@ -76,7 +76,7 @@ def _metal() -> Target:
 def _opencl_nv() -> Target:
     """CUDA's target with another printer and runner: one lowering, two printers."""
     from backends.cuda import lower as cuda_lower
-    from backends.opencl.emit import print_nv
+    from backends.opencl.emit_nv import print_nv
     from backends.opencl.run import nv_available, run_nv
 
     return replace(

@@ -5,7 +5,7 @@ spelled several ways, and each lane's four registers are compared with ``sarek.a
 
 Usage: ``python -m bench.opencl_nv_probe [--out PATH]`` on a machine with NVIDIA's OpenCL;
 writes ``bench/results/opencl_nv_probe.json``. opencl-nv prints the first spelling
-(``backends.opencl.emit.shared_address``).
+(``backends.opencl.emit_nv.shared_address``).
 """
 
 from __future__ import annotations

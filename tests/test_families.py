@@ -12,7 +12,8 @@ import pytest
 from backends.cstyle import EmitError
 from backends.families import NEUTRAL, WHY, refusal
 from backends.metal import lower as metal_lower
-from backends.opencl.emit import NV, PORTABLE
+from backends.opencl.emit import PORTABLE
+from backends.opencl.emit_nv import NV
 from backends.spirv import lower as spirv_lower
 from sarek import ir
 from sarek.ir_walk import walk

@@ -19,7 +19,7 @@ from backends import registry
 from backends.cstyle import EmitError
 from backends.cuda import lower as cuda_lower
 from backends.cuda.emit import print_kernel as print_cuda
-from backends.opencl.emit import emit_nv, print_nv
+from backends.opencl.emit_nv import emit_nv, print_nv
 from sarek import atoms, ir
 from sarek.ir_walk import walk
 from sarek.launch import Launch

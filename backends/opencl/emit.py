@@ -1,5 +1,5 @@
-"""The OpenCL C printers: portable OpenCL C 1.2 (``emit``) and OpenCL C with NVIDIA inline PTX
-(``emit_nv``).
+"""The portable OpenCL C printer (``emit``), and the dialect the opencl-nv printer
+(``backends.opencl.emit_nv``) extends.
 
 The semantics are kept as on CUDA (``specs/backends.md``): ``FP_CONTRACT OFF`` so that nothing
 is fused, correctly rounded division and square root (the runner builds with
@@ -9,12 +9,8 @@ nearest even (no ``cl_khr_fp16`` needed; ``_CONVERSIONS`` says why not ``vstore_
 bool is kept out of buffers and arguments (OpenCL forbids it there): such arrays and scalars
 travel as ``uchar`` 0/1.
 
-Both print a kernel that is already lowered and decide nothing: ``emit`` lowers fragments
-with ``backends.opencl.lower`` (a lane-by-lane emulation in local memory, no extension needed);
-``emit_nv`` lowers them with the CUDA lowering (``backends.cuda.lower``) and prints its
-``Ldmatrix`` and ``Mma`` statements as the CUDA printer's inline PTX, the same text builders
-(``backends.cuda.emit.ldmatrix_asm``, ``mma_asm``, opcodes from ``sarek.atoms``), with the
-shared-window address of a ``__local`` element spelled for NVIDIA's OpenCL.
+It prints a kernel that is already lowered and decides nothing: ``emit`` lowers fragments
+with ``backends.opencl.lower`` (a lane-by-lane emulation in local memory, no extension needed).
 """
 
 from __future__ import annotations
@@ -23,7 +19,7 @@ import dataclasses
 
 from backends import cstyle
 from backends.c_helpers import helpers
-from backends.cstyle import Dialect, EmitError, Printer, render
+from backends.cstyle import Dialect, Printer, render
 from backends.families import refusal
 from backends.opencl.lower import lower
 from sarek import ir, ir_check
@@ -134,46 +130,12 @@ CASTS = cstyle.conversion_casts([(ElemType.F16, ElemType.F32), (ElemType.F16, El
 PORTABLE = frozenset({"plain"})
 """What portable OpenCL C prints: its lowering has made fragments lane-explicit scalar code
 and staged copies plain copies; inline PTX belongs to opencl-nv."""
-NV = frozenset({"plain", "staging", "warp"})
-"""What opencl-nv prints: CUDA's lowering of ``mma.sync`` schedules, as inline PTX (not its
-tile patterns written out lane by lane, ``LaneTile``, which only CUDA prints)."""
 
 
 def _hook(p: Printer, s: ir.Stmt) -> list[str] | None:
     """Portable OpenCL prints plain statements only (``PORTABLE``)."""
     if (error := refusal(s, PORTABLE, "portable OpenCL C")) is not None:
         raise error
-    return None
-
-
-def shared_address(p: Printer, array: str, index: ir.Expr) -> str:
-    """The 32-bit shared-window address of element ``index`` of the ``__local`` array
-    ``array`` on NVIDIA's OpenCL, where ``__local`` is PTX shared memory: a ``__local``
-    pointer is already an offset into the shared window (no ``cvta``), so its integer value is
-    the address ``ldmatrix .shared`` takes."""
-    return f"(uint)(ulong)(&{array}[{p.expr(index)}])"
-
-
-def _nv_hook(p: Printer, s: ir.Stmt) -> list[str] | None:
-    """opencl-nv prints the CUDA lowering's lane-explicit instructions as inline PTX, with
-    the CUDA printer's own text builders (imported here: the portable path needs no CUDA)."""
-    from backends.cuda.emit import cp_async_asm, group_asm, ldmatrix_asm, mma_asm
-
-    match s:
-        case ir.Ldmatrix(address=address) if address is not None:
-            return [ldmatrix_asm(s, shared_address(p, s.src, address))]
-        case ir.Mma():
-            return [mma_asm(s)]
-        case ir.CpAsync():
-            return [cp_async_asm(shared_address(p, s.dst, s.dst_index),
-                                 f"&{s.src}[{p.expr(s.src_index)}]")]
-        case ir.StageCommit() | ir.StageWait():
-            return [group_asm(s)]
-        case ir.LaneTile():
-            raise EmitError("opencl-nv does not print lane_tile statements (tile patterns are "
-                            "printed for CUDA)")
-        case _ if (error := refusal(s, NV, "opencl-nv")) is not None:
-            raise error
     return None
 
 
@@ -198,7 +160,8 @@ DIALECT = Dialect(
 BUILD_OPTIONS = ("-cl-fp32-correctly-rounded-divide-sqrt",)
 
 
-def _dialect(kernel: ir.Kernel, base: Dialect) -> Dialect:
+def dialect_for(kernel: ir.Kernel, base: Dialect) -> Dialect:
+    """``base`` with the kernel's subgroup size defined for the lowered code."""
     subgroup = kernel.subgroup or 32
     return dataclasses.replace(base, prelude=f"#define SK_SUBGROUP {subgroup}\n" + base.prelude)
 
@@ -206,7 +169,7 @@ def _dialect(kernel: ir.Kernel, base: Dialect) -> Dialect:
 def print_kernel(kernel: ir.Kernel) -> str:
     """A kernel without fragments (original, or lowered by ``backends.opencl.lower``) as
     portable OpenCL C (build it with ``BUILD_OPTIONS``)."""
-    return render(kernel, _dialect(kernel, DIALECT))
+    return render(kernel, dialect_for(kernel, DIALECT))
 
 
 def emit(kernel: ir.Kernel) -> str:
@@ -214,21 +177,3 @@ def emit(kernel: ir.Kernel) -> str:
     as OpenCL C 1.2 that needs no extension beyond double precision."""
     ir_check.ensure_valid(kernel)
     return print_kernel(lower(kernel))
-
-
-NV_DIALECT = dataclasses.replace(DIALECT, name="opencl-nv", stmt_hook=_nv_hook)
-
-
-def print_nv(kernel: ir.Kernel) -> str:
-    """A kernel lowered for CUDA (``backends.cuda.lower``) as OpenCL C for NVIDIA's OpenCL,
-    its ldmatrix and mma.sync as inline PTX."""
-    return render(kernel, _dialect(kernel, NV_DIALECT))
-
-
-def emit_nv(kernel: ir.Kernel) -> str:
-    """The kernel, original or rewritten, validated, lowered as for CUDA (tensor cores,
-    subgroup 32, fragment 16) and printed as OpenCL C with inline PTX for NVIDIA's OpenCL."""
-    from backends.cuda.lower import lower as cuda_lower
-
-    ir_check.ensure_valid(kernel)
-    return print_nv(cuda_lower(kernel))

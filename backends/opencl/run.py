@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from backends.opencl.emit import BUILD_OPTIONS, emit, emit_nv
+from backends.opencl.emit import BUILD_OPTIONS, emit
+from backends.opencl.emit_nv import emit_nv
 from sarek import ir
 from sarek.dtypes import numpy_dtype
 from sarek.errors import SarekError

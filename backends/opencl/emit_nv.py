@@ -1,0 +1,71 @@
+"""The opencl-nv printer: OpenCL C for NVIDIA's OpenCL with the CUDA lowering's lane-explicit
+instructions as inline PTX.
+
+It prints a kernel lowered by ``backends.cuda.lower`` and decides nothing: its ``Ldmatrix``,
+``Mma``, ``CpAsync`` and staging groups are printed with the CUDA printer's own text builders
+(``backends.cuda.emit``; opcodes from ``sarek.atoms``), with the shared-window address of a
+``__local`` element spelled for NVIDIA's OpenCL. Everything else is portable OpenCL C
+(``backends.opencl.emit``'s dialect, with its semantics).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from backends.cstyle import EmitError, Printer, render
+from backends.families import refusal
+from backends.opencl.emit import DIALECT, dialect_for
+from sarek import ir, ir_check
+
+NV = frozenset({"plain", "staging", "warp"})
+"""What opencl-nv prints: CUDA's lowering of ``mma.sync`` schedules, as inline PTX (not its
+tile patterns written out lane by lane, ``LaneTile``, which only CUDA prints)."""
+
+
+def shared_address(p: Printer, array: str, index: ir.Expr) -> str:
+    """The 32-bit shared-window address of element ``index`` of the ``__local`` array
+    ``array`` on NVIDIA's OpenCL, where ``__local`` is PTX shared memory: a ``__local``
+    pointer is already an offset into the shared window (no ``cvta``), so its integer value is
+    the address ``ldmatrix .shared`` takes."""
+    return f"(uint)(ulong)(&{array}[{p.expr(index)}])"
+
+
+def _nv_hook(p: Printer, s: ir.Stmt) -> list[str] | None:
+    """opencl-nv prints the CUDA lowering's lane-explicit instructions as inline PTX, with
+    the CUDA printer's own text builders (imported here: the portable path needs no CUDA)."""
+    from backends.cuda.emit import cp_async_asm, group_asm, ldmatrix_asm, mma_asm
+
+    match s:
+        case ir.Ldmatrix(address=address) if address is not None:
+            return [ldmatrix_asm(s, shared_address(p, s.src, address))]
+        case ir.Mma():
+            return [mma_asm(s)]
+        case ir.CpAsync():
+            return [cp_async_asm(shared_address(p, s.dst, s.dst_index),
+                                 f"&{s.src}[{p.expr(s.src_index)}]")]
+        case ir.StageCommit() | ir.StageWait():
+            return [group_asm(s)]
+        case ir.LaneTile():
+            raise EmitError("opencl-nv does not print lane_tile statements (tile patterns are "
+                            "printed for CUDA)")
+        case _ if (error := refusal(s, NV, "opencl-nv")) is not None:
+            raise error
+    return None
+
+
+NV_DIALECT = dataclasses.replace(DIALECT, name="opencl-nv", stmt_hook=_nv_hook)
+
+
+def print_nv(kernel: ir.Kernel) -> str:
+    """A kernel lowered for CUDA (``backends.cuda.lower``) as OpenCL C for NVIDIA's OpenCL,
+    its ldmatrix and mma.sync as inline PTX."""
+    return render(kernel, dialect_for(kernel, NV_DIALECT))
+
+
+def emit_nv(kernel: ir.Kernel) -> str:
+    """The kernel, original or rewritten, validated, lowered as for CUDA (tensor cores,
+    subgroup 32, fragment 16) and printed as OpenCL C with inline PTX for NVIDIA's OpenCL."""
+    from backends.cuda.lower import lower as cuda_lower
+
+    ir_check.ensure_valid(kernel)
+    return print_nv(cuda_lower(kernel))
