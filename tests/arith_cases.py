@@ -23,7 +23,7 @@ def edge_values(t: ElemType, rng: np.random.Generator) -> np.ndarray:
     dt = numpy_dtype(t)
     if t.is_int:
         info = np.iinfo(dt)
-        edges = [0, 1, 2, 3, 7, info.max, info.max - 1, info.min, info.min + 1]
+        edges: list[float] = [0, 1, 2, 3, 7, info.max, info.max - 1, info.min, info.min + 1]
         if t.is_signed:
             edges += [-1, -2, -7]
         rand = rng.integers(info.min, info.max, N, dtype=dt, endpoint=True)
@@ -172,9 +172,16 @@ def compare(probe: Probe, got: dict[str, np.ndarray], want: dict[str, np.ndarray
 
 
 def mismatches(got: np.ndarray, want: np.ndarray) -> int:
+    """Outputs that differ (``differs``)."""
+    return int(np.count_nonzero(differs(got, want)))
+
+
+def differs(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """Per output: its bits differ, a float NaN matching any NaN."""
     if got.dtype.kind == "f" or got.dtype.name == "bfloat16":
         g, w = got.astype(np.float64), want.astype(np.float64)
         both_nan = np.isnan(g) & np.isnan(w)
         bits = got.view(f"u{got.itemsize}") != want.view(f"u{want.itemsize}")
-        return int(np.count_nonzero(bits & ~both_nan))
-    return int(np.count_nonzero(got != want))
+        out: np.ndarray = bits & ~both_nan
+        return out
+    return np.asarray(got != want)

@@ -28,4 +28,4 @@ cuda = pytest.mark.skipif(_CUDA is not None, reason=f"no CUDA device: {_CUDA}")
 hopper = pytest.mark.skipif(_HOPPER is not None, reason=str(_HOPPER))
 vulkan = pytest.mark.skipif(_VULKAN is not None, reason=f"no Vulkan device: {_VULKAN}")
 opencl_nv = pytest.mark.skipif(_OPENCL_NV is not None,
-                               reason=f"no NVIDIA OpenCL device: {_OPENCL_NV}")
+                               reason=str(_OPENCL_NV))

@@ -1,0 +1,61 @@
+"""The GPU's Vulkan cooperative-matrix support, probed live, against the list the gate uses.
+
+``backends.spirv.probe.vulkan_devices()`` asks every Vulkan device
+(``vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR`` through the ``vulkan`` package) for its
+configurations; the ``vulkan`` target's gate decides with the recorded H200 list
+(``sarek.device_support.recorded_h200_vulkan``), so on an H200 the live list must be that
+list. The gate's verdict for every lowering's configuration at fragments 16 and 8 is recorded
+for each device. Records ``vulkan_probe_h200``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import needs
+import pytest
+from records import record
+
+from sarek import coopmat, device_support
+from sarek.ir import ElemType
+from sarek.matrix_scheme import Lowering, config_of
+
+OPERANDS = {Lowering.INT32_BYTE_PLANES: ElemType.I32, Lowering.F16_OPERANDS: ElemType.F16,
+            Lowering.BF16_OPERANDS: ElemType.BF16, Lowering.BF16X3_OPERANDS: ElemType.F32}
+
+
+@pytest.fixture(scope="module")
+def measured() -> list[dict[str, Any]]:
+    from backends.spirv import probe
+
+    recorded = device_support.recorded_h200_vulkan()
+    out = []
+    for support in probe.vulkan_devices():
+        verdicts = {}
+        for lowering, operand in OPERANDS.items():
+            for frag in (16, 8):
+                v = coopmat.verdict(config_of(lowering, operand, frag), support)
+                verdicts[f"{lowering.value} frag {frag}"] = (
+                    "available" if isinstance(v, coopmat.Available) else v.reason)
+        out.append({"device": support.device,
+                    "configs": sorted(str(c) for c in support.configs or ()),
+                    "equals_recorded_h200_list": support.configs == recorded.configs,
+                    "verdicts": verdicts})
+    record("vulkan_probe_h200", {"devices": out})
+    return out
+
+
+@pytest.mark.device
+@needs.vulkan
+def test_a_vulkan_device_answers_the_probe(measured: list[dict[str, Any]]) -> None:
+    assert measured
+
+
+@pytest.mark.device
+@needs.vulkan
+def test_an_h200_lists_the_configurations_the_gate_was_given(measured: list[dict[str, Any]]
+                                                             ) -> None:
+    h200 = [d for d in measured if "H200" in d["device"]]
+    if not h200:
+        pytest.skip(f"no H200 among the Vulkan devices ({[d['device'] for d in measured]})")
+    assert all(d["equals_recorded_h200_list"] for d in h200), [d["configs"] for d in h200]
