@@ -1,7 +1,7 @@
 """The ``h200`` model against an independent one: MMA-Sim's Hopper model of ``mma.sync
 m16n8k16`` (f16 and bf16 operands, f32 accumulator; ``pip install 'sarek[xcheck]'``).
 
-The inputs are the adversarial probe's distributions (``bench/tensor_core_adversarial_h200.py``).
+The inputs are the adversarial device check's distributions (``tests/adversarial_cases.py``).
 The two models first differed in two bf16 cases (``specs/simulator.md``, "MMA-Sim"): a negative
 aligned sum smaller than 2^-149, which ``h200`` gave as -0 and MMA-Sim as +0; and a zero addend
 with every product below 2^-133, where MMA-Sim aligns at 2^-133. The H200 sided with MMA-Sim
@@ -10,12 +10,10 @@ on every such output of the probe, ``h200`` now follows it, and the models agree
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
+from adversarial_cases import DISTRIBUTIONS, SEED, agree, draw
 
-from sarek.loader import load_module
 from sim import tensor_core
 
 mma = pytest.importorskip("mmasim.nv_ptx", reason="MMA-Sim is not installed (it needs "
@@ -24,11 +22,9 @@ torch = pytest.importorskip("torch", reason="MMA-Sim's PyTorch is missing")
 
 pytestmark = pytest.mark.xcheck
 
-PROBE = load_module(Path(__file__).resolve().parent.parent / "bench"
-                    / "tensor_core_adversarial_h200.py")
 TILES = 64
 TORCH = {"f16": torch.float16, "bf16": torch.bfloat16}
-CASES = [(op, name) for op in ("f16", "bf16") for name in PROBE.DISTRIBUTIONS]
+CASES = [(op, name) for op in ("f16", "bf16") for name in DISTRIBUTIONS]
 
 
 def mmasim(operand: str, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
@@ -46,8 +42,8 @@ def mmasim(operand: str, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndar
 
 @pytest.mark.parametrize(("operand", "name"), CASES)
 def test_the_models_give_the_same_bits(operand: str, name: str) -> None:
-    a, b, c = PROBE.draw(PROBE.SEED, operand, name, TILES)
+    a, b, c = draw(SEED, operand, name, TILES)
     with np.errstate(all="ignore"):
         ours, theirs = tensor_core.mul_add(a, b, c), mmasim(operand, a, b, c)
-    differ = np.argwhere(~PROBE.agree(ours, theirs))
+    differ = np.argwhere(~agree(ours, theirs))
     assert not len(differ), f"{len(differ)} outputs differ, the first at {differ[0]}"
