@@ -16,6 +16,12 @@ schedule, n, tflops, cuda_tflops, ratio_to_cuda, bit_identical_to_cuda}`` (Vulka
 table and (``--readme FILE``) puts it as Markdown into FILE between its
 ``backends_speed_h200`` markers; ``--render JSON`` writes that Markdown from a recorded result
 without a device.
+
+opencl-nv (``--targets opencl-nv``; ``--targets`` picks the targets a run times, the report
+keeping the others' rows from the one written before) runs each lowering under its policy's
+schedule and each one ``--nv-also LOWERING=SCHEDULE`` names, beside CUDA's ``mma.sync`` path on
+the same schedule: the same lowered kernel, printed by the other printer, timed with OpenCL
+profiling events in the same run (``backends.opencl.run.time_nv``) and compared bit for bit.
 """
 
 from __future__ import annotations
@@ -43,14 +49,75 @@ EXAMPLES = {Lowering.F16_OPERANDS: "gemm_f16", Lowering.BF16_OPERANDS: "gemm_f32
 """The bundled example each lowering is timed on."""
 
 MARKERS = ("<!-- backends_speed_h200 -->", "<!-- /backends_speed_h200 -->")
+TARGETS = ("vulkan", "opencl-nv")
+"""The targets a run can time against CUDA (``--targets``)."""
 
 
-def measure(n: int, also: tuple[tuple[str, str], ...] = ()) -> dict[str, Any]:
-    """The rows of one run on the device (``also``: (lowering, schedule) pairs Vulkan runs
-    besides its policy's and the small regions' schedules)."""
+def opencl_nv_rows(original: Any, lowering: Lowering, n: int, arch: str,
+                   also: tuple[tuple[str, str], ...] = ()) -> list[dict[str, Any]]:
+    """opencl-nv under its policy's schedule and each one ``also`` names for ``lowering``,
+    each beside CUDA's ``mma.sync`` path on the same schedule: one lowering printed by two
+    printers, timed in the same run (OpenCL profiling events, CUDA events) and compared bit
+    for bit."""
+    from backends.opencl.run import time_nv
+    from backends.pipeline import compile_launch
+    from backends.registry import target
+    from bench.gpu_speed_h200 import REPEATS, kernel_output, kernel_seconds
+    from sarek.errors import SarekError
+    from sarek.schedule import Schedule
+
+    flops = 2.0 * n ** 3
+    extra = [Schedule.parse(name) for low, name in also if low == lowering.value]
+    rows: list[dict[str, Any]] = []
+    for schedule in (None, *extra):
+        base = {"target": "opencl-nv", "lowering": lowering.value, "n": n,
+                "policy": schedule is None}
+        try:
+            nv = compile_launch(target("opencl-nv"), original, lowering=lowering,
+                                schedule=schedule)
+            assert nv.rewritten is not None and nv.gemm is not None
+            same = nv.rewritten.schedule
+            cuda = compile_launch(target("cuda"), original, lowering=lowering, schedule=same)
+            c = nv.gemm.c.array
+            cuda_tflops = flops / kernel_seconds(cuda, arch) / 1e12
+            want = kernel_output(cuda, arch, c)
+            launch = nv.launch
+            out, times = time_nv(launch.kernel, dict(launch.args), launch.grid, launch.block,
+                                 REPEATS)
+        except SarekError as e:
+            rows.append({**base, "schedule": getattr(schedule, "name", "policy"),
+                         "refused": e.reason[:400]})
+            continue
+        tflops = flops / statistics.median(times) / 1e12
+        got = out[c].view(f"u{out[c].dtype.itemsize}")
+        rows.append({**base, "schedule": same.name, "cuda_schedule": same.name,
+                     "tflops": tflops, "cuda_tflops": cuda_tflops,
+                     "ratio_to_cuda": tflops / cuda_tflops,
+                     "bit_identical_to_cuda": bool(np.array_equal(got, want))})
+    return rows
+
+
+def merged(result: dict[str, Any], previous: dict[str, Any] | None,
+           targets: tuple[str, ...]) -> dict[str, Any]:
+    """``result`` with the rows of ``previous`` (the report written before) whose targets this
+    run did not time: CUDA's policy rows go with Vulkan's, which they are the base of."""
+    if previous is None:
+        return result
+    ran = {*targets, *(("cuda",) if "vulkan" in targets else ())}
+    kept = [r for r in previous.get("rows", []) if r["target"] not in ran]
+    return {**result, "rows": kept + result["rows"]}
+
+
+def measure(n: int, also: tuple[tuple[str, str], ...] = (),
+            targets: tuple[str, ...] = TARGETS,
+            nv_also: tuple[tuple[str, str], ...] = ()) -> dict[str, Any]:
+    """The rows of one run on the device for ``targets`` (``also``: (lowering, schedule) pairs
+    Vulkan runs besides its policy's and the small regions' schedules; ``nv_also``: those
+    opencl-nv runs besides its policy's)."""
     from gpu_speed_h200 import REPEATS, kernel_output, kernel_seconds
 
     from backends.cuda.run import device_arch
+    from backends.cuda.run import device_name as cuda_device
     from backends.pipeline import compile_launch
     from backends.registry import target
     from backends.spirv.device import device_name
@@ -64,6 +131,10 @@ def measure(n: int, also: tuple[tuple[str, str], ...] = ()) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     for lowering, example in EXAMPLES.items():
         original = load_module(ROOT / "examples" / f"{example}.py").make(n, n, n)
+        if "opencl-nv" in targets:
+            rows.extend(opencl_nv_rows(original, lowering, n, arch, nv_also))
+        if "vulkan" not in targets:
+            continue
         cuda = compile_launch(target("cuda"), original, lowering=lowering)
         assert cuda.rewritten is not None and cuda.gemm is not None
         c = cuda.gemm.c.array
@@ -96,9 +167,12 @@ def measure(n: int, also: tuple[tuple[str, str], ...] = ()) -> dict[str, Any]:
                          "bit_identical_to_cuda": bool(np.array_equal(got, want))})
             if vk.rewritten.schedule == before and not extra:
                 break  # the policy took the small regions' schedule: timed once
-    return {"device": device_name(), "arch": arch, "n": n, "repeats": REPEATS, "rows": rows,
+    return {"device": device_name() if "vulkan" in targets else cuda_device(), "arch": arch,
+            "n": n, "repeats": REPEATS, "rows": rows,
             "target": "every lowering through Vulkan >= 0.5x the same lowering through CUDA "
-                      "(issue 26)"}
+                      "(issue 26)",
+            "opencl_nv_target": "opencl-nv >= 0.8x CUDA's mma.sync path on the same schedule "
+                                "(issue 26)"}
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -109,12 +183,15 @@ def markdown(result: dict[str, Any]) -> str:
              "to CUDA |", "| --- | --- | --- | ---: | ---: | ---: | --- |"]
     for r in result["rows"]:
         if "refused" in r:
+            cuda = f"{r['cuda_tflops']:.1f}" if "cuda_tflops" in r else "—"
             lines.append(f"| {r['lowering']} | {r['target']} | — | refused | "
-                         f"{r['cuda_tflops']:.1f} | — | {r['refused'][:120]} |")
+                         f"{cuda} | — | {r['refused'][:120]} |")
             continue
         seed = ""
         if r["target"] == "vulkan" and not r.get("policy"):
             seed = " (also timed)" if r.get("also") else " (small regions')"
+        elif r["target"] == "opencl-nv":  # beside CUDA's mma.sync on the same schedule
+            seed = " (also timed)" if not r.get("policy") else ""
         lines.append(f"| {r['lowering']} | {r['target']} | `{r['schedule']}`{seed} | "
                      f"{r['tflops']:.1f} | {r['cuda_tflops']:.1f} | {r['ratio_to_cuda']:.3f} | "
                      f"{r['bit_identical_to_cuda']} |")
@@ -131,13 +208,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--also", action="append", default=[], metavar="LOWERING=SCHEDULE",
                         help="a schedule Vulkan also runs for a lowering (F16_operands="
                              "t128k16s4); may be repeated")
+    parser.add_argument("--targets", nargs="+", choices=TARGETS, default=list(TARGETS),
+                        help="the targets timed against CUDA (the report keeps the rows of "
+                             "the others from the one written before)")
+    parser.add_argument("--nv-also", action="append", default=[], metavar="LOWERING=SCHEDULE",
+                        help="a schedule opencl-nv also runs for a lowering, beside CUDA on "
+                             "the same schedule; may be repeated")
     opts = parser.parse_args(argv)
     if opts.render:
         result = json.loads(opts.render.read_text())
     else:
         also = tuple((low, name) for low, _, name in (x.partition("=") for x in opts.also))
-        result = measure(opts.n, also)
-        (ROOT / "bench" / "results" / opts.out).write_text(json.dumps(result, indent=2) + "\n")
+        nv_also = tuple((low, name) for low, _, name in
+                        (x.partition("=") for x in opts.nv_also))
+        targets = tuple(opts.targets)
+        path = ROOT / "bench" / "results" / opts.out
+        previous = json.loads(path.read_text()) if path.exists() else None
+        result = merged(measure(opts.n, also, targets, nv_also), previous, targets)
+        path.write_text(json.dumps(result, indent=2) + "\n")
     table = markdown(result)
     print(table)
     if opts.readme:

@@ -52,18 +52,37 @@ def test_one_lowering_for_cuda_and_opencl_nv() -> None:
     assert NV.arith == "h200" and (NV.subgroups, NV.fragments) == ((32,), (16,))
 
 
+TIMED_ON = {"F16_operands": "gemm_f16", "Bf16_operands": "gemm_f32",
+            "Bf16x3_operands": "gemm_f32", "Int8_operands": "gemm_i8",
+            "Int32_byte_planes": "gemm_i32"}
+
+
 def test_opencl_nv_stages_like_cuda_within_48_kib_of_local_memory() -> None:
     from backends.cuda import shared
 
     cuda = registry.target("cuda").staging
-    assert (NV.staging.row_pad_bytes, NV.staging.narrow_b_col_major) == (
-        cuda.row_pad_bytes, cuda.narrow_b_col_major)
-    for lowering, schedule in NV.staging.large:
-        name = "gemm_f16" if lowering == "F16_operands" else "gemm_f32"
-        big = rewrite_launch(load_module(EXAMPLES / f"{name}.py").make(64, 64, 64),
+    assert (NV.staging.row_pad_bytes, NV.staging.narrow_b_col_major, NV.staging.byte_k,
+            NV.staging.packed_planes) == (cuda.row_pad_bytes, cuda.narrow_b_col_major,
+                                          cuda.byte_k, cuda.packed_planes)
+    for lowering, schedule in NV.staging.large + NV.staging.offered:
+        big = rewrite_launch(load_module(EXAMPLES / f"{TIMED_ON[lowering]}.py").make(64, 64, 64),
                              lowering=Lowering(lowering), staging=NV.staging,
                              schedule=schedule).launch
         assert shared.offsets(big.kernel) is None  # static: at most 48 KiB
+
+
+def test_every_lowering_has_a_large_schedule_and_f16_and_int8_are_pipelined() -> None:
+    large = dict(NV.staging.large)
+    assert set(large) == set(TIMED_ON)
+    assert large["F16_operands"].stages > 1 and large["Int8_operands"].stages > 1
+    assert not any(s.warpgroup for s in large.values())  # wgmma is sm_90a, OpenCL's is sm_90
+
+
+def test_large_regions_take_the_policys_schedule() -> None:
+    for lowering, schedule in NV.staging.large:
+        launch = load_module(EXAMPLES / f"{TIMED_ON[lowering]}.py").make(1024, 1024, 32)
+        rw = rewrite_launch(launch, lowering=Lowering(lowering), staging=NV.staging)
+        assert rw.schedule == schedule, lowering
 
 
 @pytest.mark.parametrize("rw", [rw for _, rw in CASES], ids=[name for name, _ in CASES])
@@ -84,6 +103,44 @@ def test_the_inline_ptx_is_the_cuda_printers_with_a_local_address(rw: Launch) ->
         if isinstance(s, ir.Mma):
             assert atoms.MMA[s.atom].ptx in cuda_text
     assert emit_nv(rw.kernel) == print_nv(lowered) == sarek.emit(rw.kernel, "opencl-nv")
+
+
+@pytest.mark.parametrize("rw", [rw for _, rw in CASES[:4]], ids=[name for name, _ in CASES[:4]])
+def test_constant_loops_are_unrolled_as_cuda_unrolls_them(rw: Launch) -> None:
+    lowered = cuda_lower.lower(rw.kernel)
+    unrolled = print_nv(lowered).count("#pragma unroll")
+    assert unrolled == print_cuda(lowered).count("#pragma unroll") > 0
+
+
+def test_f32_is_rounded_to_f16_and_bf16_by_cvt_rn_but_a_nan_by_the_portable_code() -> None:
+    from backends.opencl.emit import DIALECT
+    from backends.opencl.emit_nv import HARDWARE_ROUNDING, NV_DIALECT
+
+    nan_first = {"sk_f32_to_f16": ("if (a > 0x7F800000u)", "(a & 0x7FFFFFu) >> 13"),
+                 "sk_f32_to_bf16": ("if (isnan(f))", ">> 16) | 0x40u")}
+    for name, text in HARDWARE_ROUNDING.items():
+        test, payload = nan_first[name]
+        to = name.rsplit("_", 1)[1]
+        assert text in NV_DIALECT.prelude and payload in DIALECT.prelude
+        assert text.index(test) < text.index(payload) < text.index(f"cvt.rn.{to}.f32")
+    rest = NV_DIALECT.prelude  # everything else is the portable prelude
+    for text in HARDWARE_ROUNDING.values():
+        rest = rest.replace(text, "")
+    assert all(line in DIALECT.prelude for line in rest.splitlines())
+
+
+def test_the_rounding_instructions_assemble_for_sm_90() -> None:
+    from backends.cuda.nvrtc import compile_logged, nvrtc_available
+    from backends.opencl.emit_nv import HARDWARE_ROUNDING
+
+    if nvrtc_available() is not None:
+        pytest.skip(str(nvrtc_available()))
+    asm = [line.strip() for text in HARDWARE_ROUNDING.values() for line in text.splitlines()
+           if "asm(" in line]
+    body = "\n".join(f"{{ float f = x[{i}]; {line} y[{i}] = h; }}" for i, line in enumerate(asm))
+    cubin, _ = compile_logged('extern "C" __global__ void k(const float* x, unsigned* y) {\n'
+                              f"typedef unsigned uint;\n{body}\n}}", "sm_90")
+    assert cubin
 
 
 def test_the_address_is_of_a_local_array() -> None:

@@ -5,7 +5,10 @@ It prints a kernel lowered by ``backends.cuda.lower`` and decides nothing: its `
 ``Mma``, ``CpAsync`` and staging groups are printed with the CUDA printer's own text builders
 (``backends.cuda.emit``; opcodes from ``sarek.atoms``), with the shared-window address of a
 ``__local`` element spelled for NVIDIA's OpenCL. Everything else is portable OpenCL C
-(``backends.opencl.emit``'s dialect, with its semantics).
+(``backends.opencl.emit``'s dialect, with its semantics), with two differences in how it is
+spelled, none in what it computes: a loop of constant bounds is unrolled as CUDA's printer
+unrolls it (``#pragma unroll``), and f32 is rounded to f16 and bf16 by PTX ``cvt.rn`` except for
+a NaN, whose payload the portable helper's integer code keeps (``HARDWARE_ROUNDING``).
 """
 
 from __future__ import annotations
@@ -53,7 +56,42 @@ def _nv_hook(p: Printer, s: ir.Stmt) -> list[str] | None:
     return None
 
 
-NV_DIALECT = dataclasses.replace(DIALECT, name="opencl-nv", stmt_hook=_nv_hook)
+_CVT = ('uint h; asm("{{ .reg .b16 t; cvt.rn.{to}.f32 t, %1; cvt.u32.u16 %0, t; }}" '
+        ': "=r"(h) : "f"(f));')
+HARDWARE_ROUNDING = {
+    "sk_f32_to_f16": f"""ushort sk_f32_to_f16(float f) {{
+    uint u = as_uint(f), a = u & 0x7FFFFFFFu;
+    if (a > 0x7F800000u) {{
+        uint p = (a & 0x7FFFFFu) >> 13;
+        return (ushort)(((u >> 16) & 0x8000u) | 0x7C00u | (p ? p : 1u));
+    }}
+    {_CVT.format(to="f16")}
+    return (ushort)h;
+}}""",
+    "sk_f32_to_bf16": f"""ushort sk_f32_to_bf16(float f) {{
+    if (isnan(f)) return (ushort)((as_uint(f) >> 16) | 0x40u);
+    {_CVT.format(to="bf16")}
+    return (ushort)h;
+}}""",
+}
+"""The f32 roundings opencl-nv defines its own way: PTX ``cvt.rn`` (round to nearest even, one
+instruction where the portable integer code takes about twenty, most of them branches; CUDA's
+printer rounds with the same instructions) for every value but a NaN, which keeps the portable
+helper's code and so its payload. The results are the portable helpers' bit for bit."""
+
+
+def _hardware_rounding(prelude: str) -> str:
+    """``prelude`` with each helper ``HARDWARE_ROUNDING`` names defined as it says."""
+    for name, text in HARDWARE_ROUNDING.items():
+        start = prelude.index(f"ushort {name}(")
+        end = prelude.index("\n}\n", start) + 2
+        prelude = prelude[:start] + text + prelude[end:]
+    return prelude
+
+
+NV_DIALECT = dataclasses.replace(DIALECT, name="opencl-nv", stmt_hook=_nv_hook,
+                                 unroll_pragma="#pragma unroll",
+                                 prelude=_hardware_rounding(DIALECT.prelude))
 
 
 def print_nv(kernel: ir.Kernel) -> str:

@@ -115,6 +115,57 @@ def run_nv(kernel: ir.Kernel, args: Sequence[Any] | Mapping[str, Any], grid: tup
     return launch(emit_nv(kernel), kernel, args, grid, block, NVIDIA)
 
 
+def time_nv(kernel: ir.Kernel, args: Sequence[Any] | Mapping[str, Any], grid: tuple[int, ...],
+            block: tuple[int, ...], repeats: int = 10, source: str | None = None
+            ) -> tuple[dict[str, np.ndarray], list[float]]:
+    """Launches ``kernel`` printed for opencl-nv ``repeats + 1`` times over the same buffers on
+    NVIDIA's OpenCL (the first warms up) and returns every array parameter's contents after
+    the last and the seconds of each timed launch (the queue's profiling timestamps).
+    ``source``: OpenCL C to build instead of the printed text (for experiments on the
+    printer; its kernel's interface must be ``kernel``'s)."""
+    import pyopencl as cl
+
+    device = find_device(NVIDIA)
+    ctx = cl.Context([device])
+    queue = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
+    text = emit_nv(kernel) if source is None else source
+    try:
+        program = cl.Program(ctx, text).build(options=build_options(device))
+    except cl.RuntimeError as e:
+        raise OpenCLError(f"{kernel.name} does not build on {device.name}: {e}") from None
+    values = dict(args) if isinstance(args, Mapping) else dict(
+        zip([p.name for p in kernel.params], args, strict=True))
+    hosts: dict[str, np.ndarray] = {}
+    launch_args: list[Any] = []
+    for p in kernel.params:
+        if isinstance(p, ir.ArrayParam):
+            host = np.ascontiguousarray(np.asarray(values[p.name], dtype=numpy_dtype(p.elem))
+                                        .ravel()).astype(_memory(p.elem))
+            hosts[p.name] = host
+            launch_args.append(cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR,
+                                         hostbuf=host if host.nbytes else np.zeros(1, np.uint8)))
+        else:
+            launch_args.append(_memory(p.elem).type(values[p.name]))
+    g, b = (*grid, 1, 1)[:3], (*block, 1, 1)[:3]
+    size = tuple(x * y for x, y in zip(g, b, strict=True))
+    kern = getattr(program, kernel.name)
+    seconds: list[float] = []
+    for _ in range(repeats + 1):
+        event = kern(queue, size, tuple(b), *launch_args)
+        event.wait()
+        seconds.append((event.profile.end - event.profile.start) * 1e-9)
+    out = {}
+    for (name, host), buf in zip(hosts.items(), (a for a in launch_args
+                                                  if isinstance(a, cl.Buffer)), strict=True):
+        result = np.empty_like(host)
+        if host.nbytes:
+            cl.enqueue_copy(queue, result, buf)
+        out[name] = result.astype(np.bool_) if kernel.param(name).elem is ir.ElemType.BOOL \
+            else result
+    queue.finish()
+    return out, seconds[1:]
+
+
 def launch(source: str, kernel: ir.Kernel, args: Sequence[Any] | Mapping[str, Any],
            grid: tuple[int, ...], block: tuple[int, ...], platform: str = ""
            ) -> dict[str, np.ndarray]:
