@@ -1,2 +1,2 @@
-"""The benchmarks and device checks, each run from the checkout as ``python -m bench.NAME``
-(``bench/README.md`` lists which is which and the result file each writes)."""
+"""The benchmarks, each run from the checkout as ``python -m bench.NAME`` (``bench/README.md``
+lists them and the result file each writes; the device checks are tests, in ``tests/device``)."""
