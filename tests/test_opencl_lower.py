@@ -93,24 +93,54 @@ def test_bf16x3_with_its_fragment_adds_lowered_equals_the_neutral_kernel(subgrou
                                            frag))
 
 
+def _loops(body: tuple[ir.Stmt, ...], stem: str) -> list[ir.For]:
+    return [s for s in body if isinstance(s, ir.For) and s.var.startswith(stem)]
+
+
+def _trips(loop: ir.For) -> int:
+    assert isinstance(loop.stop, ir.Const)
+    return int(loop.stop.value)
+
+
 def test_a_run_of_fragment_adds_is_one_loop_over_the_fragments() -> None:
     rw = rewrite("gemm_f32", Lowering.BF16X3_OPERANDS, 32, 8)
     lowered = opencl_lower.lower(rw.kernel)
-    step = next(s for s in lowered.body if isinstance(s, ir.For) and s.var == "sk_k0")
-    runs = [s for s in step.body if isinstance(s, ir.For) and s.var.startswith("sk_r")]
-    # per sub-step of 8: the fills, the six products, the adds, each one loop over 4x4 frags
-    assert len(runs) == 2 * (1 + 6 + 1)
-    assert all(isinstance(r.stop, ir.Const) and r.stop.value == 16 for r in runs)
+    step = _loops(lowered.body, "sk_k0")[0]
+    runs = _loops(step.body, "sk_r")
+    # per sub-step of 8: the fills and the adds, each one loop over the 4x4 fragments
+    assert len(runs) == 2 * (1 + 1)
+    assert all(_trips(r) == 16 for r in runs)
+    assert len(_loops(step.body, "sk_kk")) == 2 * 6  # the six products of each sub-step
 
 
-def test_a_run_of_multiply_accumulates_is_one_loop() -> None:
+def test_a_run_of_multiply_accumulates_is_one_k_loop_around_the_fragments() -> None:
     rw = rewrite("gemm_i32", Lowering.INT32_BYTE_PLANES, 32, 8)
     lowered = opencl_lower.lower(rw.kernel)
     products = 10 * 2  # ten plane products per sub-step, two sub-steps of 8 per step of 16
-    step = next(s for s in lowered.body if isinstance(s, ir.For) and s.var == "sk_k0")
-    runs = [s for s in step.body if isinstance(s, ir.For) and s.var.startswith("sk_r")]
+    step = _loops(lowered.body, "sk_k0")[0]
+    runs = _loops(step.body, "sk_kk")
     assert len(runs) == products
-    assert all(isinstance(r.stop, ir.Const) and r.stop.value == 16 for r in runs)  # 4x4 frags
+    for run in runs:  # k in order outside; inside, the 4x4 fragments: A's rows, B's columns
+        assert _trips(run) == 8
+        (rows,) = _loops(run.body, "sk_r")
+        (cols,) = _loops(rows.body, "sk_r")
+        assert _trips(rows) == _trips(cols) == 4
+
+
+def test_a_lane_reads_each_b_value_once_per_k_and_its_rows_of_a_written_out() -> None:
+    rw = rewrite("gemm_f16", Lowering.F16_OPERANDS, 32, 16)
+    lowered = opencl_lower.lower(rw.kernel)
+    (run,) = _loops(_loops(lowered.body, "sk_k0")[0].body, "sk_kk")
+    (rows,) = _loops(run.body, "sk_r")
+    (cols,) = _loops(rows.body, "sk_r")
+    b_values = [s for s in cols.body if isinstance(s, ir.Let) and s.type is ir.ElemType.F32]
+    updates = [s for s in cols.body if isinstance(s, ir.Store)]
+    # a 16x16 accumulator over 32 lanes: each lane 8 rows of one column, so one B value and
+    # 8 products per k and fragment, each read from operands already converted to f32
+    assert len(b_values) == 1 and len(updates) == 8
+    operands = {s.name: s.elem for s in lowered.body if isinstance(s, ir.ArrayDecl)
+                and s.name.startswith(("sk_fa_", "sk_fb_"))}
+    assert set(operands.values()) == {ir.ElemType.F32}
 
 
 def test_the_printed_kernel_needs_no_extension_and_contracts_nothing() -> None:

@@ -13,15 +13,22 @@ exchange data through local memory and work-group barriers.
   every lane loads, fills, stores and updates only its own elements, so they never need a
   barrier. A and B operands are shared (``__local``, declared at the top level of the body):
   one ``R x C`` matrix per fragment and wave, filled by per-lane element copies of each lane's
-  own elements, and read whole (rows of A, columns of B) by a multiply-accumulate.
-* ``FragMulAdd`` makes each lane compute its own accumulator slots: the slot's value, then
-  each product ``a[i,k] * b[k,j]`` (exact: f16 and bf16 products fit f32) added in k order,
-  rounded after every addition, which is the simulator's ``sequential`` model (integers wrap,
-  exactly as the integer model does). ``FragAdd`` makes each lane add its slots of one
-  accumulator to the same slots of the other. A run of consecutive multiply-accumulates (or
-  fills, or adds) whose fragment indices are affine in the position in the run becomes one
-  loop, in the statements' order, so it computes exactly what the statements do one after
-  another.
+  own elements, and read whole (rows of A, columns of B) by a multiply-accumulate. Operands
+  are held converted to the accumulator type they are multiplied in (exact: f16, bf16 and
+  8-bit values fit it) when every fragment of the group is multiplied into one accumulator
+  type, never stored, and the kernel's local memory stays within ``LOCAL_BYTES``: each element
+  is then converted once as it is copied in, not once per product.
+* A run of consecutive multiply-accumulates over distinct accumulators is register-blocked:
+  for each ``k`` in order, each lane copies the A values of its rows and the B values of its
+  columns (``_Grid``) from the operand matrices into private arrays, then adds each product
+  ``a[i,k] * b[k,j]`` (exact: f16 and bf16 products fit f32) to each of its accumulator slots,
+  rounded after every addition. Every element still receives its products in k order from
+  its initial value, the simulator's ``sequential`` model (integers wrap, exactly as the
+  integer model does); a fragment's A and B values are read once per k and lane instead of
+  once per product. ``FragAdd`` makes each lane add its slots of one accumulator to the same
+  slots of the other. A run of consecutive multiply-accumulates (or fills, or adds) whose
+  fragment indices are affine in the position in the run becomes one loop, in the
+  statements' order, so it computes exactly what the statements do one after another.
 * A barrier is inserted where lanes exchange data and nothing else orders it: before a
   multiply-accumulate that reads an operand written since the last barrier, and before a write
   of an operand that a multiply-accumulate read since the last barrier (followed around loops).
@@ -51,6 +58,13 @@ STAGING = DENSE
 """The neutral dense tiles: the emulation copies element by element, so no row layout helps
 or hinders it."""
 I32 = ElemType.I32
+UNROLL = 8
+"""A lane's rows of one accumulator fragment are multiplied written out, not looped over, up
+to this many (8 for 16x16 fragments over 32 lanes): an unoptimized build (PoCL's) pays for
+every loop trip and every read of a loop variable."""
+LOCAL_BYTES = 48 * 1024
+"""The local memory a work-group may declare that operands are widened within: what NVIDIA's
+OpenCL gives one (PoCL gives more)."""
 
 _FRAGMENT_STMTS = ir.STATEMENT_FAMILIES["fragment"]
 _ElementBody = Callable[["_Element"], list[ir.Stmt]]
@@ -123,6 +137,47 @@ class _Group:
     rows: int
     cols: int
     members: tuple[str, ...]
+    stored: ElemType
+    """What the array holds: ``elem``, or the accumulator type operands are widened to."""
+
+
+@dataclass(frozen=True)
+class _Grid:
+    """A lane's ``slots`` of an accumulator with ``width`` columns as a grid of ``rows`` rows
+    by ``cols`` columns: slot ``ri * cols + cj`` is row ``lane / width + ri * row_step`` and
+    column ``lane % width + cj * subgroup``. Where the width divides into the subgroup (16x16
+    fragments over 32 lanes: each lane 8 rows, 2 apart, of one column) or the subgroup into
+    the width, the slots make such a grid; otherwise (``diagonal``) each slot is a row and
+    column of its own (``row_of``, ``col_of``)."""
+
+    subgroup: int
+    width: int
+    slots: int
+    lane: ir.Expr
+
+    @property
+    def diagonal(self) -> bool:
+        return self.subgroup % self.width != 0 and self.width % self.subgroup != 0
+
+    @property
+    def cols(self) -> int:
+        return self.width // self.subgroup if self.width % self.subgroup == 0 else 1
+
+    @property
+    def rows(self) -> int:
+        return self.slots // self.cols
+
+    @property
+    def row_step(self) -> int:
+        return max(self.subgroup // self.width, 1)
+
+    def row_of(self, slot: ir.Expr) -> ir.Expr:
+        """The row of the lane's element in ``slot``."""
+        return binary(BinOp.DIV, add(_times(slot, self.subgroup), self.lane), const(self.width))
+
+    def col_of(self, slot: ir.Expr) -> ir.Expr:
+        """The column of the lane's element in ``slot``."""
+        return binary(BinOp.REM, add(_times(slot, self.subgroup), self.lane), const(self.width))
 
 
 @dataclass(frozen=True)
@@ -134,12 +189,14 @@ class _Affine:
     inner: int
     width: int
 
-    def expr(self, r: ir.Expr) -> ir.Expr:
+    def expr(self, q: ir.Expr, p: ir.Expr) -> ir.Expr:
+        """The form at ``r / width = q`` and ``r % width = p`` (the run loop's two
+        variables, so that no index divides)."""
         out: ir.Expr = const(self.base)
         if self.outer:
-            out = add(mul(binary(BinOp.DIV, r, const(self.width)), const(self.outer)), out)
+            out = add(_times(q, self.outer), out)
         if self.inner:
-            out = add(mul(binary(BinOp.REM, r, const(self.width)), const(self.inner)), out)
+            out = add(_times(p, self.inner), out)
         return out
 
 
@@ -215,8 +272,12 @@ class _Lowering:
         """Where a lane keeps its element ``flat`` (slot ``slot``) of fragment ``index`` of
         ``g``."""
         if g.use is FragUse.ACCUMULATOR:
-            return add(mul(index, const(self.slots(g))), slot)
+            return self.slot_at(g, index, slot)
         return add(self.matrix(g, index), flat)
+
+    def slot_at(self, g: _Group, index: ir.Expr, slot: ir.Expr) -> ir.Expr:
+        """Where a lane keeps slot ``slot`` of accumulator ``index`` of ``g``."""
+        return add(mul(index, const(self.slots(g))), slot)
 
     def matrix(self, g: _Group, index: ir.Expr) -> ir.Expr:
         """Where this wave's matrix of operand fragment ``index`` of ``g`` starts."""
@@ -240,10 +301,11 @@ class _Lowering:
         keys: dict[tuple[FragUse, ElemType, int, int], list[str]] = {}
         for d in decls:
             keys.setdefault((d.use, d.elem, d.rows, d.cols), []).append(d.name)
+        wide = _widened(body, keys, self.frags, self.waves)
         for (use, elem, rows, cols), members in keys.items():
             stem = {FragUse.A: "fa", FragUse.B: "fb", FragUse.ACCUMULATOR: "facc"}[use]
             g = _Group(self.fresh(f"{stem}_{elem.value}_{rows}x{cols}"), use, elem, rows, cols,
-                       tuple(members))
+                       tuple(members), wide.get(members[0], elem))
             for n, name in enumerate(members):
                 self.place[name] = (g, n)
         prologue: tuple[ir.Stmt, ...] = (
@@ -262,7 +324,7 @@ class _Lowering:
         if g.use is FragUse.ACCUMULATOR:
             return [ir.ArrayDecl(name=g.array, elem=g.elem, size=count * self.slots(g),
                                  space=MemSpace.LOCAL, line=d.line)]
-        return [ir.ArrayDecl(name=g.array, elem=g.elem,
+        return [ir.ArrayDecl(name=g.array, elem=g.stored,
                              size=count * self.waves * g.rows * g.cols, space=MemSpace.SHARED,
                              line=d.line)]
 
@@ -339,43 +401,49 @@ class _Lowering:
             ) -> tuple[list[ir.Stmt], list[_Affine]]:
         """The longest run of statements from ``start`` of the same kind, over the same
         groups (and, for fills, of the same value), whose fragment indices are affine in the
-        position in the run, and those affine forms."""
+        position in the run (and, for multiply-accumulates, into distinct accumulators:
+        ``_independent``), and those affine forms."""
         first = stmts[start]
         groups = [g for g, _ in self.indices(first)]
         run: list[ir.Stmt] = []
-        rows: list[list[int]] = []
         for s in stmts[start:]:
             if type(s) is not type(first):
                 break
             if isinstance(s, ir.FragFill) and isinstance(first, ir.FragFill) and \
                     s.value != first.value:
                 break
-            places = self.indices(s)
-            if [g for g, _ in places] != groups:
+            if [g for g, _ in self.indices(s)] != groups:
                 break
             run.append(s)
-            rows.append([n for _, n in places])
-        columns = [list(c) for c in zip(*rows, strict=True)]
         for n in range(len(run), 0, -1):
-            forms = _fit_all([c[:n] for c in columns])
+            forms = self.fit(run[:n])
             if forms is not None:
                 return run[:n], forms
         raise AssertionError("a run of one statement is always affine")
 
+    def fit(self, run: list[ir.Stmt]) -> list[_Affine] | None:
+        """The affine forms of the run's columns of fragment indices, or None."""
+        rows = [[n for _, n in self.indices(s)] for s in run]
+        if isinstance(run[0], ir.FragMulAdd) and not _independent(rows):
+            return None
+        return _fit_all([list(c) for c in zip(*rows, strict=True)])
+
     def run_stmts(self, run: list[ir.Stmt], forms: list[_Affine], state: _Hazards
                   ) -> tuple[list[ir.Stmt], _Hazards]:
-        r = self.fresh("r")
-        indices = [f.expr(var(r)) for f in forms]
         first = run[0]
         if isinstance(first, ir.FragFill):
             g, _ = self.where(first.frag)
-            body = self.each_element(g, lambda e: [
-                ir.Store(array=g.array, index=self.at(g, indices[0], e.slot, e.flat),
-                         value=first.value, line=first.line)])
+
+            def fill(index: list[ir.Expr]) -> list[ir.Stmt]:
+                return self.each_element(g, lambda e: [
+                    ir.Store(array=g.array, index=self.at(g, index[0], e.slot, e.flat),
+                             value=_converted(first.value, g.stored), line=first.line)])
+
             names = [s.frag for s in run if isinstance(s, ir.FragFill)]
-            return self.written(names, state, self.loop(r, len(run), body, first.line))
+            return self.written(names, state, self.run_loop(len(run), forms, fill, first.line))
         if isinstance(first, ir.FragAdd):  # private accumulators: no lane reads another's
-            return self.loop(r, len(run), self.frag_add(first, *indices), first.line), state
+            return self.run_loop(len(run), forms, lambda index: self.frag_add(first, *index),
+                                 first.line), state
         assert isinstance(first, ir.FragMulAdd)
         reads = {n for s in run if isinstance(s, ir.FragMulAdd) for n in (s.a, s.b)}
         out: list[ir.Stmt] = []
@@ -384,8 +452,28 @@ class _Lowering:
             state = _Hazards()
         state = state.copy()
         state.read |= reads
-        body = self.mul_add(first, *indices)
-        return [*out, *self.loop(r, len(run), body, first.line)], state
+        return [*out, *self.mul_add([s for s in run if isinstance(s, ir.FragMulAdd)], forms)
+                ], state
+
+    def run_loop(self, n: int, forms: list[_Affine],
+                 body: Callable[[list[ir.Expr]], list[ir.Stmt]], line: int | None
+                 ) -> list[ir.Stmt]:
+        """``body(the forms' fragment indices)`` for each of the ``n`` positions of a run, in
+        order: a loop over ``r / width`` around a loop over ``r % width``."""
+        width = forms[0].width
+        return self.each("r", n // width, lambda q: self.each(
+            "r", width, lambda p: body([f.expr(q, p) for f in forms]), line), line)
+
+    def each(self, stem: str, n: int, body: Callable[[ir.Expr], list[ir.Stmt]],
+             line: int | None, unroll: bool = False) -> list[ir.Stmt]:
+        """``body(i)`` for ``i`` in ``range(n)``: a loop over a fresh variable, or ``body(0)``
+        when ``n`` is 1, or with ``unroll`` and ``n`` at most ``UNROLL``, ``body(0)``,
+        ``body(1)`` and so on."""
+        if n == 1 or (unroll and n <= UNROLL):
+            return [s for i in range(n) for s in body(const(i))]
+        i = self.fresh(stem)
+        return [ir.For(var=i, start=const(0), stop=const(n), step=const(1),
+                       body=tuple(body(var(i))), line=line)]
 
     def loop(self, r: str, n: int, body: list[ir.Stmt], line: int | None) -> list[ir.Stmt]:
         """``body`` for ``r`` in ``range(n)``, or once with ``r = 0``."""
@@ -418,10 +506,10 @@ class _Lowering:
             major, minor = (e.i, e.j) if s.layout is FragLayout.ROW else (e.j, e.i)
             there = add(add(s.offset, mul(major, s.stride)), minor)
             if isinstance(s, ir.FragLoad):
-                return [ir.Store(array=g.array, index=at, line=s.line,
-                                 value=ir.Load(array=s.array, index=there, type=g.elem))]
+                return [ir.Store(array=g.array, index=at, line=s.line, value=_converted(
+                    ir.Load(array=s.array, index=there, type=g.elem), g.stored))]
             return [ir.Store(array=s.array, index=there, line=s.line,
-                             value=ir.Load(array=g.array, index=at, type=g.elem))]
+                             value=ir.Load(array=g.array, index=at, type=g.stored))]
 
         return self.each_element(g, element)
 
@@ -439,39 +527,131 @@ class _Lowering:
 
         return self.each_element(gd, element)
 
-    def mul_add(self, s: ir.FragMulAdd, d: ir.Expr, a: ir.Expr, b: ir.Expr, c: ir.Expr
-                ) -> list[ir.Stmt]:
-        """One lane's share of ``d = a * b + c`` for fragment indices ``d``, ``a``, ``b``,
-        ``c`` of their groups."""
-        (gd, _), (ga, _), (gb, _), (gc, _) = (self.where(n) for n in (s.d, s.a, s.b, s.c))
+    def mul_add(self, run: list[ir.FragMulAdd], forms: list[_Affine]) -> list[ir.Stmt]:
+        """One lane's share of the run ``d = a * b + c`` over independent accumulators ``d``,
+        register-blocked: every ``c`` copied into its ``d`` (where they differ), then for each
+        k in order and each statement, each B value of the lane's columns read once (a
+        private scalar) and multiplied by the A values of the lane's rows (``_Grid``), each
+        product added to its slot."""
+        first = run[0]
+        (gd, _), (ga, _), (gb, _), (gc, _) = self.indices(first)
         if gd.use is not FragUse.ACCUMULATOR or gc.use is not FragUse.ACCUMULATOR:
-            raise EmitError(f"a multiply-accumulate into {s.d!r} from {s.c!r}: both must be "
-                            "accumulators")
-        acc_t, depth = gd.elem, ga.cols
-        k, acc, row, col = self.fresh("kk"), self.fresh("acc"), self.fresh("arow"), \
-            self.fresh("bcol")
+            raise EmitError(f"a multiply-accumulate into {first.d!r} from {first.c!r}: both "
+                            "must be accumulators")
+        acc_t, depth, slots = gd.elem, ga.cols, self.slots(gd)
+        grid = _Grid(self.subgroup, gd.cols, slots, var(self.lane))
+        k, slot = self.fresh("kk"), self.fresh("slot")
+        a0, b0, d0, b_k = (self.fresh(x) for x in ("a0", "b0", "d0", "b"))
+        row, col = self.fresh("row"), self.fresh("col")
+        line = first.line
+        out: list[ir.Stmt] = []
+        if any(s.c != s.d for s in run):
+            def copy(index: list[ir.Expr]) -> list[ir.Stmt]:
+                d, _, _, c = index
+                return [ir.For(var=slot, start=const(0), stop=const(slots), step=const(1),
+                               body=(ir.Store(array=gd.array, line=line,
+                                              index=self.slot_at(gd, d, var(slot)),
+                                              value=ir.Load(array=gc.array, type=acc_t,
+                                                            index=self.slot_at(gc, c, var(slot)))),
+                                     ))]
 
-        def widened(x: ir.Expr) -> ir.Expr:
-            return x if x.type is acc_t else ir.Cast(x=x, type=acc_t)
+            out += self.run_loop(len(run), forms, copy, line)
 
-        def element(e: _Element) -> list[ir.Stmt]:
-            a_k = ir.Load(array=ga.array, type=ga.elem, index=add(var(row), var(k)))
-            b_k = ir.Load(array=gb.array, type=gb.elem,
-                          index=add(var(col), mul(var(k), const(gb.cols))))
-            step = ir.Assign(name=acc, line=s.line,
-                             value=add(var(acc, acc_t), mul(widened(a_k), widened(b_k))))
+        def a_value(at: ir.Expr) -> ir.Expr:
+            return _converted(ir.Load(array=ga.array, type=ga.stored, index=add(var(a0), at)),
+                              acc_t)
+
+        def b_value(at: ir.Expr) -> ir.Expr:
+            return _converted(ir.Load(array=gb.array, type=gb.stored, index=add(var(b0), at)),
+                              acc_t)
+
+        def update(at: ir.Expr, product: ir.Expr) -> ir.Stmt:
+            acc = add(var(d0), at)
+            return ir.Store(array=gd.array, index=acc, line=line, value=add(
+                ir.Load(array=gd.array, type=acc_t, index=acc), product))
+
+        if grid.diagonal:
+            inner = self.each("ri", slots, lambda ri: [update(ri, mul(
+                a_value(_times(grid.row_of(ri), depth)), b_value(grid.col_of(ri))))], line)
+            lane = [ir.Let(name=row, type=I32, value=const(0)),
+                    ir.Let(name=col, type=I32, value=const(0))]
+        else:
+            inner = self.each("cj", grid.cols, lambda cj: [
+                ir.Let(name=b_k, type=acc_t, value=b_value(_times(cj, self.subgroup))),
+                *self.each("ri", grid.rows, lambda ri: [update(add(_times(ri, grid.cols), cj), mul(
+                    a_value(_times(ri, grid.row_step * depth)), var(b_k, acc_t)))], line,
+                    unroll=True)],
+                line)
+            lane = [ir.Let(name=row, type=I32, value=_times(binary(
+                        BinOp.DIV, var(self.lane), const(grid.width)), depth)),
+                    ir.Let(name=col, type=I32, value=binary(
+                        BinOp.REM, var(self.lane), const(grid.width)))]
+
+        def products(index: list[ir.Expr]) -> list[ir.Stmt]:
+            d, a, b, _ = index
             return [
-                ir.Let(name=row, type=I32, value=add(self.matrix(ga, a),
-                                                     mul(e.i, const(depth)))),
-                ir.Let(name=col, type=I32, value=add(self.matrix(gb, b), e.j)),
-                ir.Let(name=acc, type=acc_t, value=ir.Load(
-                    array=gc.array, type=acc_t, index=self.at(gc, c, e.slot, e.flat))),
-                ir.For(var=k, start=const(0), stop=const(depth), step=const(1), body=(step,)),
-                ir.Store(array=gd.array, index=self.at(gd, d, e.slot, e.flat),
-                         value=var(acc, acc_t), line=s.line),
-            ]
+                ir.Let(name=a0, type=I32, value=add(self.matrix(ga, a), add(var(row), var(k)))),
+                ir.Let(name=b0, type=I32, value=add(self.matrix(gb, b), add(
+                    _times(var(k), gb.cols), var(col)))),
+                ir.Let(name=d0, type=I32, value=self.slot_at(gd, d, const(0))),
+                *inner]
 
-        return self.each_element(gd, element)
+        out += lane
+        out.append(ir.For(var=k, start=const(0), stop=const(depth), step=const(1), line=line,
+                          body=tuple(self.run_loop(len(run), forms, products, line))))
+        return out
+
+
+def _independent(rows: list[list[int]]) -> bool:
+    """Whether multiply-accumulates with fragment indices ``d, a, b, c`` (a row each) may
+    interleave their products k by k: their accumulators ``d`` are distinct and none is
+    another's ``c``, so each element still receives its own statement's products in k order
+    from its own initial value."""
+    d, c = [row[0] for row in rows], [row[3] for row in rows]
+    return len(set(d)) == len(d) and all(x == y or x not in d for x, y in zip(c, d, strict=True))
+
+
+def _times(x: ir.Expr, n: int) -> ir.Expr:
+    """``x * n`` (``x`` when ``n`` is 1, a literal when ``x`` is one)."""
+    if isinstance(x, ir.Const) and x.type is I32:
+        return const(int(x.value) * n)
+    return x if n == 1 else mul(x, const(n))
+
+
+def _converted(x: ir.Expr, t: ElemType) -> ir.Expr:
+    """``x`` as ``t`` (itself when it already is)."""
+    return x if x.type is t else ir.Cast(x=x, type=t)
+
+
+def _widened(body: tuple[ir.Stmt, ...], keys: dict[tuple[FragUse, ElemType, int, int],
+                                                   list[str]],
+             frags: dict[str, ir.FragDecl], waves: int) -> dict[str, ElemType]:
+    """The accumulator type each operand group is held in, by its first fragment's name: the
+    groups whose fragments are all multiplied into one accumulator type and never stored
+    (whose conversion back is then never needed), where holding every such group widened
+    keeps the kernel's local memory within ``LOCAL_BYTES``; none where it would not."""
+    into: dict[str, set[ElemType]] = {}
+    stored: set[str] = set()
+    local = 0
+    for s in walk(body):
+        match s:
+            case ir.FragMulAdd(d=d, a=a, b=b) if d in frags:
+                for n in (a, b):
+                    into.setdefault(n, set()).add(frags[d].elem)
+            case ir.FragStore(frag=f):
+                stored.add(f)
+            case ir.ArrayDecl(space=MemSpace.SHARED, elem=elem, size=size):
+                local += size * max(elem.bits // 8, 1)
+    wide: dict[str, ElemType] = {}
+    for (use, elem, rows, cols), members in keys.items():
+        if use is FragUse.ACCUMULATOR:
+            continue
+        types = set().union(*(into.get(n, set()) for n in members))
+        held = next(iter(types)) if len(types) == 1 and not stored & set(members) else elem
+        if held is not elem:
+            wide[members[0]] = held
+        local += len(members) * waves * rows * cols * max(held.bits // 8, 1)
+    return wide if local <= LOCAL_BYTES else {}
 
 
 def _names(kernel: ir.Kernel) -> set[str]:
