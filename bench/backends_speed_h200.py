@@ -100,12 +100,15 @@ def opencl_nv_rows(original: Any, lowering: Lowering, n: int, arch: str,
 def merged(result: dict[str, Any], previous: dict[str, Any] | None,
            targets: tuple[str, ...]) -> dict[str, Any]:
     """``result`` with the rows of ``previous`` (the report written before) whose targets this
-    run did not time: CUDA's policy rows go with Vulkan's, which they are the base of."""
+    run did not time: CUDA's policy rows go with Vulkan's, which they are the base of, and so
+    does the device's name as Vulkan gives it."""
     if previous is None:
         return result
     ran = {*targets, *(("cuda",) if "vulkan" in targets else ())}
     kept = [r for r in previous.get("rows", []) if r["target"] not in ran]
-    return {**result, "rows": kept + result["rows"]}
+    device = result["device"] if "vulkan" in targets else previous.get("device",
+                                                                         result["device"])
+    return {**result, "device": device, "rows": kept + result["rows"]}
 
 
 def measure(n: int, also: tuple[tuple[str, str], ...] = (),

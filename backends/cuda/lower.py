@@ -74,12 +74,14 @@ NV_STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True, byte_k=32, packe
     ("Int32_byte_planes", Schedule(step=32, prefetch=True)),
 ))
 """opencl-nv's policy: CUDA's layouts and 8-bit depth, and for large regions the fastest
-schedule through NVIDIA's OpenCL at 4096^3 (H200, one run) among those whose shared arrays fit
-the 48 KiB of local memory it gives a work-group (it has no opt-in to more): for F16 128x128
-tiles in three 16-deep ``cp.async`` stages (3.7x the unpipelined ``t128k16``); for Int8 three
-32-deep stages (3.2x CUDA's ``t64k32p``); the byte planes CUDA's ``t64k32p``; Bf16 and Bf16x3,
-whose f32 stages are twice as large, unpipelined 128x128 tiles in 16-deep steps (Bf16's two
-stages ran slower, ``t64k32`` for Bf16x3 too)."""
+schedule through NVIDIA's OpenCL at 4096^3 on the H200 among those whose shared arrays fit the
+48 KiB of local memory it gives a work-group (it has no opt-in to more;
+``bench/backends_speed_h200.py``): for F16 128x128 tiles in three 16-deep ``cp.async`` stages
+(3.7x the unpipelined ``t128k16`` in one run; ``t128k32s2`` ran 3% faster still but has not
+been through ``sarek conformance``); for Int8 three 32-deep stages (3.2x CUDA's ``t64k32p``);
+the byte planes CUDA's ``t64k32p``; Bf16 and Bf16x3, whose f32 stages are twice as large,
+unpipelined 128x128 tiles in 16-deep steps (Bf16's two stages ran slower, ``t64k32`` for
+Bf16x3 too)."""
 
 EDGE = 16
 _LANE, _G, _T = "sk_lane", "sk_lane_g", "sk_lane_t"  # lane, lane / 4, lane % 4
