@@ -1,15 +1,22 @@
-"""How long a rewritten 128^3 GEMM takes on PoCL, printed as portable OpenCL C: the build, the
-first launch (PoCL compiles the work-group function for the launch's local size there) and a
-warm launch, each kernel checked bit for bit against the simulator running the same lowered
-kernel. PoCL's and pyopencl's caches are off, so every build is cold, as in a fresh CI run.
+"""The portable OpenCL target's rewritten GEMMs beside the naive kernels they replace, on one
+OpenCL device: each original (``gemm_f16``, ``gemm_f32``, ``gemm_i32`` as written) and each
+rewrite of it (every lowering the example takes, at each subgroup and fragment) built cold,
+then launched in rounds, every kernel once a round, so that the medians are measured side by
+side under the same load. Launches are timed by the device's profiling events. Each kernel
+is also checked bit for bit: on the device at ``--check-size`` against the simulator running
+the same kernel (the lowered kernel for a rewrite), and at the timed size against the naive
+kernel where the lowering is exact for the example (F16 of f16 operands, the byte planes).
 
-By default the runner builds for CPU devices with ``-cl-opt-disable`` (``backends.opencl.run``);
-``--optimized`` adds rows built with LLVM's optimizer on, which is what made the portable path
-take 5 to 300 s per kernel (a few kernels only: they are that slow).
+The device is the portable runner's: ``--platform`` (a part of a platform's name), else
+``$SAREK_OPENCL_PLATFORM``, else the first platform with a device. Programs are built with
+the runner's options (``backends.opencl.run.build_options``: on a CPU device, PoCL, without
+LLVM's optimizer); ``--optimized`` adds the F16 kernels and their naive kernel built with it.
+PoCL's and pyopencl's caches are off, so every build is cold, as in a fresh CI run.
 
-Usage: ``python -m bench.opencl_speed [--size N] [--optimized] [--out PATH]``; writes
+Usage: ``python -m bench.opencl_speed [--size N] [--check-size N] [--platform NAME]
+[--configs all|32x16,...] [--optimized] [--rounds R] [--out PATH]``; writes
 ``bench/results/opencl_speed.json`` and prints a table. Exits 1 when a kernel differs from the
-simulator.
+simulator (or from the naive kernel where the lowering is exact).
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,47 +36,88 @@ os.environ.setdefault("PYOPENCL_NO_CACHE", "1")  # and no pyopencl binary cache
 
 import numpy as np
 
-from backends.opencl.run import OPTIMIZE_VARIABLE, build_options, find_device
+from backends.opencl.run import OPTIMIZE_VARIABLE, build_options, chosen_platform, find_device
 from backends.pipeline import Compiled, compile_launch
 from backends.registry import target
-from bench.harness import RESULTS, ROOT, relative, show, table, wall, write
+from bench.harness import RESULTS, ROOT, relative, show, table, write
 from sarek import ir
-from sarek.demo_rows import compare
+from sarek.demo_rows import compare_all
 from sarek.dsl import numpy_dtype
+from sarek.launch import Launch
 from sarek.loader import load_module
 from sarek.matrix_scheme import Lowering
 from sim import simulate
 
-KERNELS = (("gemm_f16", Lowering.F16_OPERANDS), ("gemm_f32", Lowering.BF16X3_OPERANDS),
-           ("gemm_f32", Lowering.BF16_OPERANDS), ("gemm_f32", Lowering.F16_OPERANDS),
-           ("gemm_i32", Lowering.INT32_BYTE_PLANES))
+EXAMPLES: dict[str, tuple[Lowering, ...]] = {
+    "gemm_f16": (Lowering.F16_OPERANDS,),
+    "gemm_f32": (Lowering.BF16X3_OPERANDS, Lowering.BF16_OPERANDS, Lowering.F16_OPERANDS),
+    "gemm_i32": (Lowering.INT32_BYTE_PLANES,),
+}
+EXACT = {("gemm_f16", Lowering.F16_OPERANDS), ("gemm_i32", Lowering.INT32_BYTE_PLANES)}
+"""Rewrites whose every output equals the original's: the same products, added in k order."""
 CONFIGS = ((32, 16), (32, 8), (64, 16), (64, 8))
-OPTIMIZED = (("gemm_f16", Lowering.F16_OPERANDS, 32, 16), ("gemm_f16", Lowering.F16_OPERANDS,
-                                                             32, 8))
-WARM = 5
+OPTIMIZED = "gemm_f16"
 
 
-def measure(compiled: Compiled, optimized: bool) -> dict[str, Any]:
-    """Cold build, first launch and the median warm launch of ``compiled`` on the first OpenCL
-    device, and whether its arrays equal the simulator's running its lowered kernel."""
-    import pyopencl as cl
+@dataclass
+class Kernel:
+    """One program on the device: the naive original (``lowering`` None) or a rewrite."""
 
-    device = find_device("")
-    launch, kernel, source = compiled.launch, compiled.launch.kernel, compiled.text
+    example: str
+    lowering: Lowering | None
+    subgroup: int | None
+    frag: int | None
+    optimized: bool
+    compiled: Compiled
+    program: Any = None
+    build_s: float = 0.0
+    first_s: float = 0.0
+    launches: list[float] = field(default_factory=list)
+    result: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"{self.example} {self.lowering.value if self.lowering else 'naive'}"
+
+    @property
+    def lines(self) -> int:
+        return len(self.compiled.text.splitlines())
+
+
+def options(device: Any, optimized: bool) -> list[str]:
+    """The runner's build options, or with the optimizer on."""
     if optimized:
         os.environ[OPTIMIZE_VARIABLE] = "1"
     try:
-        options = build_options(device)
+        return build_options(device)
     finally:
-        os.environ.pop(OPTIMIZE_VARIABLE, None)
-    ctx = cl.Context([device])
-    queue = cl.CommandQueue(ctx)
+        if optimized:
+            os.environ.pop(OPTIMIZE_VARIABLE, None)
+
+
+def prepare(k: Kernel, ctx: Any, queue: Any, device: Any) -> Callable[[], float]:
+    """Builds ``k`` cold and launches it once (``k.result``); a function that launches it
+    again and returns the device's seconds."""
+    import pyopencl as cl
+
     start = time.perf_counter()
-    program = cl.Program(ctx, source).build(options=options)
-    built = time.perf_counter()
+    k.program = cl.Program(ctx, k.compiled.text).build(options=options(device, k.optimized))
+    k.build_s = time.perf_counter() - start
+    start = time.perf_counter()
+    run, k.result = launcher(k, k.compiled.launch, ctx, queue)
+    k.first_s = time.perf_counter() - start
+    return run
+
+
+def launcher(k: Kernel, launch: Launch, ctx: Any, queue: Any
+             ) -> tuple[Callable[[], float], dict[str, np.ndarray]]:
+    """``launch`` (of ``k``'s kernel text) launched once with ``k``'s program: every array
+    afterwards, and a function that launches it again and returns the device's seconds."""
+    import pyopencl as cl
+
     args: list[Any] = []
     buffers: dict[str, tuple[Any, np.ndarray]] = {}
-    for p in kernel.params:
+    for p in launch.kernel.params:
         value = launch.args[p.name]
         if isinstance(p, ir.ArrayParam):
             host = np.ascontiguousarray(np.asarray(value, numpy_dtype(p.elem)).ravel())
@@ -77,74 +127,141 @@ def measure(compiled: Compiled, optimized: bool) -> dict[str, Any]:
             args.append(buf)
         else:
             args.append(numpy_dtype(p.elem).type(value))
-    run = getattr(program, kernel.name)
+    fn = cl.Kernel(k.program, launch.kernel.name)
     size = tuple(g * b for g, b in zip(launch.grid, launch.block, strict=True))
-    first_start = time.perf_counter()
-    run(queue, size, launch.block, *args)
-    queue.finish()
-    first = time.perf_counter() - first_start
-    got = {}
+
+    def run() -> float:
+        event = fn(queue, size, launch.block, *args)
+        event.wait()
+        return float(event.profile.end - event.profile.start) * 1e-9
+
+    run()
+    result = {}
     for name, (buf, host) in buffers.items():
         out = np.empty_like(host)
         cl.enqueue_copy(queue, out, buf)
-        got[name] = out
-    def launched() -> None:
-        run(queue, size, launch.block, *args)
-        queue.finish()
+        result[name] = out
+    return run, result
 
-    warm = wall(launched, WARM)
-    want = simulate(compiled.lowered, dict(launch.args), launch.grid, launch.block)
-    same = all(compare(got[k], want[k])[0] for k in want)
-    return {"lines": len(source.splitlines()), "build_s": built - start, "first_launch_s": first,
-            "cold_total_s": built - start + first, "warm_launch_s": warm.median_s,
-            "options": options, "bit_identical": same}
+
+def check(k: Kernel, small: Launch, ctx: Any, queue: Any) -> str | None:
+    """None when ``k``'s program, launched at the check size, gives the simulator's bits
+    (running the lowered kernel for a rewrite), else how they differ."""
+    compiled = compile_for(small, k.lowering, k.subgroup, k.frag)
+    if compiled.text != k.compiled.text:  # the text takes every size as an argument
+        raise AssertionError(f"{k.name}: the kernel printed at the check size differs")
+    want = simulate(compiled.lowered, dict(compiled.launch.args), compiled.launch.grid,
+                    compiled.launch.block)
+    return compare_all(launcher(k, compiled.launch, ctx, queue)[1], want)
+
+
+def compile_for(launch: Launch, lowering: Lowering | None, subgroup: int | None,
+                frag: int | None) -> Compiled:
+    opencl = target("opencl")
+    if lowering is None:
+        return compile_launch(opencl, launch, rewrite=False)
+    return compile_launch(opencl, launch, lowering=lowering, subgroup=subgroup, frag=frag)
+
+
+def outputs(k: Kernel) -> dict[str, np.ndarray]:
+    """The original's arrays (by its parameter names) after ``k``'s launch."""
+    return {p.name: k.result[p.name] for p in k.compiled.original.kernel.params
+            if isinstance(p, ir.ArrayParam)}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--size", type=int, default=128)
+    parser.add_argument("--size", type=int, default=256, help="m = n = k timed (256)")
+    parser.add_argument("--check-size", type=int, default=96,
+                        help="m = n = k checked against the simulator (96)")
+    parser.add_argument("--platform", default=None, help="a part of a platform's name")
+    parser.add_argument("--configs", default="all",
+                        help="subgroup x fragment pairs: all, or a list such as 32x16,32x8")
     parser.add_argument("--optimized", action="store_true",
-                        help="also time a few kernels with LLVM's optimizer on (minutes)")
+                        help=f"also {OPTIMIZED} and its rewrites built with LLVM's optimizer")
+    parser.add_argument("--rounds", type=int, default=5, help="timed launches per kernel")
+    parser.add_argument("--only", default="", help="examples to run, such as gemm_f16,gemm_f32")
     parser.add_argument("--out", type=Path, default=RESULTS / "opencl_speed.json")
     args = parser.parse_args()
-    device = find_device("")
+    import pyopencl as cl
+
+    device = find_device(chosen_platform(args.platform))
+    ctx = cl.Context([device])
+    queue = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
     n = args.size
-    jobs = [(ex, low, sg, frag, False) for ex, low in KERNELS for sg, frag in CONFIGS]
-    if args.optimized:
-        jobs += [(ex, low, sg, frag, True) for ex, low, sg, frag in OPTIMIZED]
+    configs = CONFIGS if args.configs == "all" else tuple(
+        (int(sg), int(fr)) for sg, fr in (c.split("x") for c in args.configs.split(",")))
+    kernels: list[tuple[Kernel, Callable[[], float]]] = []
+    small: dict[str, Launch] = {}
+    for optimized in (False, True) if args.optimized else (False,):
+        for example, lowerings in EXAMPLES.items():
+            if args.only and example not in args.only.split(","):
+                continue
+            if optimized and example != OPTIMIZED:
+                continue
+            module = load_module(ROOT / "examples" / f"{example}.py")
+            launch, small[example] = module.make(n, n, n), module.make(*(args.check_size,) * 3)
+            jobs = [(None, None, None)] + [(low, sg, fr) for low in lowerings
+                                           for sg, fr in configs]
+            for low, sg, fr in jobs:
+                k = Kernel(example, low, sg, fr, optimized, compile_for(launch, low, sg, fr))
+                with np.errstate(all="ignore"):
+                    kernels.append((k, prepare(k, ctx, queue, device)))
+                print(f"{k.name} {sg} {fr} opt={optimized}: built in {k.build_s:.2f} s, first "
+                      f"launch {k.first_s:.3f} s", file=sys.stderr, flush=True)
+    for _ in range(args.rounds):  # side by side: every kernel once a round
+        for k, run in kernels:
+            k.launches.append(run())
     rows = []
-    title = f"{device.platform.name.strip()} / {device.name.strip()}, {n}^3, cold builds"
-    opencl = target("opencl")
-    for ex, low, sg, frag, optimized in jobs:
-        original = load_module(ROOT / "examples" / f"{ex}.py").make(n, n, n)
-        compiled = compile_launch(opencl, original, lowering=low, subgroup=sg, frag=frag)
+    naive = {(k.example, k.optimized): k for k, _ in kernels if k.lowering is None}
+    for k, _ in kernels:
+        base = naive[k.example, k.optimized]
         with np.errstate(all="ignore"):
-            m = measure(compiled, optimized)
-        rows.append({"example": ex, "lowering": low.value, "subgroup": sg, "frag": frag,
-                     "optimized": optimized, "size": n, **m})
-        print(f"{ex} {low.value} subgroup {sg} frag {frag}: {m['cold_total_s']:.2f} s",
-              file=sys.stderr, flush=True)
-    plain = [r["cold_total_s"] for r in rows if not r["optimized"]]
-    summary = {"kernels": len(plain), "median_cold_total_s": statistics.median(plain),
-               "max_cold_total_s": max(plain),
-               "all_under_2_s": all(t < 2.0 for t in plain),
-               "all_bit_identical": all(r["bit_identical"] for r in rows)}
+            differs = check(k, small[k.example], ctx, queue)
+        exact = k.lowering is None or (k.example, k.lowering) in EXACT
+        vs_naive = compare_all(outputs(k), outputs(base)) if exact else None
+        median = statistics.median(k.launches)
+        rows.append({
+            "example": k.example, "lowering": k.lowering.value if k.lowering else None,
+            "subgroup": k.subgroup, "frag": k.frag, "optimized": k.optimized, "size": n,
+            "lines": k.lines, "build_s": k.build_s, "first_launch_s": k.first_s,
+            "launch_s": k.launches, "median_s": median, "tflops": 2 * n**3 / median / 1e12,
+            "speedup_vs_naive": statistics.median(base.launches) / median,
+            "bit_identical": differs is None, "difference": differs,
+            "equals_naive": None if not exact else vs_naive is None})
+    good = all(r["bit_identical"] and r["equals_naive"] is not False for r in rows)
+    f16 = [r for r in rows if r["example"] == "gemm_f16" and r["lowering"]
+           and not r["optimized"]]
+    summary = {"kernels": len(rows), "all_bit_identical": good,
+               "f16_default_speedup": next((r["speedup_vs_naive"] for r in f16
+                                            if (r["subgroup"], r["frag"]) == (32, 16)), None),
+               "f16_best_speedup": max(r["speedup_vs_naive"] for r in f16),
+               "median_build_s": statistics.median(r["build_s"] for r in rows),
+               "max_build_s": max(r["build_s"] for r in rows)}
     result = {"device": device.name.strip(), "platform": device.platform.name.strip(),
               "platform_version": device.platform.version.strip(), "size": n,
-              "summary": summary, "rows": rows}
+              "check_size": args.check_size, "rounds": args.rounds, "summary": summary,
+              "rows": rows}
     path = write("opencl_speed", result, args.out)
-    show(table(title, ("kernel", "sg", "frag", "opt", "lines", "build", "1st run", "total",
-                       "warm", "result"),
-               [(f"{r['example']} {r['lowering']}", r["subgroup"], r["frag"],
+    default = "" if summary["f16_default_speedup"] is None else (
+        f" (subgroup 32, fragment 16: {summary['f16_default_speedup']:.2f}x)")
+    title = (f"{device.platform.name.strip()} / {device.name.strip()}, {n}^3, medians of "
+             f"{args.rounds} side-by-side launches")
+    show(table(title, ("kernel", "sg", "frag", "opt", "lines", "build", "1st run", "median",
+                       "GFLOP/s", "vs naive", "result"),
+               [(f"{r['example']} {r['lowering'] or 'naive'}", r["subgroup"], r["frag"],
                  "on" if r["optimized"] else "off", r["lines"], f"{r['build_s']:.2f} s",
-                 f"{r['first_launch_s']:.2f} s", f"{r['cold_total_s']:.2f} s",
-                 f"{r['warm_launch_s'] * 1e3:.1f} ms",
-                 "bit-identical" if r["bit_identical"] else "DIFFERS") for r in rows]),
-         f"{summary['kernels']} kernels at {n}^3 without the optimizer: cold build + first "
-         f"launch median {summary['median_cold_total_s']:.2f} s, max "
-         f"{summary['max_cold_total_s']:.2f} s; all bit-identical: "
-         f"{summary['all_bit_identical']}; wrote {relative(path)}")
-    return 0 if summary["all_bit_identical"] else 1
+                 f"{r['first_launch_s']:.2f} s",
+                 f"{r['median_s'] * 1e3:.2f} ms", f"{r['tflops'] * 1e3:.2f}",
+                 f"{r['speedup_vs_naive']:.2f}x",
+                 ("bit-identical" + (", = naive" if r["equals_naive"] else ""))
+                 if r["bit_identical"] and r["equals_naive"] is not False
+                 else f"DIFFERS: {r['difference'] or 'from naive'}") for r in rows]),
+         f"F16 of gemm_f16: {summary['f16_best_speedup']:.2f}x the naive kernel in its best "
+         f"configuration{default}; builds "
+         f"median {summary['median_build_s']:.2f} s, max {summary['max_build_s']:.2f} s; all "
+         f"bit-identical: {good}; wrote {relative(path)}")
+    return 0 if good else 1
 
 
 if __name__ == "__main__":
