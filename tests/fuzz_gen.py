@@ -1,5 +1,5 @@
 """Hostile inputs for sarek's public entry points, shared by the fuzz tests
-(``tests/test_fuzz_*.py``) and the long campaign (``bench/fuzz_campaign.py``).
+(``tests/test_fuzz_*.py``) and the long campaign (``tests/fuzz_campaign.py``).
 
 Each ``*_case(rng)`` builds one input from a ``random.Random`` and drives it through every
 stage that takes it, as a user would: IR JSON through the models, the checker, the simulator

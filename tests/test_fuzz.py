@@ -2,9 +2,9 @@
 kind ``fuzz_gen`` makes, each through every stage that takes it. An input passes when every
 stage either ran or refused with the project's own error and a reason, and a rewritten kernel
 wrote every covered output with the original's value and nothing else.
-``bench/fuzz_campaign.py`` runs the long version (``bench/results/fuzz_campaign.json``).
+``tests/fuzz_campaign.py`` runs the long version (``bench/results/fuzz_campaign.json``).
 
-A failure names the input's seed; ``python -m bench.fuzz_campaign --replay KIND SEED`` runs it
+A failure names the input's seed; ``python tests/fuzz_campaign.py --replay KIND SEED`` runs it
 again."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def run(kind: str, seed: int) -> Outcome:
     with quiet():
         outcome = CASES[kind](random.Random(seed))
     assert not outcome.failed, (f"{outcome.kind} at {outcome.stage} (replay: "
-                                f"python -m bench.fuzz_campaign --replay {kind} {seed}): "
+                                f"python tests/fuzz_campaign.py --replay {kind} {seed}): "
                                 f"{outcome.detail}")
     return outcome
 

@@ -1,23 +1,27 @@
 """The long fuzz campaign: hostile inputs through every public entry point of sarek.
 
-Runs the input kinds of ``tests/fuzz_gen.py`` (mutated IR JSON, random DSL sources, random
-launches and argument lists, hostile command lines, mutated GEMM kernels rewritten and compared
-with canaries, tile layouts and their transformations) in worker processes until ``--inputs``
-inputs have run or ``--budget`` seconds have passed, whichever comes first, and records the
-counts in
-``bench/results/fuzz_campaign.json``: inputs, crashes (an exception that is not the project's
-own), hangs (an input still running after ``--timeout`` seconds: its worker is killed and
-replaced), wrong results and out-of-region writes, and how many rewritten kernels were compared
+Runs the input kinds of the fuzz tests' generator (``fuzz_gen``, beside this file: mutated IR
+JSON, random DSL sources, random launches and argument lists, hostile command lines, mutated
+GEMM kernels rewritten and compared with canaries, tile layouts and their transformations) in
+worker processes until ``--inputs`` inputs have run or ``--budget`` seconds have passed,
+whichever comes first, and records the counts in ``bench/results/fuzz_campaign.json``:
+inputs, crashes (an exception that is not the project's own), hangs (an input still running
+after ``--timeout`` seconds: its worker is killed and replaced), wrong results and
+out-of-region writes, and how many rewritten kernels were compared
 bit for bit. Every input is reproducible from its kind and seed::
 
-    .venv/bin/python -m bench.fuzz_campaign --budget 2400 --workers 2
-    .venv/bin/python -m bench.fuzz_campaign --replay gemm 7000123
+    .venv/bin/python tests/fuzz_campaign.py --budget 2400 --workers 2
+    .venv/bin/python tests/fuzz_campaign.py --replay gemm 7000123
+
+It is a check, not a test pytest collects: the long run of ``tests/test_fuzz.py``, which runs a
+few inputs of each kind.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import json
 import multiprocessing as mp
 import os
 import platform
@@ -31,12 +35,12 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from bench.harness import RESULTS, ROOT, relative, show, table, write
+import fuzz_gen  # beside this file, on the path of a script run from it
+from rich.console import Console
+from rich.table import Table
 
-# The campaign is the fuzz tests' long run: their generator imports its siblings in tests/ by
-# name, as pytest puts that folder on the path.
-sys.path.insert(0, str(ROOT / "tests"))
-import fuzz_gen  # type: ignore[import-not-found, unused-ignore]
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
 
 MIX = {"json": 28, "dsl": 22, "launch": 20, "cli": 10, "gemm": 15, "layout": 5}
 """The share of each input kind (percent)."""
@@ -214,12 +218,20 @@ def main() -> int:
         return 0
     mp.set_start_method("fork")
     record = campaign(args.inputs, args.budget, args.workers, args.timeout, args.seed)
-    path = write("fuzz_campaign", record, args.out)
-    show(table(None, ("kind", "inputs", "crashes", "hangs", "wrong", "outside", "compared",
-                      "mean ms"), by_kind(record)),
-         *(f"{f['count']:6d} {f['kind']} {f['case']} seed {f['seed']} {f['stage']}: "
-           f"{f['detail'][:300]}" for f in record["failures"][:20]),
-         f"wrote {relative(path)}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(record, indent=2) + "\n")
+    console = Console(width=max(Console().width, 120))
+    table = Table()
+    for i, column in enumerate(("kind", "inputs", "crashes", "hangs", "wrong", "outside",
+                                "compared", "mean ms")):
+        table.add_column(column, justify="left" if i == 0 else "right")
+    for row in by_kind(record):
+        table.add_row(*("" if cell is None else str(cell) for cell in row))
+    console.print(table)
+    for f in record["failures"][:20]:
+        console.print(f"{f['count']:6d} {f['kind']} {f['case']} seed {f['seed']} {f['stage']}: "
+                      f"{f['detail'][:300]}", markup=False, highlight=False, soft_wrap=True)
+    console.print(f"wrote {args.out}", markup=False, highlight=False)
     bad = record["crashes"] + record["hangs"] + record["wrong_results"] + \
         record["out_of_region_writes"]
     return 1 if bad else 0
