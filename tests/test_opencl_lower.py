@@ -113,6 +113,17 @@ def test_a_run_of_fragment_adds_is_one_loop_over_the_fragments() -> None:
     assert len(_loops(step.body, "sk_kk")) == 2 * 6  # the six products of each sub-step
 
 
+def _b_values_and_products(run: ir.For) -> tuple[list[ir.Let], list[ir.Store]]:
+    """The loop over a run's B fragments inside its k loop: the B values it reads, the
+    products it adds."""
+    (b_fragments,) = _loops(run.body, "sk_r")
+    lets = [s for s in b_fragments.body if isinstance(s, ir.Let)]
+    return ([s for s in lets if isinstance(v := s.value.x if isinstance(s.value, ir.Cast)
+                                           else s.value, ir.Load)
+             and v.array.startswith("sk_fb_")],
+            [s for s in b_fragments.body if isinstance(s, ir.Store)])
+
+
 def test_a_run_of_multiply_accumulates_is_one_k_loop_around_the_fragments() -> None:
     rw = rewrite("gemm_i32", Lowering.INT32_BYTE_PLANES, 32, 8)
     lowered = opencl_lower.lower(rw.kernel)
@@ -120,24 +131,22 @@ def test_a_run_of_multiply_accumulates_is_one_k_loop_around_the_fragments() -> N
     step = _loops(lowered.body, "sk_k0")[0]
     runs = _loops(step.body, "sk_kk")
     assert len(runs) == products
-    for run in runs:  # k in order outside; inside, the 4x4 fragments: A's rows, B's columns
+    for run in runs:  # k in order outside; inside, a loop over the 4 B fragments of 4x4
         assert _trips(run) == 8
-        (rows,) = _loops(run.body, "sk_r")
-        (cols,) = _loops(rows.body, "sk_r")
-        assert _trips(rows) == _trips(cols) == 4
+        assert _trips(_loops(run.body, "sk_r")[0]) == 4
+        b_values, updates = _b_values_and_products(run)
+        # an 8x8 accumulator over 32 lanes: 2 rows of one column a lane; 4 A fragments
+        assert len(b_values) == 1 and len(updates) == 4 * 2
 
 
 def test_a_lane_reads_each_b_value_once_per_k_and_its_rows_of_a_written_out() -> None:
     rw = rewrite("gemm_f16", Lowering.F16_OPERANDS, 32, 16)
     lowered = opencl_lower.lower(rw.kernel)
     (run,) = _loops(_loops(lowered.body, "sk_k0")[0].body, "sk_kk")
-    (rows,) = _loops(run.body, "sk_r")
-    (cols,) = _loops(rows.body, "sk_r")
-    b_values = [s for s in cols.body if isinstance(s, ir.Let) and s.type is ir.ElemType.F32]
-    updates = [s for s in cols.body if isinstance(s, ir.Store)]
+    b_values, updates = _b_values_and_products(run)
     # a 16x16 accumulator over 32 lanes: each lane 8 rows of one column, so one B value and
-    # 8 products per k and fragment, each read from operands already converted to f32
-    assert len(b_values) == 1 and len(updates) == 8
+    # 2 x 8 products (2 A fragments) per k and B fragment, from operands converted to f32
+    assert len(b_values) == 1 and len(updates) == 2 * 8
     operands = {s.name: s.elem for s in lowered.body if isinstance(s, ir.ArrayDecl)
                 and s.name.startswith(("sk_fa_", "sk_fb_"))}
     assert set(operands.values()) == {ir.ElemType.F32}

@@ -58,10 +58,10 @@ STAGING = DENSE
 """The neutral dense tiles: the emulation copies element by element, so no row layout helps
 or hinders it."""
 I32 = ElemType.I32
-UNROLL = 8
-"""A lane's rows of one accumulator fragment are multiplied written out, not looped over, up
-to this many (8 for 16x16 fragments over 32 lanes): an unoptimized build (PoCL's) pays for
-every loop trip and every read of a loop variable."""
+UNROLL = 16
+"""The products of one B value a lane computes for one k are written out, not looped over, up
+to this many (16 for 16x16 fragments over 32 lanes, 2 A fragments of 8 rows): an unoptimized
+build (PoCL's) pays for every loop trip and every read of a loop variable."""
 LOCAL_BYTES = 48 * 1024
 """The local memory a work-group may declare that operands are widened within: what NVIDIA's
 OpenCL gives one (PoCL gives more)."""
@@ -173,11 +173,11 @@ class _Grid:
 
     def row_of(self, slot: ir.Expr) -> ir.Expr:
         """The row of the lane's element in ``slot``."""
-        return binary(BinOp.DIV, add(_times(slot, self.subgroup), self.lane), const(self.width))
+        return binary(BinOp.DIV, _plus(_times(slot, self.subgroup), self.lane), const(self.width))
 
     def col_of(self, slot: ir.Expr) -> ir.Expr:
         """The column of the lane's element in ``slot``."""
-        return binary(BinOp.REM, add(_times(slot, self.subgroup), self.lane), const(self.width))
+        return binary(BinOp.REM, _plus(_times(slot, self.subgroup), self.lane), const(self.width))
 
 
 @dataclass(frozen=True)
@@ -192,12 +192,7 @@ class _Affine:
     def expr(self, q: ir.Expr, p: ir.Expr) -> ir.Expr:
         """The form at ``r / width = q`` and ``r % width = p`` (the run loop's two
         variables, so that no index divides)."""
-        out: ir.Expr = const(self.base)
-        if self.outer:
-            out = add(_times(q, self.outer), out)
-        if self.inner:
-            out = add(_times(p, self.inner), out)
-        return out
+        return _plus(_plus(_times(q, self.outer), _times(p, self.inner)), const(self.base))
 
 
 def _fit(values: Sequence[int], width: int) -> _Affine | None:
@@ -281,7 +276,7 @@ class _Lowering:
 
     def matrix(self, g: _Group, index: ir.Expr) -> ir.Expr:
         """Where this wave's matrix of operand fragment ``index`` of ``g`` starts."""
-        return mul(add(mul(index, const(self.waves)), var(self.wave)), const(g.rows * g.cols))
+        return _times(_plus(_times(index, self.waves), var(self.wave)), g.rows * g.cols)
 
     # ---------------------------------------------------------------- declarations
 
@@ -475,13 +470,6 @@ class _Lowering:
         return [ir.For(var=i, start=const(0), stop=const(n), step=const(1),
                        body=tuple(body(var(i))), line=line)]
 
-    def loop(self, r: str, n: int, body: list[ir.Stmt], line: int | None) -> list[ir.Stmt]:
-        """``body`` for ``r`` in ``range(n)``, or once with ``r = 0``."""
-        if n == 1:
-            return [ir.Let(name=r, type=I32, value=const(0)), *body]
-        return [ir.For(var=r, start=const(0), stop=const(n), step=const(1), body=tuple(body),
-                       line=line)]
-
     # ---------------------------------------------------------------- element loops
 
     def each_element(self, g: _Group, body: _ElementBody) -> list[ir.Stmt]:
@@ -529,10 +517,12 @@ class _Lowering:
 
     def mul_add(self, run: list[ir.FragMulAdd], forms: list[_Affine]) -> list[ir.Stmt]:
         """One lane's share of the run ``d = a * b + c`` over independent accumulators ``d``,
-        register-blocked: every ``c`` copied into its ``d`` (where they differ), then for each
-        k in order and each statement, each B value of the lane's columns read once (a
-        private scalar) and multiplied by the A values of the lane's rows (``_Grid``), each
-        product added to its slot."""
+        register-blocked (``_Grid``): every ``c`` copied into its ``d`` (where they differ),
+        then for each k in order and each B fragment, each of the lane's B values read once
+        into a private scalar and multiplied by the lane's A values of its rows, in every A
+        fragment the run pairs with that B fragment, each product added to its slot. The
+        products of one B value are written out (up to ``UNROLL``): the run's fragments
+        that share it, at constant offsets from the first, and the lane's rows of each."""
         first = run[0]
         (gd, _), (ga, _), (gb, _), (gc, _) = self.indices(first)
         if gd.use is not FragUse.ACCUMULATOR or gc.use is not FragUse.ACCUMULATOR:
@@ -540,66 +530,89 @@ class _Lowering:
                             "must be accumulators")
         acc_t, depth, slots = gd.elem, ga.cols, self.slots(gd)
         grid = _Grid(self.subgroup, gd.cols, slots, var(self.lane))
-        k, slot = self.fresh("kk"), self.fresh("slot")
-        a0, b0, d0, b_k = (self.fresh(x) for x in ("a0", "b0", "d0", "b"))
-        row, col = self.fresh("row"), self.fresh("col")
-        line = first.line
-        out: list[ir.Stmt] = []
-        if any(s.c != s.d for s in run):
-            def copy(index: list[ir.Expr]) -> list[ir.Stmt]:
-                d, _, _, c = index
-                return [ir.For(var=slot, start=const(0), stop=const(slots), step=const(1),
-                               body=(ir.Store(array=gd.array, line=line,
-                                              index=self.slot_at(gd, d, var(slot)),
-                                              value=ir.Load(array=gc.array, type=acc_t,
-                                                            index=self.slot_at(gc, c, var(slot)))),
-                                     ))]
-
-            out += self.run_loop(len(run), forms, copy, line)
+        d_form, a_form, b_form, _ = forms
+        width, line = d_form.width, first.line
+        outer = len(run) // width
+        k, row, col = self.fresh("kk"), self.fresh("row"), self.fresh("col")
+        a0, b0, d0 = self.fresh("a0"), self.fresh("b0"), self.fresh("d0")
+        lane_row, lane_col = (const(0), const(0)) if grid.diagonal else (
+            _times(grid.row_of(const(0)), depth), grid.col_of(const(0)))
 
         def a_value(at: ir.Expr) -> ir.Expr:
-            return _converted(ir.Load(array=ga.array, type=ga.stored, index=add(var(a0), at)),
+            return _converted(ir.Load(array=ga.array, type=ga.stored, index=_plus(var(a0), at)),
                               acc_t)
 
         def b_value(at: ir.Expr) -> ir.Expr:
-            return _converted(ir.Load(array=gb.array, type=gb.stored, index=add(var(b0), at)),
+            return _converted(ir.Load(array=gb.array, type=gb.stored, index=_plus(var(b0), at)),
                               acc_t)
 
         def update(at: ir.Expr, product: ir.Expr) -> ir.Stmt:
-            acc = add(var(d0), at)
+            acc = _plus(var(d0), at)
             return ir.Store(array=gd.array, index=acc, line=line, value=add(
                 ir.Load(array=gd.array, type=acc_t, index=acc), product))
 
-        if grid.diagonal:
-            inner = self.each("ri", slots, lambda ri: [update(ri, mul(
-                a_value(_times(grid.row_of(ri), depth)), b_value(grid.col_of(ri))))], line)
-            lane = [ir.Let(name=row, type=I32, value=const(0)),
-                    ir.Let(name=col, type=I32, value=const(0))]
+        # B's position in the run is looped over; the other one, if B does not vary with
+        # it, is written out: the fragments that share a B value
+        written = "q" if outer > 1 and not b_form.outer else \
+            "p" if width > 1 and not b_form.inner else ""
+        count = {"q": outer, "p": width, "": 1}[written]
+
+        def step(f: _Affine) -> int:
+            return f.outer if written == "q" else f.inner
+
+        def statement(q: ir.Expr, p: ir.Expr) -> list[ir.Stmt]:
+            d, a, b = (f.expr(q, p) for f in (d_form, a_form, b_form))
+            out = [ir.Let(name=a0, type=I32, value=add(self.matrix(ga, a), add(var(row),
+                                                                                var(k)))),
+                   ir.Let(name=b0, type=I32, value=add(self.matrix(gb, b), add(
+                       _times(var(k), gb.cols), var(col)))),
+                   ir.Let(name=d0, type=I32, value=self.slot_at(gd, d, const(0)))]
+            if grid.diagonal:  # a row and a column of its own in each slot
+                return out + self.each("ri", slots, lambda ri: [update(ri, mul(
+                    a_value(_times(grid.row_of(ri), depth)), b_value(grid.col_of(ri))))],
+                    line)
+            b_k = self.fresh("b")
+
+            def products(cj: ir.Expr) -> list[ir.Stmt]:
+                return [ir.Let(name=b_k, type=acc_t, value=b_value(_times(cj, self.subgroup))),
+                        *self.each("w", count, lambda w: self.each("ri", grid.rows, lambda ri: [
+                            update(_plus(_times(w, step(d_form) * slots),
+                                         _plus(_times(ri, grid.cols), cj)),
+                                   mul(a_value(_plus(
+                                       _times(w, step(a_form) * self.waves * ga.rows * ga.cols),
+                                       _times(ri, grid.row_step * depth))), var(b_k, acc_t)))],
+                            line, unroll=True), line, unroll=count * grid.rows <= UNROLL)]
+
+            return out + self.each("cj", grid.cols, products, line)
+
+        if written == "q":
+            body = self.each("r", width, lambda p: statement(const(0), p), line)
+        elif written == "p":
+            body = self.each("r", outer, lambda q: statement(q, const(0)), line)
         else:
-            inner = self.each("cj", grid.cols, lambda cj: [
-                ir.Let(name=b_k, type=acc_t, value=b_value(_times(cj, self.subgroup))),
-                *self.each("ri", grid.rows, lambda ri: [update(add(_times(ri, grid.cols), cj), mul(
-                    a_value(_times(ri, grid.row_step * depth)), var(b_k, acc_t)))], line,
-                    unroll=True)],
-                line)
-            lane = [ir.Let(name=row, type=I32, value=_times(binary(
-                        BinOp.DIV, var(self.lane), const(grid.width)), depth)),
-                    ir.Let(name=col, type=I32, value=binary(
-                        BinOp.REM, var(self.lane), const(grid.width)))]
+            body = self.each("r", outer, lambda q: self.each(
+                "r", width, lambda p: statement(q, p), line), line)
+        return [*self.copy_initial(run, forms),
+                ir.Let(name=row, type=I32, value=lane_row),
+                ir.Let(name=col, type=I32, value=lane_col),
+                ir.For(var=k, start=const(0), stop=const(depth), step=const(1), line=line,
+                       body=tuple(body))]
 
-        def products(index: list[ir.Expr]) -> list[ir.Stmt]:
-            d, a, b, _ = index
-            return [
-                ir.Let(name=a0, type=I32, value=add(self.matrix(ga, a), add(var(row), var(k)))),
-                ir.Let(name=b0, type=I32, value=add(self.matrix(gb, b), add(
-                    _times(var(k), gb.cols), var(col)))),
-                ir.Let(name=d0, type=I32, value=self.slot_at(gd, d, const(0))),
-                *inner]
+    def copy_initial(self, run: list[ir.FragMulAdd], forms: list[_Affine]) -> list[ir.Stmt]:
+        """Each ``c`` of the run copied into its ``d``, where some differ."""
+        if all(s.c == s.d for s in run):
+            return []
+        (gd, _), _, _, (gc, _) = self.indices(run[0])
+        slot, slots = self.fresh("slot"), self.slots(gd)
 
-        out += lane
-        out.append(ir.For(var=k, start=const(0), stop=const(depth), step=const(1), line=line,
-                          body=tuple(self.run_loop(len(run), forms, products, line))))
-        return out
+        def copy(index: list[ir.Expr]) -> list[ir.Stmt]:
+            d, _, _, c = index
+            value = ir.Load(array=gc.array, type=gc.elem, index=self.slot_at(gc, c, var(slot)))
+            return [ir.For(var=slot, start=const(0), stop=const(slots), step=const(1), body=(
+                ir.Store(array=gd.array, index=self.slot_at(gd, d, var(slot)), value=value,
+                         line=run[0].line),))]
+
+        return self.run_loop(len(run), forms, copy, run[0].line)
 
 
 def _independent(rows: list[list[int]]) -> bool:
@@ -612,10 +625,20 @@ def _independent(rows: list[list[int]]) -> bool:
 
 
 def _times(x: ir.Expr, n: int) -> ir.Expr:
-    """``x * n`` (``x`` when ``n`` is 1, a literal when ``x`` is one)."""
-    if isinstance(x, ir.Const) and x.type is I32:
-        return const(int(x.value) * n)
+    """``x * n`` of i32 values (``x`` when ``n`` is 1, a literal when ``x`` is one or ``n``
+    is 0)."""
+    if n == 0 or isinstance(x, ir.Const):
+        return const(int(x.value) * n if isinstance(x, ir.Const) else 0)
     return x if n == 1 else mul(x, const(n))
+
+
+def _plus(x: ir.Expr, y: ir.Expr) -> ir.Expr:
+    """``x + y`` of i32 values, folded where both are literals or one is 0."""
+    if isinstance(x, ir.Const) and isinstance(y, ir.Const):
+        return const(int(x.value) + int(y.value))
+    if isinstance(x, ir.Const) and x.value == 0:
+        return y
+    return add(x, y)
 
 
 def _converted(x: ir.Expr, t: ElemType) -> ir.Expr:
