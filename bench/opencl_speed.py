@@ -46,6 +46,7 @@ from sarek.dsl import numpy_dtype
 from sarek.launch import Launch
 from sarek.loader import load_module
 from sarek.matrix_scheme import Lowering
+from sarek.schedule import Schedule
 from sim import simulate
 
 EXAMPLES: dict[str, tuple[Lowering, ...]] = {
@@ -55,8 +56,26 @@ EXAMPLES: dict[str, tuple[Lowering, ...]] = {
 }
 EXACT = {("gemm_f16", Lowering.F16_OPERANDS), ("gemm_i32", Lowering.INT32_BYTE_PLANES)}
 """Rewrites whose every output equals the original's: the same products, added in k order."""
-CONFIGS = ((32, 16), (32, 8), (64, 16), (64, 8))
 OPTIMIZED = "gemm_f16"
+
+
+@dataclass(frozen=True)
+class Config:
+    """A rewrite's subgroup and fragment, and its schedule (None: the target's policy)."""
+
+    subgroup: int
+    frag: int
+    schedule: Schedule | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Config:
+        """``32x16``, or ``32x16@t128k16`` with a schedule."""
+        pair, _, schedule = text.partition("@")
+        sg, fr = pair.split("x")
+        return cls(int(sg), int(fr), Schedule.parse(schedule) if schedule else None)
+
+
+CONFIGS = (Config(32, 16), Config(32, 8), Config(64, 16), Config(64, 8))
 
 
 @dataclass
@@ -65,8 +84,7 @@ class Kernel:
 
     example: str
     lowering: Lowering | None
-    subgroup: int | None
-    frag: int | None
+    config: Config | None
     optimized: bool
     compiled: Compiled
     program: Any = None
@@ -74,6 +92,7 @@ class Kernel:
     first_s: float = 0.0
     launches: list[float] = field(default_factory=list)
     result: dict[str, np.ndarray] = field(default_factory=dict)
+    error: str | None = None
 
     @property
     def name(self) -> str:
@@ -147,7 +166,7 @@ def launcher(k: Kernel, launch: Launch, ctx: Any, queue: Any
 def check(k: Kernel, small: Launch, ctx: Any, queue: Any) -> str | None:
     """None when ``k``'s program, launched at the check size, gives the simulator's bits
     (running the lowered kernel for a rewrite), else how they differ."""
-    compiled = compile_for(small, k.lowering, k.subgroup, k.frag)
+    compiled = compile_for(small, k.lowering, k.config)
     if compiled.text != k.compiled.text:  # the text takes every size as an argument
         raise AssertionError(f"{k.name}: the kernel printed at the check size differs")
     want = simulate(compiled.lowered, dict(compiled.launch.args), compiled.launch.grid,
@@ -155,12 +174,12 @@ def check(k: Kernel, small: Launch, ctx: Any, queue: Any) -> str | None:
     return compare_all(launcher(k, compiled.launch, ctx, queue)[1], want)
 
 
-def compile_for(launch: Launch, lowering: Lowering | None, subgroup: int | None,
-                frag: int | None) -> Compiled:
+def compile_for(launch: Launch, lowering: Lowering | None, config: Config | None) -> Compiled:
     opencl = target("opencl")
-    if lowering is None:
+    if lowering is None or config is None:
         return compile_launch(opencl, launch, rewrite=False)
-    return compile_launch(opencl, launch, lowering=lowering, subgroup=subgroup, frag=frag)
+    return compile_launch(opencl, launch, lowering=lowering, subgroup=config.subgroup,
+                          frag=config.frag, schedule=config.schedule)
 
 
 def outputs(k: Kernel) -> dict[str, np.ndarray]:
@@ -169,14 +188,47 @@ def outputs(k: Kernel) -> dict[str, np.ndarray]:
             if isinstance(p, ir.ArrayParam)}
 
 
+def row(k: Kernel, base: Kernel | None, n: int) -> dict[str, Any]:
+    """``k``'s record: its timing beside the naive kernel's (unchecked yet)."""
+    rw = k.compiled.rewritten
+    median = statistics.median(k.launches) if k.launches else None
+    return {
+        "example": k.example, "lowering": k.lowering.value if k.lowering else None,
+        "subgroup": rw and rw.subgroup, "frag": rw and rw.frag,
+        "schedule": rw and rw.schedule.name,
+        "policy": k.config is None or k.config.schedule is None, "optimized": k.optimized,
+        "size": n, "lines": k.lines, "build_s": k.build_s, "first_launch_s": k.first_s,
+        "launch_s": k.launches, "median_s": median,
+        "tflops": median and 2 * n**3 / median / 1e12,
+        "speedup_vs_naive": median and base and base.launches
+        and statistics.median(base.launches) / median,
+        "error": k.error, "bit_identical": None, "difference": None, "equals_naive": None}
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    good = all(r["error"] is None and r["bit_identical"] and r["equals_naive"] is not False
+               for r in rows)
+    f16 = [r for r in rows if r["example"] == "gemm_f16" and r["lowering"]
+           and not r["optimized"] and r["speedup_vs_naive"]]
+    built = [r["build_s"] for r in rows if r["error"] is None]
+    return {"kernels": len(rows), "all_bit_identical": good,
+            "f16_default_speedup": next((r["speedup_vs_naive"] for r in f16 if r["policy"]
+                                         and (r["subgroup"], r["frag"]) == (32, 16)), None),
+            "f16_best_speedup": max((r["speedup_vs_naive"] for r in f16), default=None),
+            "median_build_s": statistics.median(built) if built else None,
+            "max_build_s": max(built, default=None)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", type=int, default=256, help="m = n = k timed (256)")
     parser.add_argument("--check-size", type=int, default=96,
                         help="m = n = k checked against the simulator (96)")
     parser.add_argument("--platform", default=None, help="a part of a platform's name")
-    parser.add_argument("--configs", default="all",
-                        help="subgroup x fragment pairs: all, or a list such as 32x16,32x8")
+    parser.add_argument("--configs", default="all", help="subgroup x fragment pairs: all, or "
+                        "a list such as 32x16,32x8,32x16@t128k16 (a schedule after @)")
+    parser.add_argument("--f16-configs", default="",
+                        help=f"more configurations for {OPTIMIZED} alone, as --configs")
     parser.add_argument("--optimized", action="store_true",
                         help=f"also {OPTIMIZED} and its rewrites built with LLVM's optimizer")
     parser.add_argument("--rounds", type=int, default=5, help="timed launches per kernel")
@@ -190,78 +242,93 @@ def main() -> int:
     queue = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
     n = args.size
     configs = CONFIGS if args.configs == "all" else tuple(
-        (int(sg), int(fr)) for sg, fr in (c.split("x") for c in args.configs.split(",")))
-    kernels: list[tuple[Kernel, Callable[[], float]]] = []
+        Config.parse(c) for c in args.configs.split(","))
+    more = tuple(Config.parse(c) for c in args.f16_configs.split(",") if c)
+    kernels: list[tuple[Kernel, Callable[[], float] | None]] = []
     small: dict[str, Launch] = {}
     for optimized in (False, True) if args.optimized else (False,):
         for example, lowerings in EXAMPLES.items():
-            if args.only and example not in args.only.split(","):
-                continue
-            if optimized and example != OPTIMIZED:
+            if (args.only and example not in args.only.split(",")) or (
+                    optimized and example != OPTIMIZED):
                 continue
             module = load_module(ROOT / "examples" / f"{example}.py")
             launch, small[example] = module.make(n, n, n), module.make(*(args.check_size,) * 3)
-            jobs = [(None, None, None)] + [(low, sg, fr) for low in lowerings
-                                           for sg, fr in configs]
-            for low, sg, fr in jobs:
-                k = Kernel(example, low, sg, fr, optimized, compile_for(launch, low, sg, fr))
-                with np.errstate(all="ignore"):
-                    kernels.append((k, prepare(k, ctx, queue, device)))
-                print(f"{k.name} {sg} {fr} opt={optimized}: built in {k.build_s:.2f} s, first "
-                      f"launch {k.first_s:.3f} s", file=sys.stderr, flush=True)
+            extra = more if example == OPTIMIZED else ()
+            jobs = [(None, None)] + [(low, c) for low in lowerings for c in configs + extra]
+            for low, config in jobs:
+                k = Kernel(example, low, config, optimized, compile_for(launch, low, config))
+                run: Callable[[], float] | None = None
+                try:
+                    with np.errstate(all="ignore"):
+                        run = prepare(k, ctx, queue, device)
+                except cl.Error as e:  # recorded, and the run goes on with the others
+                    k.error = f"{type(e).__name__}: {e}"
+                kernels.append((k, run))
+                print(f"{k.name} {config} optimizer {optimized}: built in {k.build_s:.2f} s, "
+                      f"first launch {k.first_s:.3f} s {k.error or ''}", file=sys.stderr,
+                      flush=True)
     for _ in range(args.rounds):  # side by side: every kernel once a round
         for k, run in kernels:
-            k.launches.append(run())
-    rows = []
+            if run is not None:
+                k.launches.append(run())
     naive = {(k.example, k.optimized): k for k, _ in kernels if k.lowering is None}
-    for k, _ in kernels:
-        base = naive[k.example, k.optimized]
-        with np.errstate(all="ignore"):
-            differs = check(k, small[k.example], ctx, queue)
-        exact = k.lowering is None or (k.example, k.lowering) in EXACT
-        vs_naive = compare_all(outputs(k), outputs(base)) if exact else None
-        median = statistics.median(k.launches)
-        rows.append({
-            "example": k.example, "lowering": k.lowering.value if k.lowering else None,
-            "subgroup": k.subgroup, "frag": k.frag, "optimized": k.optimized, "size": n,
-            "lines": k.lines, "build_s": k.build_s, "first_launch_s": k.first_s,
-            "launch_s": k.launches, "median_s": median, "tflops": 2 * n**3 / median / 1e12,
-            "speedup_vs_naive": statistics.median(base.launches) / median,
-            "bit_identical": differs is None, "difference": differs,
-            "equals_naive": None if not exact else vs_naive is None})
-    good = all(r["bit_identical"] and r["equals_naive"] is not False for r in rows)
-    f16 = [r for r in rows if r["example"] == "gemm_f16" and r["lowering"]
-           and not r["optimized"]]
-    summary = {"kernels": len(rows), "all_bit_identical": good,
-               "f16_default_speedup": next((r["speedup_vs_naive"] for r in f16
-                                            if (r["subgroup"], r["frag"]) == (32, 16)), None),
-               "f16_best_speedup": max(r["speedup_vs_naive"] for r in f16),
-               "median_build_s": statistics.median(r["build_s"] for r in rows),
-               "max_build_s": max(r["build_s"] for r in rows)}
+    rows = [row(k, naive.get((k.example, k.optimized)), n) for k, _ in kernels]
     result = {"device": device.name.strip(), "platform": device.platform.name.strip(),
               "platform_version": device.platform.version.strip(), "size": n,
-              "check_size": args.check_size, "rounds": args.rounds, "summary": summary,
-              "rows": rows}
+              "check_size": args.check_size, "rounds": args.rounds,
+              "summary": summarize(rows), "rows": rows}
+    write("opencl_speed", result, args.out)  # the timings, should a check not come back
+    for (k, run), r in zip(kernels, rows, strict=True):
+        if run is None:
+            continue
+        try:
+            with np.errstate(all="ignore"):
+                r["difference"] = check(k, small[k.example], ctx, queue)
+        except cl.Error as e:
+            r["difference"] = f"the check did not run: {type(e).__name__}: {e}"
+        r["bit_identical"] = r["difference"] is None
+        base = naive.get((k.example, k.optimized))
+        if base is not None and (k.lowering is None or (k.example, k.lowering) in EXACT):
+            r["equals_naive"] = compare_all(outputs(k), outputs(base)) is None
+    summary = result["summary"] = summarize(rows)
     path = write("opencl_speed", result, args.out)
+    good = bool(summary["all_bit_identical"])
     default = "" if summary["f16_default_speedup"] is None else (
-        f" (subgroup 32, fragment 16: {summary['f16_default_speedup']:.2f}x)")
+        f" (subgroup 32, fragment 16, the target's schedule: "
+        f"{summary['f16_default_speedup']:.2f}x)")
     title = (f"{device.platform.name.strip()} / {device.name.strip()}, {n}^3, medians of "
              f"{args.rounds} side-by-side launches")
-    show(table(title, ("kernel", "sg", "frag", "opt", "lines", "build", "1st run", "median",
-                       "GFLOP/s", "vs naive", "result"),
-               [(f"{r['example']} {r['lowering'] or 'naive'}", r["subgroup"], r["frag"],
-                 "on" if r["optimized"] else "off", r["lines"], f"{r['build_s']:.2f} s",
-                 f"{r['first_launch_s']:.2f} s",
-                 f"{r['median_s'] * 1e3:.2f} ms", f"{r['tflops'] * 1e3:.2f}",
-                 f"{r['speedup_vs_naive']:.2f}x",
-                 ("bit-identical" + (", = naive" if r["equals_naive"] else ""))
-                 if r["bit_identical"] and r["equals_naive"] is not False
-                 else f"DIFFERS: {r['difference'] or 'from naive'}") for r in rows]),
-         f"F16 of gemm_f16: {summary['f16_best_speedup']:.2f}x the naive kernel in its best "
-         f"configuration{default}; builds "
-         f"median {summary['median_build_s']:.2f} s, max {summary['max_build_s']:.2f} s; all "
-         f"bit-identical: {good}; wrote {relative(path)}")
+    show(table(title, ("example", "lowering", "config", "optimizer", "build", "1st run",
+                       "median", "TFLOP/s", "vs naive", "bits"), [
+                (r["example"], r["lowering"] or "naive",
+                 f"{r['subgroup']}x{r['frag']} {r['schedule']}" if r["lowering"] else "",
+                 "on" if r["optimized"] else "off", f"{r['build_s']:.2f} s",
+                 f"{r['first_launch_s']:.2f} s", _ms(r["median_s"]), _figure(r["tflops"]),
+                 _figure(r["speedup_vs_naive"], "x"), _bits(r)) for r in rows], left=4),
+         f"F16 of gemm_f16: {_figure(summary['f16_best_speedup'], 'x')} the naive kernel in its "
+         f"best configuration{default}; builds median {_figure(summary['median_build_s'])} s, "
+         f"max {_figure(summary['max_build_s'])} s; all bit-identical: {good} (bits: equal to "
+         f"the simulator's at {args.check_size}^3, and to the naive kernel's at {n}^3 where "
+         f"the lowering is exact); wrote {relative(path)}")
     return 0 if good else 1
+
+
+def _ms(seconds: float | None) -> str:
+    return "" if seconds is None else f"{seconds * 1e3:.2f} ms"
+
+
+def _figure(x: float | None, unit: str = "") -> str:
+    return "" if x is None else f"{x:.3g}{unit}"
+
+
+def _bits(r: dict[str, Any]) -> str:
+    if r["error"]:
+        return f"ERROR: {r['error'][:60]}"
+    if not r["bit_identical"]:
+        return f"DIFFERS: {r['difference']}"
+    if r["equals_naive"] is False:
+        return "DIFFERS from naive"
+    return "sim, naive" if r["equals_naive"] else "sim"
 
 
 if __name__ == "__main__":
