@@ -423,14 +423,25 @@ class AsyncProxyFence(_Stmt):
     kind: Literal["async_proxy_fence"] = "async_proxy_fence"
 
 
+class CopyPart(Node):
+    """Which part of each element a staged copy lands: term or byte plane ``index`` of its
+    split into ``into`` (``sarek.stage_copy.part``)."""
+
+    into: ElemType
+    index: int = Field(ge=0)
+
+
 class StageCopy(_Stmt):
     """The block's copy of a ``rows`` x ``cols`` tile of the global array ``src`` into the
-    shared array ``dst`` of the same element type: tile element ``(r, c)`` is
+    shared array ``dst``: tile element ``(r, c)`` is
     ``src[src_offset + r*src_row_stride + c*src_col_stride]`` where ``r < row_limit`` and
-    ``c < col_limit``, else ``fill``, and lands at ``dst[dst_offset + r*dst_pitch + c]``. The
-    offsets, strides and limits are i32 and the same for the whole block; every invocation of
-    the block issues the copy together (as a barrier). A target may run it asynchronously: it
-    belongs to the group the next ``StageCommit`` closes and is visible to the block after the
+    ``c < col_limit``, else ``fill`` (of ``src``'s type), and lands at
+    ``dst[dst_offset + r*dst_pitch + c]``: unchanged where ``part`` is None (``dst`` holds
+    ``src``'s type), else as that part of its split into ``dst``'s narrower type
+    (``sarek.stage_copy.part``: a bf16 or f16 term, or a byte plane). The offsets, strides
+    and limits are i32 and the same for the whole block; every invocation of the block
+    issues the copy together (as a barrier). A target may run it asynchronously: it belongs
+    to the group the next ``StageCommit`` closes and is visible to the block after the
     ``StageWait`` that completes that group and a barrier (``specs/ir.md``)."""
 
     kind: Literal["stage_copy"] = "stage_copy"
@@ -446,6 +457,7 @@ class StageCopy(_Stmt):
     row_limit: Expr
     col_limit: Expr
     fill: Const
+    part: CopyPart | None = None
 
 
 class StageCommit(_Stmt):
@@ -544,11 +556,11 @@ def schema() -> dict[str, object]:
 __all__ = [
     "BITWISE", "COMPARISONS", "FAMILY_OF", "LOGICAL", "MATH_ARITY", "STATEMENT_FAMILIES",
     "ArrayDecl", "ArrayParam", "Assign", "Barrier", "BinOp", "Binary", "Bitcast", "Builtin",
-    "BuiltinValue", "Call", "Cast", "Const", "CpAsync", "ElemType", "Expr", "For", "FragAdd",
-    "FragDecl", "FragFill", "FragLayout", "FragLoad", "FragMulAdd", "FragShape", "FragStore",
-    "FragUse", "FragmentStmt", "If", "Kernel", "LaneTile", "Ldmatrix", "Let", "Load", "MathFn",
-    "MatrixDescriptor", "MemSpace", "Mma", "MmaAtom", "Param", "PlainStmt", "ProvidedRows",
-    "Return", "ScalarParam", "Select", "StageCommit", "StageCopy", "StageWait", "StagingStmt",
-    "Stmatrix", "Stmt", "Store", "TensorView", "TileApply", "TileOp", "TileStmt", "UnOp", "Unary",
-    "Var", "WarpStmt", "WarpgroupStmt", "While", "family", "schema",
+    "BuiltinValue", "Call", "Cast", "Const", "CopyPart", "CpAsync", "ElemType", "Expr", "For",
+    "FragAdd", "FragDecl", "FragFill", "FragLayout", "FragLoad", "FragMulAdd", "FragShape",
+    "FragStore", "FragUse", "FragmentStmt", "If", "Kernel", "LaneTile", "Ldmatrix", "Let", "Load",
+    "MathFn", "MatrixDescriptor", "MemSpace", "Mma", "MmaAtom", "Param", "PlainStmt",
+    "ProvidedRows", "Return", "ScalarParam", "Select", "StageCommit", "StageCopy", "StageWait",
+    "StagingStmt", "Stmatrix", "Stmt", "Store", "TensorView", "TileApply", "TileOp", "TileStmt",
+    "UnOp", "Unary", "Var", "WarpStmt", "WarpgroupStmt", "While", "family", "schema",
 ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from sarek import ir, tile
 from sarek.ir import ElemType, MemSpace
 from sarek.ir_check_expr import MAX_BLOCK, Array, ExpressionRules, Frag, Scope, View, number_text
+from sarek.stage_copy import SPLITS
 
 
 class FragmentRules(ExpressionRules):
@@ -24,30 +25,51 @@ class FragmentRules(ExpressionRules):
                         ("row limit", s.row_limit), ("column limit", s.col_limit)):
             self.expr(x, scope, path)
             self._same(x.type, ElemType.I32, f"the staged copy's {what}", path)
-        elem = self._copy_arrays(scope, path, "a staged copy", s.dst, s.src)
+        elem = self._copy_arrays(scope, path, "a staged copy", s.dst, s.src, s.part)
         if elem is not None:
             self._same(s.fill.type, elem, "the staged copy's fill value", path)
         if s.cols > s.dst_pitch:
             self.report(path, f"a staged tile of {s.cols} columns does not fit rows of "
                         f"{s.dst_pitch} elements")
 
-    def _copy_arrays(self, scope: Scope, path: str, what: str, dst: str, src: str
-                     ) -> ElemType | None:
-        """A copy's arrays: from a global array into a shared one of the same element type
-        (the type, or None after a report)."""
+    def _copy_arrays(self, scope: Scope, path: str, what: str, dst: str, src: str,
+                     part: ir.CopyPart | None = None) -> ElemType | None:
+        """A copy's arrays: from a global array into a shared one of the same element type,
+        or where the copy lands a part of each element, of that part's type (the source's
+        type, or None after a report)."""
         to, frm = scope.lookup(dst), scope.lookup(src)
         if not isinstance(to, Array) or to.space is not MemSpace.SHARED:
             self.report(path, f"{what} writes a shared array; {dst!r} is not one")
         elif not isinstance(frm, Array) or frm.space is not MemSpace.GLOBAL:
             self.report(path, f"{what} reads a global array; {src!r} is not one")
-        elif to.elem != frm.elem:
+        elif frm.elem is ElemType.BOOL or frm.elem.bits > 32:
+            self.report(path, f"{what} moves 8-, 16- or 32-bit elements, not {frm.elem}")
+        elif part is None and to.elem != frm.elem:
             self.report(path, f"{what} moves elements unchanged; {src!r} holds {frm.elem} "
                         f"and {dst!r} holds {to.elem}")
-        elif to.elem is ElemType.BOOL or to.elem.bits > 32:
-            self.report(path, f"{what} moves 8-, 16- or 32-bit elements, not {to.elem}")
+        elif part is not None and self._part_refused(part, frm.elem, to.elem, dst, path):
+            pass
         else:
-            return to.elem
+            return frm.elem
         return None
+
+    def _part_refused(self, part: ir.CopyPart, frm: ElemType, to: ElemType, dst: str,
+                      path: str) -> bool:
+        """Reports (and says) why a staged copy cannot land ``part`` of ``frm`` elements
+        in an array of ``to``."""
+        parts = SPLITS.get((frm, part.into))
+        if part.into != to:
+            self.report(path, f"a staged copy lands parts of type {part.into} in {dst!r}, "
+                        f"which holds {to}")
+        elif parts is None:
+            self.report(path, "a staged copy splits " + ", ".join(
+                f"{a} into {b}" for a, b in SPLITS) + f"; not {frm} into {part.into}")
+        elif part.index >= parts:
+            self.report(path, f"{frm} splits into {parts} part{'s' if parts > 1 else ''} of "
+                        f"{part.into}; there is no part {part.index}")
+        else:
+            return False
+        return True
 
     def _launch_shape(self, kernel: ir.Kernel) -> None:
         """The block shape and subgroup a kernel records must be launchable."""

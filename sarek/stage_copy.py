@@ -54,16 +54,57 @@ def destination(s: ir.StageCopy, row: ir.Expr, col: ir.Expr) -> ir.Expr:
     return add(s.dst_offset, add(mul(row, const(s.dst_pitch)), col))
 
 
+def _cast(x: ir.Expr, t: ElemType) -> ir.Expr:
+    return x if x.type == t else ir.Cast(x=x, type=t)
+
+
+SPLITS = {(ElemType.F32, ElemType.BF16): 3, (ElemType.F16, ElemType.BF16): 1,
+          (ElemType.F32, ElemType.F16): 1, (ElemType.I32, ElemType.U8): 4,
+          (ElemType.U32, ElemType.U8): 4}
+"""How many parts a staged copy may split an element of each (source, destination) type
+into: three bf16 terms of an f32 (``Bf16x3_operands``), one narrower float, four byte
+planes of a 32-bit integer."""
+
+
+def part(x: ir.Expr, index: int, into: ElemType) -> ir.Expr:
+    """Part ``index`` of the value ``x`` split into ``into``. For a float ``into``, the terms
+    of ``x`` rounded to nearest even: term 0 is ``into(x)``, term i+1 is ``into(r)`` of the
+    residual ``r = r' - f32(term i)`` (``r'`` the residual of term i, ``f32(x)`` for term 0;
+    every residual is exact in f32): the bf16 terms hi, mid and lo of ``Bf16x3_operands``. For
+    u8, byte
+    ``index`` of a 32-bit integer's two's complement pattern, least significant first (other
+    integers: ``into(x)``)."""
+    if into is ElemType.U8 and x.type.is_int and x.type.bits == 32:
+        u = _cast(x, ElemType.U32)
+        shifted = binary(BinOp.SHR, u, const(8 * index, ElemType.U32)) if index else u
+        return _cast(binary(BinOp.AND, shifted, const(255, ElemType.U32)), ElemType.U8)
+    if index == 0:
+        return _cast(x, into)
+    residual = _cast(x, ElemType.F32)
+    for _ in range(index):
+        residual = binary(BinOp.SUB, residual, _cast(_cast(residual, into), ElemType.F32))
+    return _cast(residual, into)
+
+
 def element_store(s: ir.StageCopy, row: ir.Expr, col: ir.Expr, at: ir.Expr | None = None
                   ) -> ir.Store:
     """Tile element (``row``, ``col``) into ``s.dst`` (at ``at`` where a target lays the
-    tile out otherwise): read inside the limits, else the fill."""
+    tile out otherwise): read inside the limits, else the fill; as part ``s.part`` of it
+    where the copy splits its elements."""
     elem = s.fill.type
-    value = ir.Select(cond=inside(s, row, col),
-                      a=ir.Load(array=s.src, index=source_index(s, row, col), type=elem),
-                      b=s.fill, type=elem)
+    value: ir.Expr = ir.Select(cond=inside(s, row, col),
+                               a=ir.Load(array=s.src, index=source_index(s, row, col),
+                                         type=elem),
+                               b=s.fill, type=elem)
     where = destination(s, row, col) if at is None else at
+    if s.part is not None:
+        value = part(value, s.part.index, s.part.into)
     return ir.Store(array=s.dst, index=where, value=value, line=s.line)
+
+
+def landed_type(s: ir.StageCopy) -> ElemType:
+    """The element type ``s`` lands in its destination: the source's, or that of its part."""
+    return s.fill.type if s.part is None else s.part.into
 
 
 def spread(items: int, threads: int, thread: ir.Expr, body: list[ir.Stmt], index: str

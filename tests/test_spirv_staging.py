@@ -20,7 +20,8 @@ from backends.pipeline import compile_launch
 from backends.registry import target
 from backends.spirv import check, emit, tools_reason
 from backends.spirv.device import unsupported_configs
-from backends.spirv.lower import STAGING, lower, quad_arrays
+from backends.spirv.emit import print_kernel
+from backends.spirv.lower import STAGING, lower, quad_arrays, staged_copies
 from sarek import ir
 from sarek.device_support import recorded_h200_vulkan
 from sarek.dtypes import numpy_dtype
@@ -161,12 +162,52 @@ def test_copies_are_held_one_group_deep_where_every_wait_leaves_none_pending() -
     assert "_trip = OpLabel" not in text and "_group = OpVariable" not in text
 
 
-def test_32_bit_raw_tiles_are_words_read_one_component_at_a_time() -> None:
-    kernel = lower(rewritten(Lowering.BF16_OPERANDS, "t64k32s2").kernel)
+def test_32_bit_tiles_are_words_read_one_component_at_a_time() -> None:
+    # the raw f32 tiles as the neutral rewrite stages them, before the lowering fuses them
+    kernel = staged_copies(rewritten(Lowering.BF16_OPERANDS, "t64k32s2").kernel)
     assert quad_arrays(kernel) == {"sk_ra", "sk_rb"}  # the bf16 terms are stored element-wise
-    text = emit(kernel)
+    text = print_kernel(kernel)
     assert re.search(r"= OpAccessChain %p_wo_u32 %\w+_sk_ra %\d+ %\d+", text)
+
+
+def declared(kernel: ir.Kernel) -> dict[str, int]:
+    return {a.name: a.size for a in shared_arrays(kernel)}
+
+
+def test_tiles_a_lowering_converts_are_copied_as_their_terms() -> None:
+    kernel = lower(rewritten(Lowering.BF16_OPERANDS, "t64k32s2").kernel)
+    # no raw f32 arrays; the bf16 terms have a buffer per stage: 64 rows of 32 + 8, 32 of 64 + 8
+    assert declared(kernel) == {"sk_a": 2 * 64 * 40, "sk_b": 2 * 32 * 72, "sk_cs": 4 * 256}
+    parts = {(s.dst, s.part) for s in walk(kernel.body) if isinstance(s, ir.StageCopy)}
+    bf16 = ir.CopyPart(into=ElemType.BF16, index=0)
+    assert parts == {("sk_a", bf16), ("sk_b", bf16)}
+    assert quad_arrays(kernel) == {"sk_a", "sk_b"}
+    loop = next(s for s in kernel.body if isinstance(s, ir.For))
+    assert sum(isinstance(s, ir.Barrier) for s in loop.body) == 1  # the conversion's went
+    check(emit(kernel))
     assert same_bits_as_cuda(Lowering.BF16_OPERANDS, "t64k32s2")
+
+
+def test_the_three_bf16x3_terms_land_from_one_set_of_loaded_words() -> None:
+    kernel = lower(rewritten(Lowering.BF16X3_OPERANDS, "t64k16s2").kernel)
+    parts = {(s.dst, s.part.index) for s in walk(kernel.body)
+             if isinstance(s, ir.StageCopy) and s.part is not None}
+    assert parts == {(f"sk_{x}_{t}", i) for x in "ab" for i, t in enumerate(("hi", "mid", "lo"))}
+    text = emit(kernel)
+    check(text)
+    # a 64x16 f32 tile is 128 words of bf16 per term, one per invocation: two f32 words each
+    held = set(re.findall(r"(%\d+_sk_\w+_held) = OpVariable", text))
+    assert len(held) == 2 + 2
+    assert same_bits_as_cuda(Lowering.BF16X3_OPERANDS, "t64k16s2")
+
+
+def test_byte_planes_are_copied_as_their_four_planes() -> None:
+    kernel = lower(rewritten(Lowering.INT32_BYTE_PLANES, "t64k32s2").kernel)
+    planes = {(s.dst, s.part.index) for s in walk(kernel.body)
+              if isinstance(s, ir.StageCopy) and s.part is not None}
+    assert planes == {(f"sk_{x}_p{p}", p) for x in "ab" for p in range(4)}
+    check(emit(kernel))
+    assert same_bits_as_cuda(Lowering.INT32_BYTE_PLANES, "t64k32s2")
 
 
 def test_tiles_that_are_not_whole_words_for_each_invocation_are_copied_by_element() -> None:

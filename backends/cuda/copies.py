@@ -63,9 +63,10 @@ def chunk(elem: ElemType) -> int:
 
 
 def vectorizable(s: ir.StageCopy) -> bool:
-    """Whether tile rows are contiguous in memory and split into whole 16-byte chunks."""
+    """Whether tile rows are contiguous in memory and split into whole 16-byte chunks that
+    land unchanged (``cp.async`` converts nothing)."""
     width = chunk(s.fill.type)
-    return is_literal(s.src_col_stride, 1) and s.cols % width == 0
+    return s.part is None and is_literal(s.src_col_stride, 1) and s.cols % width == 0
 
 
 def copy(s: ir.StageCopy, block: tuple[int, int, int], place: Place | None = None

@@ -20,14 +20,39 @@ from sarek.ir_walk import walk
 
 @dataclass(frozen=True)
 class Held:
-    """The registers of a copy in flight: (word, word index) Function variables per word of
-    an invocation, a bool variable that says whether they wait to land and, where copies are
+    """The registers of a copy in flight: the 16-byte words an invocation loaded (Function
+    variables; ``ratio`` of them per word it lands), the index of each word it lands, the
+    (array, part) pairs each landed word goes to (several where copies of one tile share
+    their loads), a bool variable that says whether they wait to land and, where copies are
     held several groups deep, an i32 variable with the copy's group (the count of
     ``StageCommit`` before it was issued)."""
 
-    words: tuple[tuple[str, str], ...]
+    words: tuple[str, ...]
+    at: tuple[str, ...]
+    into: tuple[tuple[str, ir.CopyPart | None], ...]
     flag: str
     group: str | None = None
+
+    @property
+    def ratio(self) -> int:
+        """Loaded words per landed word: 2 for f32 landing as bf16, 4 for i32 as u8."""
+        return len(self.words) // len(self.at)
+
+
+def landed_per_word(s: ir.StageCopy) -> int:
+    """Elements of ``s``'s destination in one 16-byte word."""
+    return per_quad(memory_type(stage_copy.landed_type(s)))
+
+
+def loaded_per_word(s: ir.StageCopy) -> int:
+    """Elements of ``s``'s source in one 16-byte word."""
+    return per_quad(memory_type(s.fill.type))
+
+
+def _loads(s: ir.StageCopy) -> ir.StageCopy:
+    """What of ``s`` decides the words it loads and where they land: all but its
+    destination array and part (converting copies that agree on it share their loads)."""
+    return s.model_copy(update={"dst": "", "part": None, "line": None})
 
 
 def hold_depth(kernel: ir.Kernel) -> int:
@@ -54,6 +79,7 @@ class CopyPrinter(ExpressionPrinter):
         # Registers of copies in flight, per copy key: one set per group modulo ``depth``.
         self.held: dict[tuple[str, int, int], tuple[Held, ...]] = {}
         self.issued: dict[str, int] = {}  # copies per destination since the last commit
+        self.loading: dict[ir.StageCopy, tuple[str, int, int]] = {}  # converting, this group
         self.depth = hold_depth(kernel)
         self.commits = 0  # the commits printed so far: which set the next copy takes
         self.committed = ""  # the i32 variable counting commits as they run (depth > 1)
@@ -105,28 +131,38 @@ class CopyPrinter(ExpressionPrinter):
         return view
 
     def stage_copy(self, s: ir.StageCopy) -> None:
-        """``s`` in 16-byte words: each invocation takes whole words of the tile (word ``w =
-        trip * threads + thread``, row ``w / words per row``) and loads them all before it
-        stores any, so that the loads are in flight together. Where the whole tile lies
-        inside the limits, its source rows are consecutive elements and 16-byte aligned (one
-        uniform test), each word is one ``uvec4`` load; else each word is tested alone
-        (``word``). The words are held in the registers of the copy's group (modulo
-        ``depth``) and stored into the shared array at the first ``StageWait`` that completes
-        the group (the copy's latest completion), or before those registers take another
-        copy, whichever comes first; ``uvec4`` stores."""
+        """``s`` in 16-byte words: each invocation takes whole words of the destination (word
+        ``w = trip * threads + thread``, row ``w / words per row``), loads the source words
+        they hold (one, or for a copy that lands a part of each element the two or four its
+        elements come from) and loads them all before it stores any, so that the loads are in
+        flight together. Where the whole tile lies inside the limits, its source rows are
+        consecutive elements and 16-byte aligned (one uniform test), each source word is one
+        ``uvec4`` load; else each word is tested alone (``word``). The words are held in the
+        registers of the copy's group (modulo ``depth``) and stored into the shared array at
+        the first ``StageWait`` that completes the group (the copy's latest completion), or
+        before those registers take another copy, whichever comes first; ``uvec4`` stores of
+        the words, or of the parts computed from them as they land. A converting copy whose
+        tile another copy of its group already loaded prints nothing: it lands with that
+        one."""
         assert self.kernel.block is not None
-        per = per_quad(memory_type(s.fill.type))
+        key = self.copy_key(s)
+        if key is None:
+            return
+        per, loaded = landed_per_word(s), loaded_per_word(s)
         threads = math.prod(self.kernel.block)
         across = s.cols // per
         thread = stage_copy.linear_thread(self.kernel.block)
         self.scope = self.scope.new_child()
         places: list[tuple[str, str]] = []
+        sources: list[tuple[str, str]] = []
         for trip in range(s.rows * s.cols // per // threads):
             number = add(const(trip * threads), thread)
-            places.append((self.value(binary(BinOp.DIV, number, const(across))),
-                           self.value(mul(binary(BinOp.REM, number, const(across)),
-                                          const(per)))))
-        words = self.tile_words(s, places, per)
+            row = self.value(binary(BinOp.DIV, number, const(across)))
+            first = mul(binary(BinOp.REM, number, const(across)), const(per))
+            places.append((row, self.value(first)))
+            sources += [(row, places[-1][1] if not j else self.value(add(first, const(j))))
+                        for j in range(0, per, loaded)]
+        words = self.tile_words(s, sources, loaded)
         i32 = self.type_of(T.I32)
         offset, shift = self.value(s.dst_offset), self.const(per.bit_length() - 1, T.I32)
         indices = []
@@ -137,10 +173,13 @@ class CopyPrinter(ExpressionPrinter):
             indices.append(self.op(i32, "OpShiftRightArithmetic",
                                    self.op(i32, "OpIAdd", offset, at), shift))
         self.scope = self.scope.parents
-        held = self.held[self.copy_key(s)][self.commits % self.depth]
-        self.land(s.dst, held)  # the registers' earlier copy lands first
-        for (word_var, index_var), word, index in zip(held.words, words, indices, strict=True):
-            self.do("OpStore", word_var, word)
+        held = self.held[key][self.commits % self.depth]
+        self.land(held)  # the registers' earlier copy lands first
+        ratio = held.ratio
+        for k, (index_var, index) in enumerate(zip(held.at, indices, strict=True)):
+            for word_var, word in zip(held.words[k * ratio:(k + 1) * ratio],
+                                      words[k * ratio:(k + 1) * ratio], strict=True):
+                self.do("OpStore", word_var, word)
             self.do("OpStore", index_var, index)
         self.do("OpStore", held.flag, self.const(True, T.BOOL))
         if held.group is not None:
@@ -189,62 +228,77 @@ class CopyPrinter(ExpressionPrinter):
         return [self.op(v4, "OpPhi", a, end_fast, b, end_slow)
                 for a, b in zip(loaded, edge, strict=True)]
 
-    def copy_key(self, s: ir.StageCopy) -> tuple[str, int, int]:
+    def copy_key(self, s: ir.StageCopy) -> tuple[str, int, int] | None:
         """Which held registers copy ``s`` uses: its destination, its place among the copies
-        into that destination since the last ``StageCommit``, its words per invocation."""
+        into that destination since the last ``StageCommit``, its landed words per
+        invocation; None for a converting copy whose tile an earlier copy of the group loads
+        (it lands with that one's registers)."""
         assert self.kernel.block is not None
+        if s.part is not None and _loads(s) in self.loading:
+            return None
         ordinal = self.issued.get(s.dst, 0)
         self.issued[s.dst] = ordinal + 1
-        trips = s.rows * s.cols // per_quad(memory_type(s.fill.type)) // math.prod(
-            self.kernel.block)
-        return s.dst, ordinal, trips
+        trips = s.rows * s.cols // landed_per_word(s) // math.prod(self.kernel.block)
+        key = (s.dst, ordinal, trips)
+        if s.part is not None:
+            self.loading[_loads(s)] = key
+        return key
 
     def hold_registers(self) -> None:
         """Function variables for every copy key the kernel uses (found before the body is
         printed, so that every ``StageWait`` lands them all): per key ``depth`` sets of its
-        words, their indices, whether they wait to land (false on entry) and, where
-        ``depth`` exceeds one, their group; then the count of commits (0 on entry)."""
+        loaded words, the indices of its landed words, whether they wait to land (false on
+        entry) and, where ``depth`` exceeds one, their group; then the count of commits (0
+        on entry)."""
+        keys: dict[tuple[str, int, int], tuple[ir.StageCopy, dict[str, ir.CopyPart | None]]] = {}
         for s in walk(self.kernel.body):
             if isinstance(s, ir.StageCommit):
                 self.issued.clear()
+                self.loading.clear()
             elif isinstance(s, ir.StageCopy):
-                key = self.copy_key(s)
-                if key in self.held:
-                    continue
-                v4, i32 = self.quad_type(), self.type_of(T.I32)
-                if self.depth > 1 and not self.committed:
-                    self.committed = self.fresh("committed")
-                    self.fn_vars.append(f"{self.committed} = OpVariable "
-                                        f"{self.pointer('Function', i32)} Function")
-                    self.entry.append(f"OpStore {self.committed} {self.const(0, T.I32)}")
-                sets = []
-                for _ in range(self.depth):
-                    regs = []
-                    for _ in range(key[2]):
-                        word, index = self.fresh(f"{s.dst}_held"), self.fresh(f"{s.dst}_at")
-                        self.fn_vars += [
-                            f"{word} = OpVariable {self.pointer('Function', v4)} Function",
-                            f"{index} = OpVariable {self.pointer('Function', i32)} Function"]
-                        regs.append((word, index))
-                    flag = self.fresh(f"{s.dst}_pending")
-                    bool_t = self.type_of(T.BOOL)
-                    self.fn_vars.append(f"{flag} = OpVariable "
-                                        f"{self.pointer('Function', bool_t)} Function")
-                    self.entry.append(f"OpStore {flag} {self.const(False, T.BOOL)}")
-                    group = None
-                    if self.depth > 1:
-                        group = self.fresh(f"{s.dst}_group")
-                        self.fn_vars.append(f"{group} = OpVariable "
-                                            f"{self.pointer('Function', i32)} Function")
-                        self.entry.append(f"OpStore {group} {self.const(0, T.I32)}")
-                    sets.append(Held(tuple(regs), flag, group))
-                self.held[key] = tuple(sets)
+                key = self.copy_key(s) or self.loading[_loads(s)]
+                into = keys.setdefault(key, (s, {}))[1]
+                into.setdefault(s.dst, s.part)
         self.issued.clear()
+        self.loading.clear()
+        for key, (s, into) in keys.items():
+            v4, i32 = self.quad_type(), self.type_of(T.I32)
+            if self.depth > 1 and not self.committed:
+                self.committed = self.fresh("committed")
+                self.fn_vars.append(f"{self.committed} = OpVariable "
+                                    f"{self.pointer('Function', i32)} Function")
+                self.entry.append(f"OpStore {self.committed} {self.const(0, T.I32)}")
+            ratio = landed_per_word(s) // loaded_per_word(s)
+            sets = []
+            for _ in range(self.depth):
+                words, at = [], []
+                for _ in range(key[2]):
+                    for _ in range(ratio):
+                        words.append(self.fresh(f"{s.dst}_held"))
+                        self.fn_vars.append(f"{words[-1]} = OpVariable "
+                                            f"{self.pointer('Function', v4)} Function")
+                    at.append(self.fresh(f"{s.dst}_at"))
+                    self.fn_vars.append(f"{at[-1]} = OpVariable "
+                                        f"{self.pointer('Function', i32)} Function")
+                flag = self.fresh(f"{s.dst}_pending")
+                bool_t = self.type_of(T.BOOL)
+                self.fn_vars.append(f"{flag} = OpVariable "
+                                    f"{self.pointer('Function', bool_t)} Function")
+                self.entry.append(f"OpStore {flag} {self.const(False, T.BOOL)}")
+                group = None
+                if self.depth > 1:
+                    group = self.fresh(f"{s.dst}_group")
+                    self.fn_vars.append(f"{group} = OpVariable "
+                                        f"{self.pointer('Function', i32)} Function")
+                    self.entry.append(f"OpStore {group} {self.const(0, T.I32)}")
+                sets.append(Held(tuple(words), tuple(at), tuple(into.items()), flag, group))
+            self.held[key] = tuple(sets)
 
     def commit(self) -> None:
         """``StageCommit``: a new group begins (counted as printed, and as run where copies
         are held several groups deep)."""
         self.issued.clear()
+        self.loading.clear()
         self.commits += 1
         if self.committed:
             i32 = self.type_of(T.I32)
@@ -255,14 +309,15 @@ class CopyPrinter(ExpressionPrinter):
         """``StageWait``: every held copy lands, or where copies are held several groups deep
         every held copy of a group older than the ``pending`` most recent (earlier than asked
         is allowed)."""
-        for (dst, _, _), sets in self.held.items():
+        for sets in self.held.values():
             for held in sets:
-                self.land(dst, held, pending)
+                self.land(held, pending)
 
-    def land(self, dst: str, held: Held, pending: int = 0) -> None:
-        """The held words of one copy stored into ``dst`` if they wait to land (and, where
-        groups are counted, belong to a group older than the ``pending`` most recent)."""
-        arr, v4, i32 = self.array(dst), self.quad_type(), self.type_of(T.I32)
+    def land(self, held: Held, pending: int = 0) -> None:
+        """The held words of one copy stored into their arrays if they wait to land (and,
+        where groups are counted, belong to a group older than the ``pending`` most recent):
+        as loaded, or converted into the part each array holds."""
+        v4, i32 = self.quad_type(), self.type_of(T.I32)
         bool_t = self.type_of(T.BOOL)
         yes, merge = self.fresh("land"), self.fresh("landed")
         waiting = self.op(bool_t, "OpLoad", held.flag)
@@ -274,13 +329,47 @@ class CopyPrinter(ExpressionPrinter):
         self.do("OpSelectionMerge", merge, "None")
         self.do("OpBranchConditional", waiting, yes, merge)
         self.start(yes)
-        for word_var, index_var in held.words:
-            ptr = self.op(self.pointer("Workgroup", v4), "OpAccessChain", arr.var,
-                          self.op(i32, "OpLoad", index_var))
-            self.do("OpStore", ptr, self.op(v4, "OpLoad", word_var), *self.access(arr))
+        ratio = held.ratio
+        for k, index_var in enumerate(held.at):
+            loaded = held.words[k * ratio:(k + 1) * ratio]
+            index = ""
+            for name, part in held.into:
+                arr = self.array(name)
+                index = index or self.op(i32, "OpLoad", index_var)
+                ptr = self.op(self.pointer("Workgroup", v4), "OpAccessChain", arr.var, index)
+                word = (self.op(v4, "OpLoad", loaded[0]) if part is None else
+                        self.converted([self.op(v4, "OpLoad", w) for w in loaded], part))
+                self.do("OpStore", ptr, word, *self.access(arr))
         self.do("OpStore", held.flag, self.const(False, T.BOOL))
         self.branch(merge)
         self.start(merge)
+
+    def converted(self, words: list[str], part: ir.CopyPart) -> str:
+        """The 16-byte word of ``part`` of the elements of the loaded ``words`` (f32 or i32,
+        four each), packed least significant first."""
+        u32 = self.type_of(T.U32)
+        source = T.I32 if part.into is T.U8 else T.F32
+        bits = memory_type(part.into).bits
+        values = []
+        self.scope = self.scope.new_child()
+        for loaded in words:
+            for c in range(4):
+                raw = self.op(u32, "OpCompositeExtract", loaded, str(c))
+                self.scope["sk copy x"] = self.op(self.type_of(source), "OpBitcast", raw)
+                values.append(self.unsigned_bits(self.value(stage_copy.part(
+                    var("sk copy x", source), part.index, part.into)), part.into))
+        self.scope = self.scope.parents
+        per = 32 // bits
+        parts = []
+        for k in range(4):
+            word = ""
+            for i in range(per):
+                piece = values[k * per + i]
+                if i:
+                    piece = self.op(u32, "OpShiftLeftLogical", piece, self.u32(i * bits))
+                word = self.op(u32, "OpBitwiseOr", word, piece) if word else piece
+            parts.append(word)
+        return self.op(self.quad_type(), "OpCompositeConstruct", *parts)
 
     def word(self, s: ir.StageCopy, row: ir.Expr, col: ir.Expr, per: int) -> str:
         """The 16-byte word of tile row ``row`` from column ``col`` (see ``stage_copy``)."""

@@ -29,7 +29,8 @@ from sarek.ir_walk import shared_arrays
 
 BF16_FEATURES = 1000141000  # VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_BFLOAT16_FEATURES_KHR
 REQUIRE_FULL_SUBGROUPS = 0x2  # VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT
-EXTENSIONS = ("VK_KHR_cooperative_matrix", "VK_KHR_shader_bfloat16")
+STATISTICS = "VK_KHR_pipeline_executable_properties"
+EXTENSIONS = ("VK_KHR_cooperative_matrix", "VK_KHR_shader_bfloat16", STATISTICS)
 
 
 class VulkanError(SarekError):
@@ -70,6 +71,7 @@ class Device:
     holders: list[Any] = field(default_factory=list)  # keeps cffi chains alive
     shared_bytes: int = 16384  # maxComputeSharedMemorySize (Vulkan's required minimum)
     invocations: int = 128  # maxComputeWorkGroupInvocations (the required minimum)
+    statistics: bool = False  # the driver reports its compilers' statistics per pipeline
 
 
 _CORE = ("shaderInt16", "shaderInt64", "shaderFloat64")
@@ -177,8 +179,15 @@ def _open(vk: Any, instance: Any, physical: Any, family: int) -> Device:
         parts["coop"].pNext = vk.ffi.NULL
     if "VK_KHR_cooperative_matrix" not in exts:
         parts["v13"].pNext = vk.ffi.NULL
+    executables = None
+    if STATISTICS in exts:  # the compilers' statistics (registers, spills) for the benches
+        executables = vk.VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR(
+            pNext=top.pNext)
+        top.pNext = vk.ffi.addressof(executables)
+        holders.append(executables)
     vk.vkGetPhysicalDeviceFeatures2(physical, top)
     features = _read_features(vk, parts, top, "VK_KHR_shader_bfloat16" in exts)
+    statistics = bool(executables is not None and executables.pipelineExecutableInfo)
     # properties: subgroup sizes (1.3) and float controls (1.2)
     p13 = vk.VkPhysicalDeviceVulkan13Properties(
         sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_PROPERTIES)
@@ -231,7 +240,7 @@ def _open(vk: Any, instance: Any, physical: Any, family: int) -> Device:
     return Device(vk, instance, physical, dev, queue, family, name, features, sizes,
                   float(props.limits.timestampPeriod), support, memory_types, pool, holders,
                   int(props.limits.maxComputeSharedMemorySize),
-                  int(props.limits.maxComputeWorkGroupInvocations))
+                  int(props.limits.maxComputeWorkGroupInvocations), statistics)
 
 
 def _only(struct_: Any, names: tuple[str, ...]) -> None:

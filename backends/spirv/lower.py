@@ -22,6 +22,7 @@ import typing
 from backends.cstyle import EmitError
 from backends.cuda.lower import divisor
 from backends.families import NEUTRAL, refuse_outside
+from backends.spirv.converting import converting_copies
 from sarek import ir, packed_store, stage_copy
 from sarek.ir import ElemType, FragLayout, FragUse, MemSpace
 from sarek.ir_walk import rebuild, replace_statements, subexpressions, walk, with_blocks
@@ -34,9 +35,10 @@ FRAGMENTS = (16, 8)
 STAGING = Staging(row_pad_bytes=16, byte_k=32, shared_bytes=48 * 1024, small=tuple(
     (name, Schedule(step=32)) for name in ("Int8_operands", "Int32_byte_planes")), large=(
     ("F16_operands", Schedule(tile=128, step=16, stages=2, wide=True)),
-    ("Bf16_operands", Schedule(tile=128, step=16, stages=2)),
-    ("Bf16x3_operands", Schedule(tile=128, step=16)),
+    ("Bf16_operands", Schedule(tile=128, step=16, stages=2, wide=True)),
+    ("Bf16x3_operands", Schedule(step=16, stages=2)),
     ("Int8_operands", Schedule(tile=128, step=32, stages=2, wide=True)),
+    ("Int32_byte_planes", Schedule(step=32, stages=2)),
 ))
 """Padded 16-bit rows spread the rows of one cooperative-matrix load over the shared-memory
 banks; 16 bytes keep every row 16-byte aligned (VUID ...-08986). 8-bit fragments multiply 32
@@ -45,9 +47,10 @@ H200's s8 and u8 ones) are 16x16x32 and 16x8x32, with no 16x16x16. Large regions
 schedule that measured fastest through Vulkan on the H200 at 4096^3 among those whose shared
 arrays fit the 48 KiB of workgroup memory NVIDIA's Vulkan gives a workgroup
 (``bench/vulkan_profile_h200.py``): pipelined ones, whose tiles move in 16-byte words
-(``quad_arrays``), 128x256 over eight waves for F16 and Int8, 128x128 for Bf16; for Bf16x3,
-whose f32 tiles staged raw fit only 64x64 pipelined, 128x128 tiles staged element by element
-(``specs/backends.md``, "Vulkan speed")."""
+(``quad_arrays``) and land converted where the lowering converts them
+(``backends.spirv.converting``): 128x256 over eight waves for F16, Bf16 and Int8; 64x64 for
+Bf16x3 and the byte planes, whose three bf16 terms or four byte planes per operand fit no
+larger pipelined tile (``specs/backends.md``, "Vulkan speed")."""
 
 COMPONENTS = {
     FragUse.A: (ElemType.F16, ElemType.BF16, ElemType.U8, ElemType.I8),
@@ -192,7 +195,7 @@ def lower(kernel: ir.Kernel) -> ir.Kernel:
     """``kernel`` checked for SPIR-V and returned with its fragment statements unchanged
     (subgroup fixed to 32 when a fragment kernel names none); ``EmitError`` with the reason
     for anything a cooperative matrix cannot express."""
-    kernel = unsigned_accumulators(staged_copies(kernel))
+    kernel = unsigned_accumulators(staged_copies(converting_copies(kernel)))
     kernel = packed_store.elements(kernel)  # logical addressing has no wider pointers
     refuse_outside(kernel.body, NEUTRAL, "SPIR-V")  # cooperative matrices take neutral ones
     if not any(isinstance(s, _FRAGMENT) for s in walk(kernel.body)):

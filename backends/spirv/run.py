@@ -30,6 +30,7 @@ from backends.spirv.device import (
     runnable,
 )
 from backends.spirv.emit import emit, push_constant_layout
+from backends.spirv.lower import lower
 from backends.spirv.tools import assemble
 from sarek import ir
 from sarek.dtypes import numpy_dtype
@@ -98,7 +99,7 @@ class _Pipeline:
         vk = d.vk
         self.d, self.kernel = d, kernel
         text = emit(kernel) if text is None else text
-        gaps = missing(text, kernel) + cannot_run(kernel, d, block)
+        gaps = missing(text, kernel) + cannot_run(lower(kernel), d, block)
         if gaps:
             raise VulkanError(f"{d.name} cannot run kernel {kernel.name!r}: it lacks "
                               + ", ".join(gaps))
@@ -139,9 +140,11 @@ class _Pipeline:
             sType=vk.VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, pNext=stage_next,
             flags=flags, stage=vk.VK_SHADER_STAGE_COMPUTE_BIT, module=self.module,
             pName=kernel.name, pSpecializationInfo=spec)
+        capture = vk.VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR if d.statistics else 0
         self.pipeline = vk.vkCreateComputePipelines(d.device, None, 1, [
             vk.VkComputePipelineCreateInfo(sType=vk.VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
-                                           stage=stage, layout=self.layout)], None)[0]
+                                           flags=capture, stage=stage, layout=self.layout)],
+            None)[0]
         self.objects.append(("vkDestroyPipeline", self.pipeline))
         # buffers: device-local storage, one host-visible staging buffer for both directions
         usage = (vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT
@@ -172,6 +175,23 @@ class _Pipeline:
                 pBufferInfo=[vk.VkDescriptorBufferInfo(buffer=b.handle, offset=0, range=b.size)])
                 for i, b in enumerate(self.buffers)]
             vk.vkUpdateDescriptorSets(d.device, n, writes, 0, None)
+
+    def statistics(self) -> dict[str, float]:
+        """What the driver reports of compiling the pipeline (registers, spills, ...; empty
+        where it reports nothing)."""
+        d, vk = self.d, self.d.vk
+        if not d.statistics:
+            return {}
+        query = vk.vkGetDeviceProcAddr(d.device, "vkGetPipelineExecutableStatisticsKHR")
+        info = vk.VkPipelineExecutableInfoKHR(
+            sType=vk.VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR, pipeline=self.pipeline,
+            executableIndex=0)
+        out: dict[str, float] = {}
+        for stat in query(d.device, info):
+            value = stat.value
+            out[str(stat.name)] = float((value.b32, value.i64, value.u64, value.f64)[
+                int(stat.format)])
+        return out
 
     def execute(self, grid: tuple[int, int, int], repeats: int = 1) -> tuple[
             list[np.ndarray], list[float]]:
@@ -296,15 +316,19 @@ def run(kernel: ir.Kernel, args: Sequence[Any] | Mapping[str, Any], grid: tuple[
 
 def time_kernel(kernel: ir.Kernel, args: Sequence[Any] | Mapping[str, Any],
                 grid: tuple[int, ...], block: tuple[int, ...], repeats: int = 10,
-                text: str | None = None) -> tuple[dict[str, np.ndarray], list[float]]:
+                text: str | None = None, statistics: dict[str, float] | None = None
+                ) -> tuple[dict[str, np.ndarray], list[float]]:
     """Dispatches ``kernel`` ``repeats + 1`` times over the same buffers (the first warms up)
     and returns the arrays after the last and the seconds of each timed dispatch (GPU
     timestamps). ``text``: a module to run instead of the printed one (for experiments on
-    the SPIR-V a kernel is printed as; its interface must be the kernel's)."""
+    the SPIR-V a kernel is printed as; its interface must be the kernel's). ``statistics``
+    receives what the driver reports of compiling it (``_Pipeline.statistics``)."""
     d = vulkan_device.device()
     params, arrays, pc = _prepare(kernel, args)
     pipe = _Pipeline(d, kernel, arrays, pc, _dims(block), text)
     try:
+        if statistics is not None:
+            statistics.update(pipe.statistics())
         out, times = pipe.execute(_dims(grid), repeats + 1)
     finally:
         pipe.close()

@@ -6,43 +6,30 @@ multiplies them."""
 from __future__ import annotations
 
 from sarek import ir
-from sarek.ir import BinOp, ElemType, FragLayout
+from sarek.ir import BinOp, FragLayout
 from sarek.ir_build import add, binary, const, mul, var
 from sarek.matrix_pattern import Access
 from sarek.rewrite.layout import Layout
 from sarek.rewrite.parts import (
-    F32,
     I32,
     PACK,
-    U8,
     U32,
     cast,
     conjunction,
     pad,
 )
+from sarek.stage_copy import part
 
 
 class Copies(Layout):
     """The staging of the operand tiles, on the body's geometry."""
 
     def convert(self, x: ir.Expr) -> list[tuple[str, ir.Expr]]:
-        """The staged terms of one operand value ``x``: (term, value) pairs."""
+        """The staged terms of one operand value ``x``: (term, value) pairs, each the part of
+        ``x`` a staged copy would land (``sarek.stage_copy.part``: the value itself in the
+        lowering's type, its byte planes, or the bf16 terms hi, mid and lo)."""
         s = self.scheme
-        if s.terms == ("",):
-            return [("", cast(x, s.operand))]
-        if s.operand is U8:  # byte planes of the two's complement pattern
-            u = cast(x, U32)
-            return [(t, cast(binary(BinOp.AND, binary(BinOp.SHR, u, const(8 * p, U32)) if p else u,
-                                 const(255, U32)), U8))
-                    for p, t in enumerate(s.terms)]
-        # bf16x3: hi = bf16(x), mid = bf16(x - hi), lo = bf16(x - hi - mid); the differences are
-        # exact in f32.
-        x32 = cast(x, F32)
-        hi = cast(x32, ElemType.BF16)
-        r1 = binary(BinOp.SUB, x32, cast(hi, F32))
-        mid = cast(r1, ElemType.BF16)
-        r2 = binary(BinOp.SUB, r1, cast(mid, F32))
-        return [("hi", hi), ("mid", mid), ("lo", cast(r2, ElemType.BF16))]
+        return [(term, part(x, index, s.operand)) for index, term in enumerate(s.terms)]
 
     def operands(self) -> list[tuple[str, Access, int, int]]:
         """(name, access, rows, columns) of the A and B tiles one step stages."""
