@@ -1,21 +1,33 @@
-"""Where the time of a rewritten GEMM goes through Vulkan: variants of the printed module that
-leave one stage out, timed with GPU timestamps beside the module as printed.
+"""Where the time of a rewritten GEMM goes through Vulkan: the module as printed, variants of it
+that leave one stage out or order it otherwise, and the driver's compile statistics, each timed
+with GPU timestamps in one run.
 
-At 4096^3 (``--n``), under one lowering (``--lowering``, on its bundled example), for each
-schedule (``--schedules``), the kernel the ``vulkan`` target builds is printed as SPIR-V and
-timed (``backends.spirv.run.time_kernel(text=...)``, median of 10 dispatches) as printed; on
-the schedules named by ``--strip`` it is timed again without one stage at a time:
+At 4096^3 (``--n``), for each case ``LOWERING=SCHEDULE`` (``--case``, repeated; on the
+lowering's bundled example), the kernel the ``vulkan`` target builds is printed as SPIR-V and
+timed (``backends.spirv.run.time_kernel(text=...)``, median of 10 dispatches) as printed, then
+as each variant ``--variant`` names (those that do not apply to a case are left out):
 
 * ``no global loads``: staged words (elements) made of zeros (undefined) instead of loaded;
 * ``no staging``: nothing stored into the staged tiles (so no global loads either);
 * ``no fragment loads``: A and B fragments made of a constant instead of loaded;
 * ``no multiply-adds``: the accumulators passed through unchanged (fragment loads then die);
-* ``no barriers``: every ``OpControlBarrier`` removed.
+* ``no barriers``: every ``OpControlBarrier`` removed;
+* ``barriers without memory semantics``: every ``OpControlBarrier`` an execution barrier
+  alone (the memory model then orders nothing through it: a diagnostic);
+* ``lazy fragment loads``: each fragment loaded just before its first multiply-add (B's four,
+  then A's one row at a time) instead of all of a sub-step's first;
+* ``refills late``: converting copies issued after the first sub-step's products, where the
+  neutral rewrite issues raw copies, instead of right after the step's barrier;
+* ``partial unroll 2``, ``unroll``: the reduction loop's ``OpLoopMerge`` asking the driver to
+  unroll it twice, or as it sees fit;
+* ``spirv-opt -O``: the module after ``spirv-opt -O``.
 
-The stripped variants compute garbage; only their times mean something. With ``--variants``
-the module is also timed after ``spirv-opt`` (``-O``, and only the passes that promote Function
-variables to SSA values). The same schedules through CUDA are timed in the same run, and each
-Vulkan output is compared bit for bit with CUDA's. Writes bench/results/vulkan_profile_h200.json
+The stripped variants compute garbage; only their times mean something. The others must give
+the printed module's bits. Each case's output is compared bit for bit with the lowering's
+output through CUDA under CUDA's own policy (timed in the same run, ``CUDA policy`` rows): every
+schedule sums in the same order. With ``--same-tiling`` CUDA also runs each case's schedule.
+The driver's statistics (``VK_KHR_pipeline_executable_properties``: registers, spills, ...)
+are recorded per row where it reports them. Writes bench/results/vulkan_profile_h200.json
 (``--out``) and prints a table.
 """
 
@@ -44,17 +56,17 @@ from gpu_speed_h200 import REPEATS, kernel_output, kernel_seconds  # noqa: E402
 from backends.cuda.run import device_arch  # noqa: E402
 from backends.pipeline import compile_launch  # noqa: E402
 from backends.registry import target  # noqa: E402
+from backends.spirv import lower as spirv_lower  # noqa: E402
+from backends.spirv.converting import converting_copies  # noqa: E402
 from backends.spirv.device import device, device_name, runnable  # noqa: E402
+from backends.spirv.emit import print_kernel  # noqa: E402
 from backends.spirv.run import time_kernel  # noqa: E402
 from backends.spirv.tools import TARGET_ENV, tool  # noqa: E402
-from sarek import emit  # noqa: E402
+from sarek import ir, packed_store  # noqa: E402
 from sarek.errors import SarekError  # noqa: E402
 from sarek.loader import load_module  # noqa: E402
 from sarek.matrix_scheme import Lowering  # noqa: E402
 from sarek.schedule import Schedule  # noqa: E402
-
-SSA_PASSES = ("--eliminate-local-single-block", "--eliminate-local-single-store",
-              "--ssa-rewrite", "--eliminate-dead-code-aggressive")
 
 
 def optimized(text: str, passes: tuple[str, ...]) -> str:
@@ -78,7 +90,7 @@ def _chains(text: str, pointer: str) -> set[str]:
 
 
 def no_global_loads(text: str) -> str:
-    ptrs = _chains(text, r"%p_st_(?:f16|f32|i8|u16|v4u32) %\w+")
+    ptrs = _chains(text, r"%p_st_(?:f16|f32|i8|i32|u16|v4u32) %\w+")
     zero = {"%v4u32": "OpCompositeConstruct %v4u32 %c_u32_0 %c_u32_0 %c_u32_0 %c_u32_0"}
     return re.sub(r"^(\s*%\w+) = OpLoad (%\w+) (%\w+)$",
                   lambda m: f"{m[1]} = {zero.get(m[2], 'OpUndef ' + m[2])}" if m[3] in ptrs
@@ -86,7 +98,7 @@ def no_global_loads(text: str) -> str:
 
 
 def no_staging(text: str) -> str:
-    ptrs = _chains(text, r"%p_wo_(?:f16|v4u32) %\w+_sk_(?:a|b|ra|rb)")
+    ptrs = _chains(text, r"%p_wo_(?:f16|u16|u8|v4u32) %\w+_sk_(?:a|b|ra|rb)\w*")
     return re.sub(r"^\s*OpStore (%\w+) %\w+ NonPrivatePointer\n",
                   lambda m: "" if m[1] in ptrs else m[0], text, flags=re.M)
 
@@ -105,83 +117,187 @@ def no_barriers(text: str) -> str:
     return re.sub(r"^\s*OpControlBarrier .*\n", "", text, flags=re.M)
 
 
-STRIPS: dict[str, Callable[[str], str]] = {
-    "no global loads": no_global_loads,
-    "no staging": no_staging,
+def barriers_without_memory_semantics(text: str) -> str:
+    """Every ``OpControlBarrier`` an execution barrier alone (Semantics None): a diagnostic
+    (the Vulkan memory model then orders no workgroup memory), to see what the barriers'
+    memory semantics cost."""
+    text = re.sub(r"^(\s*OpControlBarrier %\w+ %\w+) %\w+$", r"\1 %c_u32_0", text, flags=re.M)
+    if "%c_u32_0 = OpConstant" not in text:
+        text = re.sub(r"^(%u32 = OpTypeInt 32 0)$", r"\1\n%c_u32_0 = OpConstant %u32 0", text,
+                      count=1, flags=re.M)
+    return text
+
+
+def _reduction_loop(control: str) -> Callable[[str], str]:
+    """The first loop that is not short (the reduction) with ``control`` as its loop
+    control."""
+    def edit(text: str) -> str:
+        return re.sub(r"^(\s*OpLoopMerge %\w+ %\w+) None$", rf"\1 {control}", text, count=1,
+                      flags=re.M)
+    return edit
+
+
+TEXT_VARIANTS: dict[str, Callable[[str], str]] = {
+    "no global loads": no_global_loads, "no staging": no_staging,
     "no fragment loads": no_fragment_loads, "no multiply-adds": no_multiply_adds,
-    "no barriers": no_barriers}
+    "no barriers": no_barriers, "partial unroll 2": _reduction_loop("PartialCount 2"),
+    "unroll": _reduction_loop("Unroll"),
+    "barriers without memory semantics": barriers_without_memory_semantics,
+    "spirv-opt -O": lambda text: optimized(text, ("-O",)),
+}
+STRIPPED = ("no global loads", "no staging", "no fragment loads", "no multiply-adds",
+            "no barriers", "barriers without memory semantics")
+
+
+def lazy_fragment_loads(stmts: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+    """``stmts`` (and every block in them) with each fragment load moved down to just before
+    the first statement that uses its fragment, never past a statement that is no fragment
+    load or multiply-add."""
+    out: list[ir.Stmt] = []
+    pending: dict[str, ir.FragLoad] = {}
+    for s in stmts:
+        if isinstance(s, ir.FragLoad):
+            pending[s.frag] = s
+            continue
+        if isinstance(s, ir.FragMulAdd):
+            for name in (s.a, s.b, s.c):
+                if name in pending:
+                    out.append(pending.pop(name))
+        else:
+            out += pending.values()
+            pending.clear()
+        if isinstance(s, ir.For):
+            s = s.model_copy(update={"body": lazy_fragment_loads(s.body)})
+        out.append(s)
+    out += pending.values()
+    return tuple(out)
+
+
+def lowered(kernel: ir.Kernel, refills_first: bool = True) -> ir.Kernel:
+    """``backends.spirv.lower.lower``'s kernel, with the converting copies' refills where
+    asked."""
+    kernel = spirv_lower.staged_copies(converting_copies(kernel, refills_first))
+    return packed_store.elements(spirv_lower.unsigned_accumulators(kernel))
+
+
+def kernel_variant(kernel: ir.Kernel, name: str) -> str | None:
+    """The module of variant ``name`` built from the kernel (None where it is a text
+    variant, or changes nothing)."""
+    if name == "lazy fragment loads":
+        low = spirv_lower.lower(kernel)
+        return print_kernel(low.model_copy(update={"body": lazy_fragment_loads(low.body)}))
+    if name == "refills late":
+        late = lowered(kernel, refills_first=False)
+        return None if late == spirv_lower.lower(kernel) else print_kernel(late)
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=4096)
-    parser.add_argument("--lowering", default="F16_operands", choices=[x.value for x in Lowering])
-    parser.add_argument("--variants", action="store_true",
-                        help="also time the module after spirv-opt (-O, and the SSA passes)")
-    parser.add_argument("--schedules", nargs="+",
-                        default=["t64k16", "t128k16", "t64k32s2", "t128k32s2"])
-    parser.add_argument("--strip", nargs="*", default=["t64k16", "t128k32s2"])
+    parser.add_argument("--case", action="append", default=[], metavar="LOWERING=SCHEDULE",
+                        help="a lowering and a schedule to profile (F16_operands="
+                             "t128x256k16s2); may be repeated")
+    parser.add_argument("--variant", action="append", default=[], metavar="CASE:VARIANT",
+                        help="a variant (see the module docstring) of a case (its "
+                             "LOWERING=SCHEDULE, or * for every case); may be repeated")
+    parser.add_argument("--same-tiling", action="store_true",
+                        help="also time each case's schedule through CUDA")
     parser.add_argument("--out", default="vulkan_profile_h200.json")
     opts = parser.parse_args(argv)
     n, flops = opts.n, 2.0 * opts.n ** 3
     arch = device_arch()
-    lowering = Lowering(opts.lowering)
-    original = load_module(ROOT / "examples" / f"{EXAMPLES[lowering]}.py").make(n, n, n)
     rows: list[dict[str, Any]] = []
 
     def row(**r: Any) -> None:
         if "median_s" in r:
             r["tflops"] = flops / r["median_s"] / 1e12
         rows.append(r)
-        print(f"{lowering.value:17} {r['schedule']:13} {r['variant']:34} "
-              + (f"{r['median_s'] * 1e3:9.3f} ms {r['tflops']:8.2f} TFLOP/s"
+        stats = r.get("statistics", {})
+        regs = next((v for k, v in stats.items() if "register" in k.lower()), None)
+        print(f"{r['lowering']:17} {r['schedule']:14} {r['variant']:28} "
+              + (f"{r['median_s'] * 1e3:8.3f} ms {r['tflops']:7.1f} TFLOP/s"
+                 + (f"  regs {regs:.0f}" if regs is not None else "")
                  + (f"  same bits as printed: {r['same_bits']}" if "same_bits" in r else "")
                  + (f"  as CUDA's: {r['bit_identical_to_cuda']}"
                     if "bit_identical_to_cuda" in r else "")
                  if "median_s" in r else f"error: {r.get('error')}"), flush=True)
 
-    for name in opts.schedules:
-        schedule = Schedule.parse(name)
-        compiled = compile_launch(target("vulkan"), original, lowering=lowering,
-                                  schedule=schedule)
+    cases = [tuple(c.split("=", 1)) for c in opts.case]
+    wanted: dict[str, list[str]] = {}
+    for v in opts.variant:
+        which, _, name = v.rpartition(":")
+        wanted.setdefault(which, []).append(name)
+    references: dict[str, np.ndarray] = {}
+    originals: dict[str, Any] = {}
+    for lowering_name, schedule_name in cases:
+        lowering = Lowering(lowering_name)
+        example = EXAMPLES[lowering]
+        if example not in originals:
+            originals[example] = load_module(ROOT / "examples" / f"{example}.py").make(n, n, n)
+        original = originals[example]
+        want = references.get(lowering_name)
+        if want is None:
+            cuda = compile_launch(target("cuda"), original, lowering=lowering)
+            assert cuda.rewritten is not None
+            c = cuda.gemm.c.array if cuda.gemm else "c"
+            row(lowering=lowering_name, schedule=cuda.rewritten.schedule.name,
+                variant="CUDA policy", median_s=kernel_seconds(cuda, arch))
+            want = references[lowering_name] = kernel_output(cuda, arch, c)
+        schedule = Schedule.parse(schedule_name)
+        if opts.same_tiling:
+            try:
+                same = compile_launch(target("cuda"), original, lowering=lowering,
+                                      schedule=schedule)
+                row(lowering=lowering_name, schedule=schedule_name, variant="CUDA",
+                    median_s=kernel_seconds(same, arch))
+            except Exception as e:  # the Vulkan rows still mean something
+                row(lowering=lowering_name, schedule=schedule_name, variant="CUDA",
+                    error=str(e)[:300])
+        try:
+            compiled = compile_launch(target("vulkan"), original, lowering=lowering,
+                                      schedule=schedule)
+        except SarekError as e:
+            row(lowering=lowering_name, schedule=schedule_name, variant="Vulkan as printed",
+                error=e.reason[:300])
+            continue
         launch = compiled.launch
         c = compiled.gemm.c.array if compiled.gemm else "c"
-        want: np.ndarray | None = None
-        try:
-            cuda = compile_launch(target("cuda"), original, lowering=lowering,
-                                  schedule=schedule)
-            row(schedule=name, variant="CUDA", median_s=kernel_seconds(cuda, arch))
-            want = kernel_output(cuda, arch, c)
-        except Exception as e:  # the Vulkan rows still mean something
-            row(schedule=name, variant="CUDA", error=str(e)[:300])
-        printed = runnable(emit(launch.kernel, "spirv"), device())
-        variants = {"Vulkan as printed": printed}
-        if opts.variants:
-            variants["Vulkan, spirv-opt -O"] = optimized(printed, ("-O",))
-            variants["Vulkan, spirv-opt SSA passes"] = optimized(printed, SSA_PASSES)
-        if name in opts.strip:
-            for label, strip in STRIPS.items():
-                variants[f"Vulkan, {label}"] = strip(printed)
+        printed = spirv_lower.lower(launch.kernel)
+        text = print_kernel(printed)
+        variants: dict[str, str | None] = {"as printed": text}
+        for name in wanted.get("*", []) + wanted.get(f"{lowering_name}={schedule_name}", []):
+            variants[name] = (TEXT_VARIANTS[name](text) if name in TEXT_VARIANTS
+                              else kernel_variant(launch.kernel, name))
         reference: np.ndarray | None = None
-        for label, text in variants.items():
+        for label, module in variants.items():
+            if module is None:
+                continue
+            stats: dict[str, float] = {}
             try:
                 out, times = time_kernel(launch.kernel, dict(launch.args), launch.grid,
-                                         launch.block, REPEATS, text=text)
-            except (SarekError, subprocess.CalledProcessError) as e:
-                row(schedule=name, variant=label, error=str(e)[:300])
+                                         launch.block, REPEATS,
+                                         text=runnable(module, device()), statistics=stats)
+            except (SarekError, subprocess.CalledProcessError, AssertionError) as e:
+                row(lowering=lowering_name, schedule=schedule_name, variant=label,
+                    error=str(e)[:300])
+                continue
+            except Exception as e:  # a driver refusal of one variant ends no run
+                row(lowering=lowering_name, schedule=schedule_name, variant=label,
+                    error=f"{type(e).__name__}: {e}"[:300])
                 continue
             bits = out[c].view(f"u{out[c].dtype.itemsize}")
-            extra: dict[str, Any] = {}
-            if reference is None:
-                reference = bits
-            elif "no " not in label:
-                extra["same_bits"] = bool(np.array_equal(bits, reference))
-            if "no " not in label and want is not None:
+            extra: dict[str, Any] = {"statistics": stats}
+            if label not in STRIPPED:
+                if reference is None:
+                    reference = bits
+                else:
+                    extra["same_bits"] = bool(np.array_equal(bits, reference))
                 extra["bit_identical_to_cuda"] = bool(np.array_equal(bits, want))
-            row(schedule=name, variant=label, median_s=statistics.median(times), **extra)
+            row(lowering=lowering_name, schedule=schedule_name, variant=label,
+                median_s=statistics.median(times), **extra)
     (ROOT / "bench" / "results" / opts.out).write_text(json.dumps(
-        {"device": device_name(), "n": n, "lowering": lowering.value, "repeats": REPEATS,
-         "rows": rows}, indent=2) + "\n")
+        {"device": device_name(), "n": n, "repeats": REPEATS, "rows": rows}, indent=2) + "\n")
     return 0
 
 
