@@ -32,10 +32,11 @@ class Schedule:
     the next step's elements into registers while the current step multiplies; with
     ``stages`` of 2 to 4 the block keeps that many steps in shared memory, copying the tiles
     of ``stages - 1`` steps ahead (``StageCopy``, asynchronous where the target's copies are)
-    while it multiplies the current one. With ``warpgroup`` (128x128 tiles, pipelined) wave
-    ``w`` holds rows ``16w`` and ``64 + 16w`` of the tile, all 128 columns, as two 16x128
-    accumulators, and the block one 16x128 B fragment per 16-deep sub-step: the shape of
-    Hopper's ``wgmma``, which multiplies the four waves' A by one B."""
+    while it multiplies the current one. With ``warpgroup`` (128x128 tiles, pipelined) the
+    waves hold accumulator strips as wide as the tile, as high as the target's policy says
+    (``sarek.staging.Staging.fragments``), and multiply them by one B fragment per sub-step
+    that the block shares: the shape of an instruction such as Hopper's ``wgmma``, which
+    multiplies the A of a warpgroup's four warps by one B."""
 
     tile: int = 64
     step: int = 16

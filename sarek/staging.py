@@ -26,6 +26,23 @@ class StagingError(SarekError):
 
 
 @dataclass(frozen=True)
+class Fragments:
+    """How each wave of a block holds its accumulators, as a target's policy answers for a
+    schedule (``Staging.fragments``): a grid of ``rows`` x ``cols`` accumulator fragments,
+    each ``m`` x ``n``. Without ``shared_b`` the grid is square over the wave's tile (fragment
+    (i, j) at rows ``i * m`` and columns ``j * n`` of it) and each wave loads its own A per row
+    and B per column of fragments; with ``shared_b`` every fragment is a strip as wide as the
+    block's tile (wave ``w``'s strip ``i`` at rows ``m * (w + waves * i)``), and the block's
+    waves all multiply by one B fragment per sub-step."""
+
+    rows: int
+    cols: int
+    m: int
+    n: int
+    shared_b: bool = False
+
+
+@dataclass(frozen=True)
 class Staging:
     """``row_pad_bytes``: bytes appended to every staged row of 16-bit terms (a multiple of 16,
     so that staged rows stay 16-byte aligned); ``narrow_b_col_major``: stage 8-bit B
@@ -41,7 +58,10 @@ class Staging:
     consecutive k of one row of A or column of column-major B and writes every plane's four
     bytes with one 32-bit ``StorePacked``; ``shared_bytes``: the most shared memory a block
     of the target may declare (None: no limit the rewrite heeds), under which a schedule that
-    fits only with A's rows unpadded stages them so (padding only spreads banks)."""
+    fits only with A's rows unpadded stages them so (padding only spreads banks);
+    ``strip_rows``: how high each wave's accumulator strips are under a schedule that asks
+    for strips multiplied by a B the block shares (``Schedule.warpgroup``), the rows the
+    target's instruction gives each wave (None: one fragment)."""
 
     row_pad_bytes: int = 0
     narrow_b_col_major: bool = False
@@ -51,6 +71,19 @@ class Staging:
     offered: tuple[tuple[str, Schedule], ...] = ()
     packed_planes: bool = False
     shared_bytes: int | None = None
+    strip_rows: int | None = None
+
+    def fragments(self, schedule: Schedule, frag: int) -> Fragments:
+        """Each wave's accumulators under ``schedule`` with ``frag`` x ``frag`` fragments: a
+        square grid over the wave's tile, or under a schedule with ``warpgroup`` strips
+        ``strip_rows`` high (one fragment when the policy names none) covering the block's
+        tile between its waves."""
+        if not schedule.warpgroup:
+            per_wave = schedule.wave_tile // frag
+            return Fragments(rows=per_wave, cols=per_wave, m=frag, n=frag)
+        height = self.strip_rows or frag
+        return Fragments(rows=schedule.tile // (height * schedule.waves), cols=1, m=height,
+                         n=schedule.tile_n, shared_b=True)
 
     def schedule_for(self, lowering: str, me: int, ne: int,
                      takes: Callable[[Schedule], bool] = lambda _: True) -> Schedule:

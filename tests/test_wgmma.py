@@ -23,6 +23,7 @@ from sarek.launch import Launch
 from sarek.matrix_rewrite import RewriteError, rewrite_launch
 from sarek.matrix_scheme import Lowering
 from sarek.schedule import Schedule, ScheduleError
+from sarek.staging import Fragments, Staging
 
 WARPGROUP = [Schedule(tile=128, step=64, stages=2, warpgroup=True),
              Schedule(tile=128, step=32, stages=3, warpgroup=True)]
@@ -84,6 +85,17 @@ def test_each_wave_holds_two_16x128_accumulators_and_the_block_one_b_per_sub_ste
     subs = schedule.step // 16
     assert (uses.count(ir.FragUse.ACCUMULATOR), uses.count(ir.FragUse.A),
             uses.count(ir.FragUse.B)) == (2, 2 * subs, subs)
+
+
+def test_the_staging_policy_shapes_each_waves_accumulators() -> None:
+    # A square grid of fragments over a 32x32 wave tile unless the schedule asks for strips;
+    # CUDA's strips are wgmma's 64 rows over its 4 warps high, a policy naming none one
+    # fragment high, and the 128-row tile takes two per wave of the four.
+    assert Staging().fragments(Schedule(), 16) == Fragments(rows=2, cols=2, m=16, n=16)
+    assert Staging().fragments(Schedule(), 8) == Fragments(rows=4, cols=4, m=8, n=8)
+    strips = Fragments(rows=2, cols=1, m=16, n=128, shared_b=True)
+    assert target("cuda").staging.fragments(WARPGROUP[0], 16) == strips
+    assert Staging().fragments(WARPGROUP[1], 16) == strips
 
 
 @pytest.mark.parametrize("schedule", WARPGROUP, ids=lambda s: s.name)

@@ -48,7 +48,7 @@ STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True, byte_k=32, packed_p
 ), offered=(
     ("F16_operands", Schedule(tile=128, step=32, stages=3, warpgroup=True)),
     ("F16_operands", Schedule(tile=128, step=64, stages=2)),
-))
+), strip_rows=atoms.WGMMA.m // atoms.WGMMA.warps)
 """Padded 16-bit rows put the 8 rows one ldmatrix reads in distinct banks; 8-bit B staged
 column-major lets ldmatrix deliver B's k-consecutive bytes. Large regions take the pipelined
 schedule that measured fastest on the H200 at 4096^3 (``bench/schedule_sweep_h200.py``, one
@@ -63,7 +63,9 @@ fragment spill at 128x128, so they take 64x64 tiles with 32-deep steps, the next
 prefetched into registers (1.9x); Int8 takes the same 8-bit schedule (not swept). CUDA also
 offers the warpgroup schedule with 32-deep steps, whose A goes through registers
 (``ldmatrix``), so that ``sarek conformance`` checks both of
-``wgmma``'s forms, and ``mma.sync``'s 128x128 tiles in 64-deep stages."""
+``wgmma``'s forms, and ``mma.sync``'s 128x128 tiles in 64-deep stages. Under a warpgroup
+schedule each warp's accumulator strips are wgmma's rows per warp high (``sarek.atoms.WGMMA``),
+so that one ``wgmma`` of the warpgroup multiplies the four warps' strips by the shared B."""
 
 NV_STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True, byte_k=32, packed_planes=True,
                      large=(

@@ -37,7 +37,7 @@ from sarek.ir_walk import map_blocks, walk
 CORE = atoms.GMMA_MN_INTER.row  # elements along each side of a core matrix (8 rows of 16 bytes)
 SWIZZLE_ROW = atoms.GMMA_MN_SW128.row  # elements in one 128-byte row of a 128-byte swizzle atom
 SWIZZLE_BYTES = atoms.GMMA_MN_SW128.bytes  # one atom, aligned to itself
-WARPGROUP_ROWS = atoms.WGMMA.m  # of A, one wgmma's m: 16 for each of the warpgroup's warps
+WARPGROUP_ROWS = atoms.WGMMA.m  # rows of A one wgmma multiplies: 16 for each of its 4 warps
 ELEMENT_BYTES = atoms.GMMA_MN_SW128.element_bytes
 _SWIZZLE = atoms.SWIZZLE_128B.recast(ELEMENT_BYTES)  # over element offsets
 _LOG_CORE, _LOG_ROW = CORE.bit_length() - 1, SWIZZLE_ROW.bit_length() - 1

@@ -59,7 +59,7 @@ class Builder(Multiply):
         out: list[ir.Stmt] = []
         if self.scheme.accumulators > 1:
             out.append(ir.ArrayDecl(name="sk_out", elem=I32,
-                                    size=self.frag * self.frag // self.subgroup,
+                                    size=self.acc_m * self.acc_n // self.subgroup,
                                     space=MemSpace.LOCAL))
         for i, j in self.frag_names():
             if self.scheme.accumulators == 1:

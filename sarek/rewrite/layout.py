@@ -35,12 +35,13 @@ class Layout:
         self.stages = schedule.stages
         self.threads = self.waves * subgroup
         self.per_wave = self.wave_tile // frag  # fragments along each side of a wave's tile
-        # Accumulator fragments per wave (rows, columns) and their width: a square grid of the
-        # wave's tile, or under a warpgroup schedule two 16 x 128 fragments (rows 16w and
-        # 64 + 16w of the tile) and one 16 x 128 B fragment per sub-step for the block.
-        self.warpgroup = schedule.warpgroup
-        self.grid = (2, 1) if self.warpgroup else (self.per_wave, self.per_wave)
-        self.acc_n = self.tile_n if self.warpgroup else frag
+        # Accumulator fragments per wave as the target's policy shapes them for the schedule:
+        # a square grid over the wave's tile, or strips as wide as the block's tile that the
+        # block's waves multiply by one shared B fragment per sub-step.
+        fragments = staging.fragments(schedule, frag)
+        self.strips = fragments.shared_b
+        self.grid = (fragments.rows, fragments.cols)
+        self.acc_m, self.acc_n = fragments.m, fragments.n
         # Row strides and B's layout of the staged tiles: the target's policy (padded 16-bit
         # rows, column-major 8-bit B), which moves elements but never changes a result.
         pad = staging.row_pad_bytes * 8 // 16 if scheme.operand.bits == 16 else 0
@@ -141,9 +142,9 @@ class Layout:
                                         align=16))
         # One fragment per wave at a time leaves through here (and an initial value enters).
         out.append(ir.ArrayDecl(name="sk_cs", elem=self.scheme.acc,
-                                size=self.waves * self.frag * self.acc_n,
+                                size=self.waves * self.acc_m * self.acc_n,
                                 space=MemSpace.SHARED))
-        shape = ir.FragShape(m=self.frag, n=self.acc_n, k=self.frag_k)
+        shape = ir.FragShape(m=self.acc_m, n=self.acc_n, k=self.frag_k)
         for i, j in self.frag_names():
             for a in range(self.scheme.accumulators):
                 out.append(ir.FragDecl(name=f"sk_acc{a}_{i}_{j}", use=FragUse.ACCUMULATOR,
@@ -152,10 +153,11 @@ class Layout:
             out += [ir.FragDecl(name=self.step_sum(a, i, j), use=FragUse.ACCUMULATOR,
                                 shape=shape, elem=self.scheme.acc)
                     for i, j in self.frag_names() for a in range(self.scheme.accumulators)]
-        if self.warpgroup:  # A per row and sub-step, B per sub-step: none is reloaded in a step
+        if self.strips:  # A per strip and sub-step, B per sub-step: none is reloaded in a step
             subs = range(self.step // self.frag_k)
             out += [ir.FragDecl(name=f"sk_fa0_{i}_{q}", use=FragUse.A, shape=shape,
-                                elem=self.scheme.operand) for q in subs for i in range(2)]
+                                elem=self.scheme.operand) for q in subs
+                    for i in range(self.grid[0])]
             out += [ir.FragDecl(name=f"sk_fb0_{q}", use=FragUse.B, shape=shape,
                                 elem=self.scheme.operand) for q in subs]
             return out
@@ -174,8 +176,8 @@ class Layout:
     def wave_origin(self, i: int, j: int) -> tuple[ir.Expr, ir.Expr]:
         """Row and column, within the block's tile, of fragment (i, j) of this wave."""
         w = var("sk_wave")
-        if self.warpgroup:
-            return add(mul(w, const(self.frag)), const(64 * i)), const(0)
+        if self.strips:  # strip i of wave w: rows acc_m * (w + waves * i)
+            return add(mul(w, const(self.acc_m)), const(self.acc_m * self.waves * i)), const(0)
         columns = const(self.wave_columns)
         row = add(mul(binary(BinOp.DIV, w, columns), const(self.wave_tile)),
                   const(i * self.frag))
@@ -194,13 +196,13 @@ class Layout:
         """``for sk_q in range(frag * frag / subgroup): sk_e = sk_q * subgroup + sk_wave_lane;
         body``: a uniform loop in which a wave's lanes cover one fragment's elements."""
         e = add(mul(var("sk_q"), const(self.subgroup)), var("sk_wave_lane"))
-        trips = self.frag * self.acc_n // self.subgroup
+        trips = self.acc_m * self.acc_n // self.subgroup
         return ir.For(var="sk_q", start=const(0), stop=const(trips),
                       step=const(1), body=(ir.Let(name="sk_e", type=I32, value=e), *body))
 
     def exchange_offset(self) -> ir.Expr:
         """Where this wave's fragment lies in the exchange array ``sk_cs``."""
-        return mul(var("sk_wave"), const(self.frag * self.acc_n))
+        return mul(var("sk_wave"), const(self.acc_m * self.acc_n))
 
     def exchanged(self) -> ir.Expr:
         """Element ``sk_e`` of this wave's fragment in ``sk_cs`` (row-major, stride frag)."""

@@ -107,9 +107,9 @@ class Multiply(Copies):
                 return offset
             return add(mul(slot, const(self.buffer(name))), offset)
 
-        if self.warpgroup:  # every wave: its two rows of A by the block's one B, per sub-step
+        if self.strips:  # every wave: its strips of A by the block's one B, per sub-step
             for q, kk0 in enumerate(range(0, self.step, f)):
-                for i in range(2):
+                for i in range(self.grid[0]):
                     row, _ = self.wave_origin(i, 0)
                     out.append(ir.FragLoad(
                         frag=f"sk_fa0_{i}_{q}", array=self.staged("a", ""),
@@ -119,7 +119,8 @@ class Multiply(Copies):
                                        offset=buffered("b", const(kk0 * self.b_stride)),
                                        stride=const(self.b_stride)))
                 out += [ir.FragMulAdd(d=f"sk_acc0_{i}_0", a=f"sk_fa0_{i}_{q}",
-                                      b=f"sk_fb0_{q}", c=f"sk_acc0_{i}_0") for i in range(2)]
+                                      b=f"sk_fb0_{q}", c=f"sk_acc0_{i}_0")
+                        for i in range(self.grid[0])]
                 if q == 0:
                     out += between
             return out
