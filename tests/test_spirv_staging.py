@@ -19,6 +19,7 @@ import sarek
 from backends.pipeline import compile_launch
 from backends.registry import target
 from backends.spirv import check, emit, tools_reason
+from backends.spirv.converting import converting_copies
 from backends.spirv.device import unsupported_configs
 from backends.spirv.emit import print_kernel
 from backends.spirv.lower import STAGING, lower, quad_arrays, staged_copies
@@ -186,6 +187,21 @@ def test_tiles_a_lowering_converts_are_copied_as_their_terms() -> None:
     assert sum(isinstance(s, ir.Barrier) for s in loop.body) == 1  # the conversion's went
     check(emit(kernel))
     assert same_bits_as_cuda(Lowering.BF16_OPERANDS, "t64k32s2")
+
+
+def test_raw_tiles_used_otherwise_than_the_rewrite_uses_them_are_left_raw() -> None:
+    kernel = rewritten(Lowering.BF16_OPERANDS, "t64k32s2").kernel
+    loop = next(s for s in kernel.body if isinstance(s, ir.For))
+    converts = [i for i, s in enumerate(loop.body) if isinstance(s, ir.For)]
+    # the barrier after the conversion loops moved before them: fusing could not drop it
+    barrier = converts[-1] + 1
+    body = list(loop.body)
+    body.insert(converts[0], body.pop(barrier))
+    moved = kernel.model_copy(update={"body": tuple(
+        loop.model_copy(update={"body": tuple(body)}) if s is loop else s
+        for s in kernel.body)})
+    assert converting_copies(moved) == moved
+    assert converting_copies(kernel) != kernel
 
 
 def test_the_three_bf16x3_terms_land_from_one_set_of_loaded_words() -> None:

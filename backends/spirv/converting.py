@@ -15,13 +15,14 @@ loads the raw words and converts them in registers as they land
 
 from __future__ import annotations
 
+import math
 import typing
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from sarek import ir
 from sarek.ir import BinOp, MemSpace
-from sarek.ir_build import add, const, mul
+from sarek.ir_build import add, const, mul, var
 from sarek.ir_walk import replace_statements, subexpressions, walk
 from sarek.stage_copy import SPLITS, part
 
@@ -66,11 +67,13 @@ def _tile_place(e: ir.Expr, element: str) -> tuple[int, int] | None:
     return None
 
 
-def _conversion(s: ir.Stmt, decls: dict[str, ir.ArrayDecl]) -> tuple[str, _Raw] | None:
+def _conversion(s: ir.Stmt, decls: dict[str, ir.ArrayDecl], threads: int
+                ) -> tuple[str, _Raw] | None:
     """``(raw array, what it is converted into)`` for ``s`` a conversion loop as the neutral
-    rewrite builds it (``Copies.convert_raw``): ``sk_e`` over the tile, ``sk_x`` its element
-    read from the raw array at ``slot * size + sk_e``, then one store of a part of ``sk_x``
-    per term array at the element's place in a padded row."""
+    rewrite builds it (``Copies.convert_raw``): element ``sk_e = q * threads + sk_tid`` of the
+    tile for each of its trips ``q``, ``sk_x`` that element read from the raw array at ``slot
+    * size + sk_e``, then one store of a part of ``sk_x`` per term array at the element's
+    place in a padded row."""
     if not isinstance(s, ir.For) or len(s.body) < 3:
         return None
     e, x, *stores = s.body
@@ -87,6 +90,10 @@ def _conversion(s: ir.Stmt, decls: dict[str, ir.ArrayDecl]) -> tuple[str, _Raw] 
     if found is None:
         return None
     slot, size = found
+    every = add(mul(ir.Var(name=s.var, type=ir.ElemType.I32), const(threads)), var("sk_tid"))
+    if (s.start, s.step, e.value) != (const(0), const(1), every) or s.stop != const(
+            size // threads) or size % threads:
+        return None  # the loop covers the tile once
     element = ir.Var(name=x.name, type=x.type)
     terms = []
     for store in stores:
@@ -110,18 +117,21 @@ def converting_copies(kernel: ir.Kernel, refills_first: bool = True) -> ir.Kerne
     the neutral rewrite uses it. With ``refills_first`` each step issues its refills right
     after its barrier, before its products, as a lowering staged as it is does (the buffer
     they fill is one no wave reads in that step)."""
+    if kernel.block is None:
+        return kernel
     decls = {s.name: s for s in walk(kernel.body)
              if isinstance(s, ir.ArrayDecl) and s.space is MemSpace.SHARED}
     raws: dict[str, _Raw] = {}
     loops: set[int] = set()
     for s in walk(kernel.body):
-        found = _conversion(s, decls)
+        found = _conversion(s, decls, math.prod(kernel.block))
         if found is not None:
             if found[0] in raws:
                 return kernel  # one conversion loop per raw array
             raws[found[0]] = found[1]
             loops.add(id(s))
-    if not raws or not _only_as_raw(kernel.body, raws, loops):
+    if not raws or not _only_as_raw(kernel.body, raws, loops) or not _then_barrier(
+            kernel.body, loops):
         return kernel
     depths = {decls[name].size // raw.size for name, raw in raws.items()}
     if len(depths) != 1 or any(decls[name].size % raw.size for name, raw in raws.items()):
@@ -178,6 +188,23 @@ def _refills_first(stmts: list[ir.Stmt]) -> list[ir.Stmt]:
     if at is None:
         return stmts
     return [*rest[:at], *refills, *rest[at:]]
+
+
+def _then_barrier(stmts: tuple[ir.Stmt, ...], loops: set[int]) -> bool:
+    """Whether, in ``stmts`` and every block in them, the conversion loops of a block follow
+    one another and a barrier follows the last."""
+    at = [i for i, s in enumerate(stmts) if id(s) in loops]
+    if at and (at != list(range(at[0], at[-1] + 1)) or at[-1] + 1 >= len(stmts)
+               or not isinstance(stmts[at[-1] + 1], ir.Barrier)):
+        return False
+    for s in stmts:
+        match s:
+            case ir.For(body=body) | ir.While(body=body) if not _then_barrier(body, loops):
+                return False
+            case ir.If(then=then, orelse=orelse) if not (_then_barrier(then, loops)
+                                                          and _then_barrier(orelse, loops)):
+                return False
+    return True
 
 
 def _walk_outside(stmts: tuple[ir.Stmt, ...], skipped: set[int]) -> Iterator[ir.Stmt]:

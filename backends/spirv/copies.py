@@ -1,7 +1,8 @@
 """The SPIR-V printer's 16-byte words: staged tiles held as Workgroup arrays of ``uvec4``
 (``backends.spirv.lower.quad_arrays``), cooperative-matrix accesses to them at word offsets and
 strides, and ``StageCopy`` as 16-byte loads held in registers until the ``StageWait`` that lands
-them (``specs/backends.md``, "Staged copies")."""
+them, converted there into the part a converting copy lands (``specs/backends.md``, "Staged
+copies")."""
 
 from __future__ import annotations
 
