@@ -36,12 +36,10 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+from sarek.matrix_scheme import Lowering
+from sarek.schedule import SEED
 
-from sarek.matrix_scheme import Lowering  # noqa: E402
-from sarek.schedule import SEED  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 EXAMPLES = {Lowering.F16_OPERANDS: "gemm_f16", Lowering.BF16_OPERANDS: "gemm_f32",
             Lowering.BF16X3_OPERANDS: "gemm_f32", Lowering.INT8_OPERANDS: "gemm_i8",
@@ -117,8 +115,6 @@ def measure(n: int, also: tuple[tuple[str, str], ...] = (),
     """The rows of one run on the device for ``targets`` (``also``: (lowering, schedule) pairs
     Vulkan runs besides its policy's and the small regions' schedules; ``nv_also``: those
     opencl-nv runs besides its policy's)."""
-    from gpu_speed_h200 import REPEATS, kernel_output, kernel_seconds
-
     from backends.cuda.run import device_arch
     from backends.cuda.run import device_name as cuda_device
     from backends.pipeline import compile_launch
@@ -126,6 +122,7 @@ def measure(n: int, also: tuple[tuple[str, str], ...] = (),
     from backends.spirv.device import device_name
     from backends.spirv.lower import STAGING
     from backends.spirv.run import time_kernel
+    from bench.gpu_speed_h200 import REPEATS, kernel_output, kernel_seconds
     from sarek.errors import SarekError
     from sarek.loader import load_module
     from sarek.schedule import Schedule

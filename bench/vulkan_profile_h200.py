@@ -46,27 +46,24 @@ from typing import Any
 
 import numpy as np
 
+from backends.cuda.run import device_arch
+from backends.pipeline import compile_launch
+from backends.registry import target
+from backends.spirv import lower as spirv_lower
+from backends.spirv.converting import converting_copies
+from backends.spirv.device import device, device_name, runnable
+from backends.spirv.emit import print_kernel
+from backends.spirv.run import time_kernel
+from backends.spirv.tools import TARGET_ENV, tool
+from bench.backends_speed_h200 import EXAMPLES
+from bench.gpu_speed_h200 import REPEATS, kernel_output, kernel_seconds
+from sarek import ir, packed_store
+from sarek.errors import SarekError
+from sarek.loader import load_module
+from sarek.matrix_scheme import Lowering
+from sarek.schedule import Schedule
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from backends_speed_h200 import EXAMPLES  # noqa: E402
-from gpu_speed_h200 import REPEATS, kernel_output, kernel_seconds  # noqa: E402
-
-from backends.cuda.run import device_arch  # noqa: E402
-from backends.pipeline import compile_launch  # noqa: E402
-from backends.registry import target  # noqa: E402
-from backends.spirv import lower as spirv_lower  # noqa: E402
-from backends.spirv.converting import converting_copies  # noqa: E402
-from backends.spirv.device import device, device_name, runnable  # noqa: E402
-from backends.spirv.emit import print_kernel  # noqa: E402
-from backends.spirv.run import time_kernel  # noqa: E402
-from backends.spirv.tools import TARGET_ENV, tool  # noqa: E402
-from sarek import ir, packed_store  # noqa: E402
-from sarek.errors import SarekError  # noqa: E402
-from sarek.loader import load_module  # noqa: E402
-from sarek.matrix_scheme import Lowering  # noqa: E402
-from sarek.schedule import Schedule  # noqa: E402
 
 
 def optimized(text: str, passes: tuple[str, ...]) -> str:

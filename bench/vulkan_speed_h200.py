@@ -26,22 +26,19 @@ from typing import Any
 
 import numpy as np
 
+from backends.cuda.run import device_arch
+from backends.pipeline import compile_launch
+from backends.registry import target
+from backends.spirv.device import device_name
+from backends.spirv.run import time_kernel
+from bench.gpu_speed_h200 import REPEATS, kernel_output, kernel_seconds, torch_seconds
+from sarek import emit
+from sarek.errors import SarekError
+from sarek.loader import load_module
+from sarek.matrix_scheme import Lowering
+from sarek.schedule import SEED
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from gpu_speed_h200 import REPEATS, kernel_output, kernel_seconds, torch_seconds  # noqa: E402
-
-from backends.cuda.run import device_arch  # noqa: E402
-from backends.pipeline import compile_launch  # noqa: E402
-from backends.registry import target  # noqa: E402
-from backends.spirv.device import device_name  # noqa: E402
-from backends.spirv.run import time_kernel  # noqa: E402
-from sarek import emit  # noqa: E402
-from sarek.errors import SarekError  # noqa: E402
-from sarek.loader import load_module  # noqa: E402
-from sarek.matrix_scheme import Lowering  # noqa: E402
-from sarek.schedule import SEED  # noqa: E402
 
 N = 4096
 
