@@ -473,32 +473,18 @@ class _Lowering:
     # ---------------------------------------------------------------- element loops
 
     def each_element(self, g: _Group, body: _ElementBody) -> list[ir.Stmt]:
-        """``body(the lane's element)`` for each of the lane's slots of a fragment of ``g``:
-        loops over the rows (and columns) of the lane's grid (``_Grid``), its element's row
-        and column counted on from the lane's first, or over the slots where they make
-        none."""
-        grid = _Grid(self.subgroup, g.cols, self.slots(g), var(self.lane))
+        """``for slot: body(the lane's element in that slot)`` over the fragments of ``g``."""
+        slot, flat = self.fresh("slot"), self.fresh("f")
         i, j = self.fresh("i"), self.fresh("j")
-        if grid.diagonal:
-            def one(slot: ir.Expr) -> list[ir.Stmt]:
-                flat = _plus(_times(slot, self.subgroup), var(self.lane))
-                return [ir.Let(name=i, type=I32, value=grid.row_of(slot)),
-                        ir.Let(name=j, type=I32, value=grid.col_of(slot)),
-                        *body(_Element(var(i), var(j), slot, flat))]
-
-            return self.each("slot", grid.slots, one, None)
-        row, col = self.fresh("row"), self.fresh("col")
-
-        def element(ri: ir.Expr, cj: ir.Expr) -> list[ir.Stmt]:
-            flat = _plus(_times(var(i), g.cols), var(j))
-            return [ir.Let(name=i, type=I32, value=_plus(var(row), _times(ri, grid.row_step))),
-                    ir.Let(name=j, type=I32, value=_plus(var(col), _times(cj, self.subgroup))),
-                    *body(_Element(var(i), var(j), _plus(_times(ri, grid.cols), cj), flat))]
-
-        return [ir.Let(name=row, type=I32, value=grid.row_of(const(0))),
-                ir.Let(name=col, type=I32, value=grid.col_of(const(0))),
-                *self.each("slot", grid.rows, lambda ri: self.each(
-                    "slot", grid.cols, lambda cj: element(ri, cj), None), None)]
+        inner: list[ir.Stmt] = [
+            ir.Let(name=flat, type=I32, value=add(mul(var(slot), const(self.subgroup)),
+                                                  var(self.lane))),
+            ir.Let(name=i, type=I32, value=binary(BinOp.DIV, var(flat), const(g.cols))),
+            ir.Let(name=j, type=I32, value=binary(BinOp.REM, var(flat), const(g.cols))),
+            *body(_Element(var(i), var(j), var(slot), var(flat))),
+        ]
+        return [ir.For(var=slot, start=const(0), stop=const(self.slots(g)), step=const(1),
+                       body=tuple(inner))]
 
     def move(self, s: ir.FragLoad | ir.FragStore) -> list[ir.Stmt]:
         g, n = self.where(s.frag)
