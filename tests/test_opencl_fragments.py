@@ -1,8 +1,9 @@
 """Rewritten kernels as portable OpenCL C on a real OpenCL implementation (PoCL on the CPU):
 every example, lowering, subgroup and fragment at a ragged size runs bit-identically to the
 simulator running the same lowered kernel, with canaries (``sarek conformance --target opencl
---quick``); the f16 conversions the printer uses are exact on every f16 and rounding boundary;
-the f16 case that once came back as garbage and NaN is bit-identical."""
+--quick``), and so does every shape of a lane's grid of accumulator slots; the f16
+conversions the printer uses are exact on every f16 and rounding boundary; the f16 case that
+once came back as garbage and NaN is bit-identical."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from conftest import EXAMPLES
+from test_opencl_lower import SHAPES, shapes_args, shapes_kernel
 
 from backends import conformance
 from backends.opencl import opencl_available, run
@@ -70,6 +72,15 @@ def test_the_f16_rewrite_that_gave_nan_is_bit_identical_with_the_optimizer_on(
     got = run(rw.kernel, dict(rw.args), rw.grid, rw.block)
     assert not np.isnan(got["c"].astype(np.float32)).any()
     assert np.array_equal(got["c"].view(np.uint16), want["c"].view(np.uint16))
+
+
+@pytest.mark.parametrize("subgroup", (32, 64))
+@pytest.mark.parametrize("m,n,k", SHAPES, ids=lambda v: str(v))
+def test_every_lane_grid_runs_bit_identically(m: int, n: int, k: int, subgroup: int) -> None:
+    kernel = shapes_kernel(m, n, k, subgroup)
+    want = simulate(lower(kernel), shapes_args(m, n, k), (1, 1, 1), (subgroup, 1, 1))
+    got = run(kernel, shapes_args(m, n, k), (1,), (subgroup,))
+    assert all(np.array_equal(got[x].view(np.uint8), want[x].view(np.uint8)) for x in want)
 
 
 def _conversion(src: ElemType, dst: ElemType) -> ir.Kernel:

@@ -152,6 +152,68 @@ def test_a_lane_reads_each_b_value_once_per_k_and_its_rows_of_a_written_out() ->
     assert set(operands.values()) == {ir.ElemType.F32}
 
 
+def shapes_kernel(m: int, n: int, k: int, subgroup: int) -> ir.Kernel:
+    """One wave: ``out[0] = a @ b[0] + c`` and ``out[1] = a @ b[1] + c`` on ``m x n x k``
+    fragments from global memory, a run of two multiply-accumulates whose ``c`` is not their
+    ``d``."""
+    f16, f32 = ir.ElemType.F16, ir.ElemType.F32
+    shape = ir.FragShape(m=m, n=n, k=k)
+
+    def decl(name: str, use: ir.FragUse, elem: ir.ElemType) -> ir.FragDecl:
+        return ir.FragDecl(name=name, use=use, shape=shape, elem=elem)
+
+    def at(x: int) -> ir.Const:
+        return ir.Const(value=x, type=ir.ElemType.I32)
+
+    body = (decl("fa", ir.FragUse.A, f16), decl("fb0", ir.FragUse.B, f16),
+            decl("fb1", ir.FragUse.B, f16), decl("fc", ir.FragUse.ACCUMULATOR, f32),
+            decl("fd0", ir.FragUse.ACCUMULATOR, f32), decl("fd1", ir.FragUse.ACCUMULATOR, f32),
+            ir.FragLoad(frag="fa", array="a", offset=at(0), stride=at(k)),
+            ir.FragLoad(frag="fb0", array="b", offset=at(0), stride=at(n)),
+            ir.FragLoad(frag="fb1", array="b", offset=at(k * n), stride=at(n)),
+            ir.FragLoad(frag="fc", array="c", offset=at(0), stride=at(n)),
+            ir.FragMulAdd(d="fd0", a="fa", b="fb0", c="fc"),
+            ir.FragMulAdd(d="fd1", a="fa", b="fb1", c="fc"),
+            ir.FragStore(frag="fd0", array="out", offset=at(0), stride=at(n)),
+            ir.FragStore(frag="fd1", array="out", offset=at(m * n), stride=at(n)))
+    params = (ir.ArrayParam(name="a", elem=f16), ir.ArrayParam(name="b", elem=f16),
+              ir.ArrayParam(name="c", elem=f32), ir.ArrayParam(name="out", elem=f32))
+    return ir.Kernel(name="shapes", params=params, body=body, subgroup=subgroup,
+                     block=(subgroup, 1, 1))
+
+
+def shapes_args(m: int, n: int, k: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(m * n * k)
+    return {"a": rng.standard_normal(m * k).astype(np.float16),
+            "b": rng.standard_normal(2 * k * n).astype(np.float16),
+            "c": rng.standard_normal(m * n).astype(np.float32),
+            "out": np.zeros(2 * m * n, np.float32)}
+
+
+# 16x16 and 8x8: a lane's slots are rows of one column; 16x64: two columns of 16 rows; 16x24:
+# no grid (24 neither divides nor is divided by the subgroup), a row and column per slot
+SHAPES = ((16, 16, 16), (8, 8, 8), (16, 64, 16), (16, 24, 8))
+
+
+@pytest.mark.parametrize("subgroup", (32, 64))
+@pytest.mark.parametrize("m,n,k", SHAPES, ids=lambda v: str(v))
+def test_every_lane_grid_and_a_run_from_other_accumulators_equal_the_neutral_kernel(
+        m: int, n: int, k: int, subgroup: int) -> None:
+    kernel = shapes_kernel(m, n, k, subgroup)
+    block = (subgroup, 1, 1)
+    neutral = sarek.simulate(kernel, shapes_args(m, n, k), (1, 1, 1), block,
+                             arith="sequential")
+    assert same_bits(neutral, sarek.simulate(kernel, shapes_args(m, n, k), (1, 1, 1), block,
+                                             target="opencl"))
+    args = shapes_args(m, n, k)
+    a, b = args["a"].astype(np.float32).reshape(m, k), args["b"].astype(np.float32)
+    for half in range(2):  # the products added in k order, each sum rounded to f32
+        want = args["c"].reshape(m, n).copy()
+        for kk in range(k):
+            want = want + np.outer(a[:, kk], b.reshape(2, k, n)[half, kk])
+        assert np.array_equal(neutral["out"].reshape(2, m, n)[half], want)
+
+
 def test_the_printed_kernel_needs_no_extension_and_contracts_nothing() -> None:
     text = emit(rewrite("gemm_f16", Lowering.F16_OPERANDS).kernel)
     assert "#pragma OPENCL FP_CONTRACT OFF" in text

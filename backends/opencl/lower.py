@@ -18,23 +18,27 @@ exchange data through local memory and work-group barriers.
   8-bit values fit it) when every fragment of the group is multiplied into one accumulator
   type, never stored, and the kernel's local memory stays within ``LOCAL_BYTES``: each element
   is then converted once as it is copied in, not once per product.
-* A run of consecutive multiply-accumulates over distinct accumulators is register-blocked:
-  for each ``k`` in order, each lane copies the A values of its rows and the B values of its
-  columns (``_Grid``) from the operand matrices into private arrays, then adds each product
-  ``a[i,k] * b[k,j]`` (exact: f16 and bf16 products fit f32) to each of its accumulator slots,
-  rounded after every addition. Every element still receives its products in k order from
+* A run of consecutive multiply-accumulates into distinct accumulators is register-blocked:
+  a lane's slots of an accumulator are a grid of rows by columns (``_Grid``; 16x16 over 32
+  lanes: 8 rows of one column). For each ``k`` in order and each B fragment of the run, the
+  lane reads each of its B values once into a private scalar and multiplies it by its A
+  values of its rows, in every A fragment the run pairs with that B fragment, adding each
+  product ``a[i,k] * b[k,j]`` (exact: f16 and bf16 products fit f32) to its slot, rounded
+  after every addition. Every element still receives its statement's products in k order from
   its initial value, the simulator's ``sequential`` model (integers wrap, exactly as the
-  integer model does); a fragment's A and B values are read once per k and lane instead of
-  once per product. ``FragAdd`` makes each lane add its slots of one accumulator to the same
-  slots of the other. A run of consecutive multiply-accumulates (or fills, or adds) whose
-  fragment indices are affine in the position in the run becomes one loop, in the
-  statements' order, so it computes exactly what the statements do one after another.
+  integer model does); an A or B value is read once per k for all the products it takes part
+  in (where the compiler keeps the unrolled run's loads, as NVIDIA's does), not once per
+  product. ``FragAdd`` makes each lane add its slots of one accumulator to the same slots of
+  the other. A run of consecutive fills, or adds, whose fragment indices are affine in the
+  position in the run becomes one loop, in the statements' order, so it computes exactly
+  what the statements do one after another.
 * A barrier is inserted where lanes exchange data and nothing else orders it: before a
   multiply-accumulate that reads an operand written since the last barrier, and before a write
   of an operand that a multiply-accumulate read since the last barrier (followed around loops).
 
-Everything is loops (over runs, slots and k), never unrolled element by element: the printed
-kernel stays small, which is what keeps PoCL's compile time short (``specs/backends.md``).
+Everything is loops (over runs, slots and k) but the products of one B value, written out (at
+most ``UNROLL``): the printed kernel stays small, which is what keeps PoCL's compile time
+short (``specs/backends.md``), and an unoptimized build does not pay for a loop per product.
 """
 
 from __future__ import annotations
