@@ -14,9 +14,13 @@ LLVM's optimizer); ``--optimized`` adds the F16 kernels and their naive kernel b
 PoCL's and pyopencl's caches are off, so every build is cold, as in a fresh CI run.
 
 Usage: ``python -m bench.opencl_speed [--size N] [--check-size N] [--platform NAME]
-[--configs all|32x16,...] [--optimized] [--rounds R] [--out PATH]``; writes
-``bench/results/opencl_speed.json`` and prints a table. Exits 1 when a kernel differs from the
-simulator (or from the naive kernel where the lowering is exact).
+[--configs all|32x16,32x16@t128k16,...] [--f16-configs ...] [--only gemm_f16,...]
+[--optimized] [--rounds R] [--out PATH]``; writes ``bench/results/opencl_speed.json`` and
+prints a table. Exits 1 when a kernel differs from the simulator (or from the naive kernel
+where the lowering is exact), or fails to build or launch. On the H200:
+``SAREK_OPENCL_PLATFORM=NVIDIA python -m bench.opencl_speed --size 4096 --configs
+32x16,32x8,64x16 --f16-configs 64x8,32x16@t128k16,64x16@t128k16 --out
+opencl_speed_nvidia_h200.json``.
 """
 
 from __future__ import annotations
