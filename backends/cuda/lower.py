@@ -44,7 +44,7 @@ STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True, byte_k=32, packed_p
     ("Bf16_operands", Schedule(tile=128, step=32, stages=3, wide=True)),
     ("Bf16x3_operands", Schedule(tile=128, step=16, stages=3, wide=True)),
     ("Int32_byte_planes", Schedule(step=32, prefetch=True)),
-    ("Int8_operands", Schedule(step=32, prefetch=True)),
+    ("Int8_operands", Schedule(tile=128, step=32, stages=3)),
 ), offered=(
     ("F16_operands", Schedule(tile=128, step=32, stages=3, warpgroup=True)),
     ("F16_operands", Schedule(tile=128, step=64, stages=2)),
@@ -60,8 +60,9 @@ tiles in 64-deep stages, the best for f16 operands on ``mma.sync``, run at 0.73x
 here, and ``wgmma`` at 0.91x) and for Bf16 (1.85x), three 16-deep for Bf16x3 (1.57x; deeper
 steps spill registers or exceed shared memory); the byte planes' four accumulators per
 fragment spill at 128x128, so they take 64x64 tiles with 32-deep steps, the next step
-prefetched into registers (1.9x); Int8 takes the same 8-bit schedule (not swept). CUDA also
-offers the warpgroup schedule with 32-deep steps, whose A goes through registers
+prefetched into registers (1.9x); Int8 128x128 tiles in three 32-deep stages (136 Tops at
+4096^3 against 41 under the byte planes' schedule, ``bench/results/backends_speed_h200.json``).
+CUDA also offers the warpgroup schedule with 32-deep steps, whose A goes through registers
 (``ldmatrix``), so that ``sarek conformance`` checks both of
 ``wgmma``'s forms, and ``mma.sync``'s 128x128 tiles in 64-deep stages. Under a warpgroup
 schedule each warp's accumulator strips are wgmma's rows per warp high (``sarek.atoms.WGMMA``),
