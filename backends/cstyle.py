@@ -314,6 +314,10 @@ class Printer:
             case ir.Return():
                 self.emit("return;")
             case ir.ArrayDecl(name=name, elem=t, size=size, space=space, align=align):
+                if s.shares is not None:
+                    raise EmitError(f"{self.dialect.name} prints no array in another's storage "
+                                    f"({name!r} shares that of {s.shares!r}); its staging "
+                                    "policy never asks for one")
                 self.arrays[name] = s
                 if space is ir.MemSpace.SHARED:
                     self.emit(self.dialect.shared_decl.format(t=self.mem_t(t), name=name, size=size,

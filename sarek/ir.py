@@ -145,7 +145,12 @@ class ArrayDecl(_Stmt):
     simulator fills them with a canary); local arrays too. With a ``layout`` the array is also
     a tensor whose coordinates map to element offsets (``specs/tile-patterns.md``). A target's
     lowering may place a shared array at byte ``dynamic_offset`` of the block's one dynamic
-    shared allocation (None: an allocation of its own)."""
+    shared allocation (None: an allocation of its own). A shared array that ``shares`` another
+    (declared before it, sharing none itself) has no storage of its own: it reuses that
+    array's bytes from the first, so that both names reach the same bytes (an access through
+    either is an access of them, for races too; what one writes the other reads
+    reinterpreted, little-endian). It fits in them: its bytes at most theirs, which hold a
+    whole number of its elements, and its alignment at most theirs."""
 
     kind: Literal["array_decl"] = "array_decl"
     name: str
@@ -155,6 +160,7 @@ class ArrayDecl(_Stmt):
     align: int = 16
     layout: TileLayout | None = None
     dynamic_offset: int | None = Field(default=None, ge=0, exclude_if=lambda v: v is None)
+    shares: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class TensorView(_Stmt):

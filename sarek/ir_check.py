@@ -142,6 +142,8 @@ class _Checker(FragmentRules):
                 if space is MemSpace.SHARED and path.count("[") > 1:
                     self.report(path, f"shared array {name!r} must be declared at the top "
                                 "level of the kernel body")
+                if s.shares is not None:
+                    self._shares(s, scope, path)
                 self._define(scope, name, Array(elem, space, False, s), path)
             case ir.TensorView(name=name, storage=storage):
                 sym = scope.lookup(storage)
@@ -219,6 +221,39 @@ class _Checker(FragmentRules):
                     self._registers(scope, path, name, elem, start + facts.registers(use))
         return divergent
 
+    def _shares(self, s: ir.ArrayDecl, scope: Scope, path: str) -> None:
+        """An array that reuses another's storage: a shared one, in the storage of a shared
+        array declared before it that shares none itself, fitting as ``ir.ArrayDecl`` says."""
+        name, host = s.name, s.shares
+        sym = scope.lookup(host) if host is not None else None
+        if s.space is not MemSpace.SHARED:
+            self.report(path, f"{s.space} array {name!r} cannot share storage; only shared "
+                        "arrays share another's")
+        elif not (isinstance(sym, Array) and isinstance(sym.decl, ir.ArrayDecl)
+                  and sym.space is MemSpace.SHARED):
+            self.report(path, f"array {name!r} shares the storage of {host!r}, which is not a "
+                        "shared array declared before it")
+        elif sym.decl.shares is not None:
+            self.report(path, f"array {name!r} shares the storage of {host!r}, which shares "
+                        f"that of {sym.decl.shares!r}: name {sym.decl.shares!r} instead")
+        else:
+            own, theirs = _bytes(s), _bytes(sym.decl)
+            item = max(s.elem.bits // 8, 1)
+            if own > theirs:
+                self.report(path, f"array {name!r} ({number_text(own)} bytes) does not fit in "
+                            f"the {number_text(theirs)} bytes of {host!r}, whose storage it "
+                            "shares")
+            elif theirs % item:
+                self.report(path, f"the {number_text(theirs)} bytes of {host!r} are not a "
+                            f"whole number of the {item}-byte elements of {name!r}, which "
+                            "shares them")
+            elif s.align > sym.decl.align:
+                self.report(path, f"array {name!r} is aligned to {s.align} bytes but shares "
+                            f"the storage of {host!r}, aligned to {sym.decl.align}")
+        if s.layout is not None or s.dynamic_offset is not None:
+            self.report(path, f"array {name!r} shares another's storage: it has no layout or "
+                        "dynamic offset of its own")
+
     def _loop(self, body: tuple[ir.Stmt, ...], scope: Scope, path: str, divergent: bool,
               cond: ir.Expr | None = None) -> bool:
         # Values assigned in the body can make the loop's own condition vary on the next
@@ -235,6 +270,11 @@ class _Checker(FragmentRules):
 
     def _returns(self, s: ir.Stmt) -> bool:
         return any(isinstance(x, ir.Return) for x in walk((s,)))
+
+
+def _bytes(d: ir.ArrayDecl) -> int:
+    """The bytes of array ``d`` (bool elements take one each)."""
+    return d.size * max(d.elem.bits // 8, 1)
 
 
 def _node_fields(cls: type[BaseModel]) -> tuple[str, ...]:

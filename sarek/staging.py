@@ -58,10 +58,18 @@ class Staging:
     consecutive k of one row of A or column of column-major B and writes every plane's four
     bytes with one 32-bit ``StorePacked``; ``shared_bytes``: the most shared memory a block
     of the target may declare (None: no limit the rewrite heeds), under which a schedule that
-    fits only with A's rows unpadded stages them so (padding only spreads banks);
-    ``strip_rows``: how high each wave's accumulator strips are under a schedule that asks
-    for strips multiplied by a B the block shares (``Schedule.warpgroup``), the rows the
-    target's instruction gives each wave (None: one fragment)."""
+    does not fit as the policy stages it takes, in this order, what makes it fit: the
+    exchange array in a staged tile's bytes (where ``exchange_in_tiles`` allows it), then A's
+    rows unpadded, then B's too (padding only spreads banks); ``exchange_in_tiles``: the
+    exchange array the accumulators leave (and a varying initial value enters) through may
+    reuse the bytes of a staged tile (``ir.ArrayDecl.shares``), which it uses only before
+    and after the reduction; ``converting_copies``: the target's copies land raw tiles
+    converted (its lowering fuses each raw copy and its conversion), so that a pipelined
+    schedule's term arrays take a buffer per stage and its raw arrays none, as
+    ``Layout.shared_bytes`` then counts them; ``strip_rows``: how high each wave's
+    accumulator strips are under a schedule that asks for strips multiplied by a B the block
+    shares (``Schedule.warpgroup``), the rows the target's instruction gives each wave (None:
+    one fragment)."""
 
     row_pad_bytes: int = 0
     narrow_b_col_major: bool = False
@@ -72,6 +80,8 @@ class Staging:
     packed_planes: bool = False
     shared_bytes: int | None = None
     strip_rows: int | None = None
+    exchange_in_tiles: bool = False
+    converting_copies: bool = False
 
     def fragments(self, schedule: Schedule, frag: int) -> Fragments:
         """Each wave's accumulators under ``schedule`` with ``frag`` x ``frag`` fragments: a

@@ -58,7 +58,7 @@ class Copies(Core):
         data = src.data
         assert data is not None
         geo, n = self.geo, self.n
-        base = (np.arange(n, dtype=np.int64) // geo.block_size) * dst.size
+        base = (np.arange(n, dtype=np.int64) // geo.block_size) * dst.pitch
         threads = geo.lane_thread.astype(np.int32)
         step = np.arange(width, dtype=np.int64)
 

@@ -145,7 +145,7 @@ class Fragments(Core):
                 mem = st.arrays[arr.slot]
                 assert mem is not None
                 target = mem.data
-                flat = (groups // per_block * arr.size)[:, None, None] + index
+                flat = (groups // per_block * arr.pitch)[:, None, None] + index
                 if isinstance(mem, SharedArray):
                     threads = np.broadcast_to((groups % per_block * sg)[:, None, None]
                                               + lane_of, flat.shape)

@@ -240,7 +240,7 @@ class Loops(Core):
         view of a shared array, a gather from a global one."""
         if load.shared is not None and load.at is not None:
             at = Repeated(_shifted(load.at, start * load.step), load.step, count)
-            return at.view(load.shared.data, self.geo, op.arr.size)
+            return at.view(load.shared.data, self.geo, op.arr.pitch)
         data = op.arr.data
         assert data is not None
         steps = np.arange(start, start + count, dtype=np.int64) * load.step

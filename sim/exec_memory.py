@@ -93,7 +93,7 @@ class Memory(Core):
             data = arr.data
             assert data is not None
             return lambda st, m: data.take(self._checked(findex(st, m), arr, m, site))
-        base, slot = self._base(arr.space, arr.size), arr.slot
+        base, slot = self._base(arr.space, arr.pitch), arr.slot
         threads = self.geo.thread_linear.astype(np.int32)
 
         def run(st: State, m: Mask) -> Value:
@@ -104,7 +104,7 @@ class Memory(Core):
                 at, _ = block_access(index, self.geo.shape[3:])
                 if at is not None:
                     mem.read_strided(at, threads, m, site)
-                    return st.buffers.copy(at.view(mem.data, self.geo, arr.size))
+                    return st.buffers.copy(at.view(mem.data, self.geo, arr.pitch))
                 flat = base + index
                 mem.read_lanes(flat, threads, m, site)
                 return mem.data.take(flat)
@@ -113,7 +113,7 @@ class Memory(Core):
         return run
 
     def store(self, arr: Array, findex: ExprFn, fvalue: ExprFn, site: Site) -> StmtFn:
-        base = None if arr.space is MemSpace.GLOBAL else self._base(arr.space, arr.size)
+        base = None if arr.space is MemSpace.GLOBAL else self._base(arr.space, arr.pitch)
         threads = self.geo.lane_thread.astype(np.int32)
         block_threads = self.geo.thread_linear.astype(np.int32)
 
@@ -125,7 +125,7 @@ class Memory(Core):
                 at, distinct = block_access(index, self.geo.shape[3:])
                 if at is not None and distinct:
                     mem.write_strided(at, block_threads, m, site)
-                    np.copyto(at.view(mem.data, self.geo, arr.size), value, casting="unsafe",
+                    np.copyto(at.view(mem.data, self.geo, arr.pitch), value, casting="unsafe",
                               where=True if m is None else m)
                     return
                 if distinct:
@@ -180,11 +180,28 @@ class Memory(Core):
         return run
 
     def array_decl(self, scope: Scope, name: str, elem: ElemType, size: int,
-                   space: MemSpace, layout: TileLayout | None) -> StmtFn:
+                   space: MemSpace, layout: TileLayout | None, shares: str | None = None
+                   ) -> StmtFn:
+        """The declaration of an array; one that ``shares`` another's storage gets that
+        array's bytes (per block, counted in its own elements) and the race detector's view
+        of them through both names."""
         slot = self.array_slots
         self.array_slots += 1
-        scope[name] = Array(slot, name, elem, space, size, layout=layout)
         geo = self.geo
+        if shares is not None:
+            host = self._array(scope, shares)
+            pitch = host.pitch * numpy_dtype(host.elem).itemsize // numpy_dtype(elem).itemsize
+            scope[name] = Array(slot, name, elem, space, size, layout=layout,
+                                shared_pitch=pitch)
+
+            def alias(st: State, m: Mask) -> None:
+                storage = st.arrays[host.slot]
+                assert isinstance(storage, SharedArray)  # the checker saw to it
+                st.arrays[slot] = st.shared[slot] = SharedArray(name, elem, pitch, geo,
+                                                                storage)
+
+            return alias
+        scope[name] = Array(slot, name, elem, space, size, layout=layout)
 
         def declare(st: State, m: Mask) -> None:
             if space is MemSpace.SHARED:

@@ -152,7 +152,7 @@ class Tiles(Core):
             smem = st.arrays[arr.slot]
             assert isinstance(smem, SharedArray)
             blocks = geo.lane_block[first].astype(np.int64)
-            flat = (blocks * arr.size).reshape(within.shape[:1] + (1,) * offsets.ndim) + within
+            flat = (blocks * arr.pitch).reshape(within.shape[:1] + (1,) * offsets.ndim) + within
             # each warp's lane 0 reads the operand (the four warps of a warpgroup share it)
             threads = np.repeat(geo.lane_thread[warps * lanes.WARP].astype(np.int32),
                                 flat[0].size)

@@ -148,7 +148,8 @@ class _Compiler(Expressions, Memory, Control, Loops, Fragments, Tiles, Copies):
             case ir.Return():
                 return self.return_stmt(), True
             case ir.ArrayDecl(name=name, elem=elem, size=size, space=space):
-                return self.array_decl(scope, name, elem, size, space, s.layout), False
+                return self.array_decl(scope, name, elem, size, space, s.layout,
+                                       s.shares), False
             case ir.TensorView(name=name, storage=storage, elem=elem, layout=layout):
                 scope[name] = View(name, self._array(scope, storage), elem, layout, s.offset)
                 return (lambda st, m: None), False

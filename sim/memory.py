@@ -4,7 +4,10 @@ Every array is one flat NumPy array: a shared array holds ``num_blocks * size`` 
 ``b``'s copy at ``b * size``), a local array ``invocations * size``. For each shared element the
 detector remembers, since its block's last barrier, the thread that last wrote it and the
 threads that read it; an access by a different thread that conflicts with them is a race.
-Everything is vectorized over the invocations of one statement.
+Everything is vectorized over the invocations of one statement. An array that shares another's
+storage (``ir.ArrayDecl.shares``) is a view of that array's bytes with records of its own, and
+an access through either name is checked against the other's records over the bytes it
+touches, so that a race between the names is a race.
 """
 
 from __future__ import annotations
@@ -115,10 +118,17 @@ class SharedArray:
 
     _FOLD_AFTER = SHARED_LOG_ELEMENTS  # logged elements before they are folded (bounds memory)
 
-    def __init__(self, name: str, elem: ElemType, size: int, geo: Geometry) -> None:
+    def __init__(self, name: str, elem: ElemType, size: int, geo: Geometry,
+                 storage: SharedArray | None = None) -> None:
         self.name, self.size, self.geo = name, size, geo
         total = geo.num_blocks * size
-        self.data = np.full(total, arith.canary(elem), dtypes.numpy_dtype(elem))
+        if storage is None:
+            self.data = np.full(total, arith.canary(elem), dtypes.numpy_dtype(elem))
+        else:  # the bytes of ``storage``: ``size`` is its bytes per block in these elements
+            self.data = storage.data.view(dtypes.numpy_dtype(elem))
+            storage.overlaps.append(self)
+        # the arrays over the same bytes, whose records every access here is checked against
+        self.overlaps: list[SharedArray] = [] if storage is None else [storage]
         # The writers' record, made when first needed, and the strided writes not yet in it
         # (``write_strided``): the last write before a barrier is often never needed.
         self._writer: np.ndarray | None = None
@@ -170,8 +180,14 @@ class SharedArray:
 
     @property
     def copying(self) -> bool:
-        """Whether copies to some element are still in flight (``CpAsync``)."""
-        return self._flying
+        """Whether copies to some element, or to its bytes through another name, are still in
+        flight (``CpAsync``)."""
+        return self._flying or any(other._flying for other in self.overlaps)
+
+    @property
+    def touched(self) -> bool:
+        """Whether anything accessed the array since the barrier (or a copy is in flight)."""
+        return self._written or self._read or bool(self._reads) or self._flying
 
     def barrier(self, blocks: np.ndarray | None) -> None:
         """Forgets the accesses of ``blocks`` (a mask over blocks; None: every block)."""
@@ -196,6 +212,8 @@ class SharedArray:
              site: Site) -> None:
         """Records reads of elements ``flat`` by ``threads`` (of invocations ``lanes``, None:
         all); raises ``SharedRace`` when another thread wrote one since the barrier."""
+        if self.overlaps:
+            self._cross(flat, threads, None, False, site)
         if self._flying:
             self._landed(flat, None, "reads", site)
         if self._written:
@@ -210,6 +228,8 @@ class SharedArray:
         """``read`` for a load by the invocations of ``mask`` (None: all): ``flat`` and
         ``threads`` are values over the launch (``sim.state``), checked and logged as they
         are, without one element per invocation (many invocations read one element)."""
+        if self.overlaps:
+            self._cross(flat, threads, mask, False, site)
         if self._flying:
             self._landed(flat, mask, "reads", site)
         if self._written:
@@ -231,6 +251,8 @@ class SharedArray:
                      site: Site) -> None:
         """``read_lanes`` for a load of the elements ``at`` (``Strided``): checked through a
         view of the writers' record, logged as it is."""
+        if self.overlaps:
+            self._cross(at, threads, mask, False, site)
         if self._flying:
             self._landed(at.flat(self.geo, self.size), mask, "reads", site)
         if self._written:
@@ -244,8 +266,9 @@ class SharedArray:
 
     def reads_clean(self, at: Repeated, threads: np.ndarray) -> bool:
         """Whether every invocation can read the elements ``at`` without a race: no copy to
-        any element is in flight and no other thread wrote one since the barrier."""
-        if self._flying:
+        any element is in flight and no other thread wrote one since the barrier (nor any
+        thread touched its bytes through another name)."""
+        if self._flying or any(other.touched for other in self.overlaps):
             return False
         if not self._written:
             return True
@@ -283,6 +306,8 @@ class SharedArray:
               site: Site) -> None:
         """Records writes like ``read``; raises ``SharedRace`` when another thread read or wrote
         an element since the barrier, or two lanes of this store write one element."""
+        if self.overlaps:
+            self._cross(flat, threads, None, True, site)
         if self._flying:
             self._landed(flat, None, "writes", site)
         self._fold()
@@ -310,6 +335,8 @@ class SharedArray:
         """``write`` for a store in which no two invocations write one element (the caller
         knows), so that the check for two lanes of this store on one element is left out. A
         race is reported by ``write``, exactly as there."""
+        if self.overlaps:
+            self._cross(flat, threads, None, True, site)
         if self._flying:
             self._landed(flat, None, "writes", site)
         self._fold()
@@ -330,6 +357,8 @@ class SharedArray:
                       site: Site) -> None:
         """``write_distinct`` for a store to the distinct elements ``at`` (``Strided``) by the
         invocations of ``mask`` (None: all), through views of the records."""
+        if self.overlaps:
+            self._cross(at, threads, mask, True, site)
         if self._flying:
             self._landed(at.flat(self.geo, self.size), mask, "writes", site)
         self._fold()
@@ -386,6 +415,85 @@ class SharedArray:
         if landed.size:
             self.write(landed, self.geo.lane_thread[self.flight_owner[landed]].astype(np.int32),
                        None, site)
+
+    def _cross(self, at: Value | Strided | Repeated, threads: np.ndarray,
+               mask: np.ndarray | None, writing: bool, site: Site) -> None:
+        """Checks an access of elements ``at`` by ``threads`` (of the invocations of ``mask``;
+        None: all) against what the other names of the same bytes did since the barrier."""
+        pairs: tuple[np.ndarray, np.ndarray] | None = None
+        for other in self.overlaps:
+            if other.touched:
+                if pairs is None:
+                    flat = at.flat(self.geo, self.size) if isinstance(at, Strided | Repeated) \
+                        else at
+                    if mask is None:
+                        elements, readers = np.broadcast_arrays(flat, threads)
+                        pairs = elements.ravel(), readers.ravel()
+                    else:
+                        elements, readers, active = np.broadcast_arrays(flat, threads, mask)
+                        pairs = elements[active], readers[active]
+                other.conflicts(self, *pairs, writing, site)
+
+    def conflicts(self, source: SharedArray, flat: np.ndarray, threads: np.ndarray,
+                  writing: bool, site: Site) -> None:
+        """``SharedRace`` when an access through ``source`` (another name of these bytes) of
+        its elements ``flat`` by ``threads`` conflicts with what was done through this one
+        since the barrier: a copy still in flight to their bytes, another thread's write, or
+        for a write another thread's read."""
+        mine, item = self.data.itemsize, source.data.itemsize
+        block, byte = np.divmod(flat.astype(np.int64), source.size)
+        byte *= item
+        if item > mine:  # each of the source's elements covers several of these
+            parts = np.arange(item // mine)
+            here = ((block * self.size + byte // mine)[:, None] + parts).ravel()
+            flat, threads = np.repeat(flat, parts.size), np.repeat(threads, parts.size)
+        else:
+            here = block * self.size + byte // mine
+        if self._flying:
+            assert self.flight is not None
+            flying = self.flight[here] != LANDED
+            if flying.any():
+                self._cross_race(source, flat, threads, here, flying, threads, "copy", site)
+        if self._written:
+            writer = self.writer[here]
+            bad = (writer != NOBODY) & (writer != threads)
+            if bad.any():
+                kind = "write-after-write" if writing else "read-after-write"
+                self._cross_race(source, flat, threads, here, bad, writer, kind, site)
+        if writing:
+            self._fold()
+            if self._read:
+                first, last = self.first_reader[here], self.last_reader[here]
+                bad = (last != NOBODY) & ((first != threads) | (last != threads))
+                if bad.any():
+                    other = np.where(first != threads, first, last)
+                    self._cross_race(source, flat, threads, here, bad, other,
+                                     "write-after-read", site)
+
+    def _cross_race(self, source: SharedArray, flat: np.ndarray, threads: np.ndarray,
+                    here: np.ndarray, bad: np.ndarray, other: np.ndarray, kind: str,
+                    site: Site) -> None:
+        """The ``SharedRace`` of an access through ``source`` against this name's records."""
+        first = int(np.flatnonzero(bad)[0])
+        block, element = divmod(int(flat[first]), source.size)
+        mine = int(here[first]) - block * self.size
+        me = self.geo.thread(int(threads[first]))
+        them = self.geo.thread(int(other[first]))
+        through = f"(as {self.name!r} element {mine}, whose bytes {source.name!r} shares)"
+        what = {
+            "copy": f"thread {them}'s copy to it {through} has not been waited for when "
+                    f"thread {me} accesses it",
+            "read-after-write": f"thread {them} wrote it {through} and thread {me} reads it",
+            "write-after-write": f"thread {them} wrote it {through} and thread {me} writes it",
+            "write-after-read": f"thread {them} read it {through} and thread {me} writes it",
+        }[kind]
+        culprits = np.flatnonzero(bad)
+        lanes = (flat[culprits] // source.size) * self.geo.block_size + threads[culprits]
+        lanes = np.array(list(dict.fromkeys(lanes.tolist()))[:8])  # each invocation once
+        raise SharedRace(
+            f"{'race' if kind == 'copy' else kind + ' race'} on shared array {source.name!r} "
+            f"element {element} in block {self.geo.block_of(block)} between two barriers: "
+            f"{what}", site.path, site.line, self.geo.describe(lanes))
 
     def _landed(self, flat: Value, mask: np.ndarray | None, verb: str, site: Site) -> None:
         """``SharedRace`` when one of ``flat`` (of the invocations of ``mask``) is still being

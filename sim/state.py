@@ -73,6 +73,13 @@ class Array:
     size: int
     data: np.ndarray | None = None  # a parameter's array
     layout: TileLayout | None = None  # arrays declared as tensors
+    shared_pitch: int | None = None  # of an array in another's storage (``pitch``)
+
+    @property
+    def pitch(self) -> int:
+        """Elements between two blocks' copies of a shared array: its size, or for one that
+        shares another's storage, that storage's bytes per block counted in its elements."""
+        return self.size if self.shared_pitch is None else self.shared_pitch
 
 
 @dataclass(frozen=True)

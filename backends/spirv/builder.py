@@ -116,7 +116,9 @@ class Pointer:
 @dataclass(frozen=True)
 class ArraySym:
     """An array: its variable, storage class and element type; ``quad``: held as 16-byte
-    words (``backends.spirv.lower.quad_arrays``), ``binding``: a storage buffer's binding."""
+    words (``backends.spirv.lower.quad_arrays``), ``binding``: a storage buffer's binding;
+    ``stored``: for an array in another's storage (``ir.ArrayDecl.shares``), whose variable
+    ``var`` is, that array's element type (its elements are read and written through it)."""
 
     var: str
     storage: str  # StorageBuffer, Workgroup, Function
@@ -125,6 +127,20 @@ class ArraySym:
     align: int
     quad: bool = False
     binding: int | None = None
+    stored: ElemType | None = None
+
+    @property
+    def variable(self) -> ArraySym:
+        """The array its variable declares: itself, or the one whose storage it shares."""
+        if self.stored is None:
+            return self
+        return ArraySym(self.var, self.storage, self.stored, None, self.align, self.quad)
+
+    @property
+    def ratio(self) -> int:
+        """Elements of the variable per element of this array (1 unless it shares another's
+        storage of narrower elements)."""
+        return memory_type(self.elem).bits // memory_type(self.variable.elem).bits
 
 
 @dataclass(frozen=True)

@@ -97,10 +97,21 @@ class CopyPrinter(ExpressionPrinter):
         return self.op(self.type_of(T.I32), "OpShiftRightArithmetic", self.value(e),
                        self.const(per.bit_length() - 1, T.I32))
 
+    def in_parts(self, e: ir.Expr, ratio: int) -> str:
+        """``e * ratio``: an index in the elements of a storage ``ratio`` times narrower."""
+        if ratio == 1:
+            return self.value(e)
+        if isinstance(e, ir.Const):
+            return self.const(int(e.value) * ratio, T.I32)
+        return self.op(self.type_of(T.I32), "OpIMul", self.value(e), self.const(ratio, T.I32))
+
     def fragment_place(self, arr: ArraySym, offset: ir.Expr, stride: ir.Expr
                        ) -> tuple[str, str]:
         """The pointer and stride of a cooperative-matrix load or store at ``offset``: in
         elements, or for an array of 16-byte words in words (the load reinterprets them)."""
+        if not arr.quad and arr.stored is not None:  # in another's storage, of its elements
+            return (self.element(arr.variable, self.in_parts(offset, arr.ratio)),
+                    self.in_parts(stride, arr.ratio))
         if not arr.quad:
             return self.element(arr, self.value(offset)), self.value(stride)
         per = per_quad(memory_type(arr.elem))

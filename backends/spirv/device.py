@@ -333,7 +333,8 @@ def over_limits(kernel: ir.Kernel, d: Device, block: tuple[int, int, int]) -> li
     against ``maxComputeSharedMemorySize``, the block against
     ``maxComputeWorkGroupInvocations``. NVIDIA's driver creates such a pipeline, and a
     dispatch of it loses the device."""
-    shared = sum(a.size * numpy_dtype(a.elem).itemsize for a in shared_arrays(kernel))
+    shared = sum(a.size * numpy_dtype(a.elem).itemsize for a in shared_arrays(kernel)
+                 if a.shares is None)  # one in another's storage takes none of its own
     gaps = []
     if shared > d.shared_bytes:
         gaps.append(f"workgroup memory for {shared} bytes (it has {d.shared_bytes}; a schedule "

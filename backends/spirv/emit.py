@@ -238,6 +238,11 @@ class _Module(CopyPrinter):
         self.start(merge)
 
     def array_decl(self, s: ir.ArrayDecl) -> None:
+        if s.shares is not None:  # no variable of its own: the other's, read and written as
+            host = self.array(s.shares)
+            self.scope[s.name] = ArraySym(host.var, host.storage, s.elem, s.size, s.align,
+                                          host.quad, stored=host.elem)
+            return
         quad = s.name in self.quads
         elem = self.quad_type() if quad else self.type_of(memory_type(s.elem))
         size = s.size // per_quad(s.elem) if quad else s.size

@@ -481,6 +481,8 @@ class ExpressionPrinter(ModuleBuilder):
         arr = self.array(name)
         if arr.quad:  # a 32-bit element of an array of 16-byte words: a word's component
             return self.component_load(arr, self.value(index))
+        if arr.stored is not None:
+            return self.shared_load(arr, self.value(index))
         ptr = self.element(arr, self.value(index))
         raw = self.op(self.type_of(memory_type(arr.elem)), "OpLoad", ptr, *self.access(arr))
         if arr.elem is T.BOOL:
@@ -488,15 +490,68 @@ class ExpressionPrinter(ModuleBuilder):
         return raw
 
     def component_load(self, arr: ArraySym, index: str) -> str:
-        i32, u32 = self.type_of(T.I32), self.type_of(T.U32)
-        word = self.op(i32, "OpShiftRightArithmetic", index, self.const(2, T.I32))
-        part = self.op(i32, "OpBitwiseAnd", index, self.const(3, T.I32))
-        ptr = self.op(self.pointer(arr.storage, u32), "OpAccessChain", arr.var, word, part)
+        ptr = self.word_part(arr, index)
+        u32 = self.type_of(T.U32)
         raw = self.op(u32, "OpLoad", ptr, *self.access(arr))
         return raw if arr.elem is T.U32 else self.op(self.type_of(arr.elem), "OpBitcast", raw)
 
+    def word_part(self, arr: ArraySym, index: str) -> str:
+        """A pointer to the 32-bit element ``index`` of ``arr``, an array of 16-byte words."""
+        i32, u32 = self.type_of(T.I32), self.type_of(T.U32)
+        word = self.op(i32, "OpShiftRightArithmetic", index, self.const(2, T.I32))
+        part = self.op(i32, "OpBitwiseAnd", index, self.const(3, T.I32))
+        return self.op(self.pointer(arr.storage, u32), "OpAccessChain", arr.var, word, part)
+
+    def parts(self, arr: ArraySym) -> tuple[str, str]:
+        """The type of the storage's elements that one element of ``arr``, an array in
+        another's storage, spans, and the vector of that many of them (``ArraySym.ratio``)."""
+        part = self.type_of(memory_type(arr.variable.elem))
+        return part, self.declare(("vector", part, arr.ratio), f"%v{arr.ratio}"
+                                  f"{part.lstrip('%')}", f"{{id}} = OpTypeVector {part} "
+                                  f"{arr.ratio}")
+
+    def spanned(self, arr: ArraySym, index: str) -> list[str]:
+        """Pointers to the storage's elements that element ``index`` of ``arr`` (an array in
+        another's storage) spans, in order."""
+        i32 = self.type_of(T.I32)
+        first = index if arr.ratio == 1 else self.op(i32, "OpIMul", index,
+                                                      self.const(arr.ratio, T.I32))
+        return [self.element(arr.variable, first if j == 0 else self.op(
+            i32, "OpIAdd", first, self.const(j, T.I32))) for j in range(arr.ratio)]
+
+    def shared_load(self, arr: ArraySym, index: str) -> str:
+        """Element ``index`` of ``arr``, an array in another's storage: the storage's elements
+        it spans, reinterpreted."""
+        part, vector = self.parts(arr)
+        loaded = [self.op(part, "OpLoad", ptr, *self.access(arr))
+                  for ptr in self.spanned(arr, index)]
+        whole = loaded[0] if arr.ratio == 1 else self.op(vector, "OpCompositeConstruct",
+                                                         *loaded)
+        if memory_type(arr.elem) is memory_type(arr.variable.elem):
+            return whole
+        return self.op(self.type_of(arr.elem), "OpBitcast", whole)
+
+    def shared_store(self, arr: ArraySym, index: str, v: str) -> None:
+        """``v`` into element ``index`` of ``arr``, an array in another's storage: into the
+        storage's elements it spans (a 32-bit component of a 16-byte word where the storage
+        is held as words), reinterpreted."""
+        if arr.quad:
+            u32 = self.type_of(T.U32)
+            bits = v if arr.elem is T.U32 else self.op(u32, "OpBitcast", v)
+            self.do("OpStore", self.word_part(arr, index), bits, *self.access(arr))
+            return
+        part, vector = self.parts(arr)
+        if memory_type(arr.elem) is not memory_type(arr.variable.elem):
+            v = self.op(vector if arr.ratio > 1 else part, "OpBitcast", v)
+        for j, ptr in enumerate(self.spanned(arr, index)):
+            one = v if arr.ratio == 1 else self.op(part, "OpCompositeExtract", v, str(j))
+            self.do("OpStore", ptr, one, *self.access(arr))
+
     def store(self, name: str, index: ir.Expr, value: ir.Expr) -> None:
         arr = self.array(name)
+        if arr.stored is not None:
+            self.shared_store(arr, self.value(index), self.value(value))
+            return
         ptr = self.element(arr, self.value(index))
         v = self.value(value)
         if arr.elem is T.BOOL:

@@ -22,6 +22,7 @@ import typing
 from backends.cstyle import EmitError
 from backends.cuda.lower import divisor
 from backends.families import NEUTRAL, refuse_outside
+from backends.spirv.builder import memory_type
 from backends.spirv.converting import converting_copies
 from sarek import ir, packed_store, stage_copy
 from sarek.ir import ElemType, FragLayout, FragUse, MemSpace
@@ -32,7 +33,8 @@ from sarek.staging import Staging
 
 SUBGROUPS = (32, 64)
 FRAGMENTS = (16, 8)
-STAGING = Staging(row_pad_bytes=16, byte_k=32, shared_bytes=48 * 1024, small=tuple(
+STAGING = Staging(row_pad_bytes=16, byte_k=32, shared_bytes=48 * 1024, exchange_in_tiles=True,
+                  converting_copies=True, small=tuple(
     (name, Schedule(step=32)) for name in ("Int8_operands", "Int32_byte_planes")), large=(
     ("F16_operands", Schedule(tile=128, step=16, stages=2, wide=True)),
     ("Bf16_operands", Schedule(tile=128, step=16, stages=2, wide=True)),
@@ -198,6 +200,7 @@ def lower(kernel: ir.Kernel) -> ir.Kernel:
     kernel = unsigned_accumulators(staged_copies(converting_copies(kernel)))
     kernel = packed_store.elements(kernel)  # logical addressing has no wider pointers
     refuse_outside(kernel.body, NEUTRAL, "SPIR-V")  # cooperative matrices take neutral ones
+    _shared_storage(kernel)
     if not any(isinstance(s, _FRAGMENT) for s in walk(kernel.body)):
         return kernel
     subgroup = kernel.subgroup or 32
@@ -209,6 +212,36 @@ def lower(kernel: ir.Kernel) -> ir.Kernel:
 
 
 _FRAGMENT = ir.STATEMENT_FAMILIES["fragment"]
+
+
+def _shared_storage(kernel: ir.Kernel) -> None:
+    """``EmitError`` for an array in another's storage (``ir.ArrayDecl.shares``) that SPIR-V
+    cannot reach through that array's variable: its elements must each span a whole number
+    of the storage's (in memory: bool a byte, bf16 its pattern), or, where the storage is
+    held as 16-byte words, be 32-bit components of them, moved as fragments at whole
+    words."""
+    decls = {s.name: s for s in walk(kernel.body) if isinstance(s, ir.ArrayDecl)}
+    quads = quad_arrays(kernel)
+    for d in decls.values():
+        if d.shares is None:
+            continue
+        host = decls[d.shares]
+        own, theirs = memory_type(d.elem), memory_type(host.elem)
+        if d.shares in quads:
+            if own.bits != 32:
+                raise EmitError(f"array {d.name!r} shares the storage of {d.shares!r}, which "
+                                f"SPIR-V holds as 16-byte words: its elements must be 32-bit "
+                                f"components of them, not {d.elem}")
+            for s in walk(kernel.body):
+                if isinstance(s, ir.FragLoad | ir.FragStore) and s.array == d.name and (
+                        divisor(s.offset) % per_quad(own) or divisor(s.stride) % per_quad(own)):
+                    raise EmitError(f"fragment {s.frag!r} moves through {d.name!r}, in the "
+                                    f"16-byte words of {d.shares!r}, at an offset or stride "
+                                    "not provably a whole number of words")
+        elif d.elem is ElemType.BOOL or own.bits % theirs.bits:
+            raise EmitError(f"array {d.name!r} of {d.elem} shares the storage of {d.shares!r} "
+                            f"of {host.elem}: SPIR-V reaches it through that array's variable, "
+                            "so each of its elements must span a whole number of those")
 
 
 class _Checker:

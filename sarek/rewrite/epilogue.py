@@ -95,6 +95,17 @@ class Builder(Multiply):
             *self.declarations(),
             *self.start_accumulators(),
             *self.reduction(),
+            *self.reduced(),
             *self.finish(),
         ]
         return tuple(body)
+
+    def reduced(self) -> list[ir.Stmt]:
+        """A barrier between the reduction's last reads of the staged tiles (and its last
+        copies into them) and the first write into the exchange array, where that array
+        reuses a staged tile's bytes and the reduction does not end with one (a pipelined
+        schedule's step ends with its products). A varying initial value leaves the exchange
+        array behind a barrier already, before the first copy into the tiles."""
+        if self.exchange_host is None or self.stages == 1:
+            return []
+        return [ir.Barrier()]

@@ -62,11 +62,29 @@ class Layout:
                        and self.tile_n % 8 == 0 and all(
                            (rows * cols // PACK) % self.threads == 0
                            for rows, cols in ((self.tile, self.step), (self.step, self.tile_n))))
+        self.converting = staging.converting_copies
+        self.exchange_host: str | None = None  # the staged array whose bytes sk_cs reuses
         limit = staging.shared_bytes
-        if pad and limit is not None and self.shared_bytes() > limit:
-            self.a_stride = self.step  # the room of A's padding, for a schedule that needs it
-            if self.shared_bytes() > limit:
-                self.a_stride += pad  # no fit either way: as the policy pads
+        if limit is not None and self.shared_bytes() > limit:
+            self.fit(limit, pad, staging.exchange_in_tiles)
+
+    def fit(self, limit: int, pad: int, share: bool) -> None:
+        """Room for a schedule whose shared arrays exceed ``limit`` bytes as the policy stages
+        them: the first that fits of the exchange array in a staged tile's bytes (where the
+        policy allows it, ``share``), then also A's rows unpadded, then B's too; as the policy
+        stages them when nothing fits (the target then refuses the schedule)."""
+        policy = (self.a_stride, self.b_stride)
+        unpadded_b = self.b_stride - pad if self.b_layout is FragLayout.ROW else self.b_stride
+        strides = [(self.a_stride, self.b_stride)] if share else []
+        if pad:
+            strides += [(self.step, self.b_stride), (self.step, unpadded_b)]
+        for a_stride, b_stride in strides:
+            self.a_stride, self.b_stride = a_stride, b_stride
+            self.exchange_host = self.exchange_room() if share else None
+            if self.shared_bytes() <= limit:
+                return
+        self.a_stride, self.b_stride = policy
+        self.exchange_host = None
 
     def covered(self, row: ir.Expr, col: ir.Expr) -> ir.Expr:
         """Whether output (row, col) of this block's batch is in the region."""
@@ -121,10 +139,43 @@ class Layout:
         return (self.gemm.a, self.tile, self.step) if name == "a" else (
             self.gemm.b, self.step, self.tile_n)
 
+    def terms(self, name: str) -> set[str]:
+        """The staged arrays of operand ``name``'s terms."""
+        return {self.staged(name, term) for term in self.scheme.terms}
+
     def shared_bytes(self) -> int:
-        """Bytes of the shared arrays ``declarations`` declares."""
-        return sum(d.size * d.elem.bits // 8 for d in self.declarations()
-                   if isinstance(d, ir.ArrayDecl))
+        """Bytes of the shared arrays the target declares for ``declarations``: an array that
+        shares another's storage takes none, and where the target's copies convert
+        (``Staging.converting_copies``) a raw operand's term arrays take a buffer per stage
+        and its raw array none."""
+        total = 0
+        for d in self.declarations():
+            if not isinstance(d, ir.ArrayDecl) or d.shares is not None:
+                continue
+            buffers = 1
+            if self.converting and any(self.raw(name) and d.name in self.terms(name)
+                                       for name in ("a", "b")):
+                buffers = self.stages
+            if self.converting and d.name in {f"sk_r{name}" for name in ("a", "b")}:
+                buffers = 0
+            total += buffers * d.size * d.elem.bits // 8
+        return total
+
+    def exchange_size(self) -> int:
+        """Elements of the exchange array ``sk_cs``: one accumulator fragment per wave."""
+        return self.waves * self.acc_m * self.acc_n
+
+    def exchange_room(self) -> str | None:
+        """The first staged term array whose bytes can hold the exchange array (a whole
+        number of its elements), or None."""
+        need = self.exchange_size() * self.scheme.acc.bits // 8
+        terms = self.terms("a") | self.terms("b")
+        for d in self.declarations():
+            if isinstance(d, ir.ArrayDecl) and d.name in terms:
+                room = d.size * d.elem.bits // 8
+                if room >= need and room % (self.scheme.acc.bits // 8) == 0:
+                    return d.name
+        return None
 
     def declarations(self) -> list[ir.Stmt]:
         out: list[ir.Stmt] = []
@@ -140,10 +191,10 @@ class Layout:
                 out.append(ir.ArrayDecl(name=f"sk_r{name}", elem=access.elem,
                                         size=self.stages * rows * cols, space=MemSpace.SHARED,
                                         align=16))
-        # One fragment per wave at a time leaves through here (and an initial value enters).
-        out.append(ir.ArrayDecl(name="sk_cs", elem=self.scheme.acc,
-                                size=self.waves * self.acc_m * self.acc_n,
-                                space=MemSpace.SHARED))
+        # One fragment per wave at a time leaves through here (and an initial value enters),
+        # in a staged tile's bytes where the policy makes room so.
+        out.append(ir.ArrayDecl(name="sk_cs", elem=self.scheme.acc, size=self.exchange_size(),
+                                space=MemSpace.SHARED, shares=self.exchange_host))
         shape = ir.FragShape(m=self.acc_m, n=self.acc_n, k=self.frag_k)
         for i, j in self.frag_names():
             for a in range(self.scheme.accumulators):
