@@ -52,7 +52,11 @@ arrays fit the 48 KiB of workgroup memory NVIDIA's Vulkan gives a workgroup
 (``quad_arrays``) and land converted where the lowering converts them
 (``backends.spirv.converting``): 128x256 over eight waves for F16, Bf16 and Int8; 64x64 for
 Bf16x3 and the byte planes, whose three bf16 terms or four byte planes per operand fit no
-larger pipelined tile (``specs/backends.md``, "Vulkan speed")."""
+larger pipelined tile (``specs/backends.md``, "Vulkan speed"). Shared bytes are counted as
+this lowering declares them (converted term arrays, ``converting_copies``), and a schedule
+that fits only so puts the exchange array in a staged tile's bytes (``exchange_in_tiles``);
+those that then fit measured slower and are not taken (F16 and Bf16 ``t128x256k32s2`` and
+``t128x256k16s3``, Bf16x3 ``t64k16s3`` and ``t64k32s2``)."""
 
 COMPONENTS = {
     FragUse.A: (ElemType.F16, ElemType.BF16, ElemType.U8, ElemType.I8),
