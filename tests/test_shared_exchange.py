@@ -128,6 +128,19 @@ def test_a_barrier_between_the_names_ends_the_conflict() -> None:
     assert list(run(k, np.zeros(8, np.float32))) == [2.0] * 8
 
 
+def test_an_access_through_one_name_to_bytes_a_copy_is_still_landing_in_races() -> None:
+    four = ir.Binary(op=ir.BinOp.MUL, a=t, b=const(4), type=I32)
+    k = kernel([array("x", F32), array("out", I32)], shared("s", 32, F32),
+               alias("w", 32, I32, "s"), T,
+               ir.CpAsync(dst="s", dst_index=four, src="x", src_index=four),
+               ir.StageCommit(),
+               ir.Store(array="out", index=t, value=load("w", four, I32)))
+    with pytest.raises(SharedRace) as info:
+        sarek.simulate(k, [np.zeros(32, np.float32), np.zeros(8, np.int32)], grid=1, block=8)
+    assert "copy to it (as 's' element 0, whose bytes 'w' shares) has not been waited for" in \
+        info.value.detail
+
+
 def test_each_block_has_its_own_copy_of_the_shared_bytes() -> None:
     # 12 bytes per block hold three f32 of 'w': its blocks' copies lie 12 bytes apart.
     block = builtin(Builtin.BLOCK_IDX_X)
@@ -314,6 +327,21 @@ def test_spirv_reaches_an_array_in_storage_of_narrower_elements_element_by_eleme
     assert shared_decls(compiled.lowered)["sk_cs"].shares == "sk_a"
     check(compiled.text)
     assert "OpTypeVector %f16 2" in compiled.text
+
+
+@pytest.mark.skipif(tools_reason() is not None, reason=f"SPIRV-Tools: {tools_reason()}")
+def test_the_byte_planes_exchange_through_four_bytes_of_a_plane_with_cudas_bits() -> None:
+    # One-stage 32-deep steps at 128x256: four planes of 12 KiB, and the u32 exchange array
+    # in the 8 KiB of B's first plane, each u32 four of its bytes.
+    schedule = Schedule.parse("t128x256k32")
+    ours = rewritten(Lowering.INT32_BYTE_PLANES, "gemm_i32", (150, 300, 70), "spirv", schedule)
+    lowered = lower(ours.kernel)
+    assert shared_decls(lowered)["sk_cs"].shares == "sk_b_p0"
+    text = target("spirv").emit(ours.kernel)
+    check(text)
+    assert "OpTypeVector %u8 4" in text
+    cuda = rewritten(Lowering.INT32_BYTE_PLANES, "gemm_i32", (150, 300, 70), "cuda", schedule)
+    assert np.array_equal(simulate(ours)["c"], simulate(cuda, on="cuda")["c"])
 
 
 def test_the_c_like_printers_refuse_an_array_in_anothers_storage() -> None:
