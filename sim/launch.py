@@ -243,11 +243,18 @@ def check_size(kernel: ir.Kernel, geo: Geometry, values: Sequence[object],
         if isinstance(p, ir.ArrayParam) and isinstance(v, np.ndarray):
             parts.append((v.nbytes, f"the copy of {p.name!r}"))
     shared = False
+    decls = {s.name: s for s in walk(kernel.body) if isinstance(s, ir.ArrayDecl)}
     for s in walk(kernel.body):
         match s:
             case ir.ArrayDecl(name=name, elem=elem, size=size, space=space):
                 item = dtypes.numpy_dtype(elem).itemsize
-                if space is ir.MemSpace.SHARED:
+                if space is ir.MemSpace.SHARED and s.shares in decls:
+                    # no data of its own; records over the other's bytes, in its elements
+                    host = decls[s.shares]
+                    pitch = host.size * dtypes.numpy_dtype(host.elem).itemsize // item
+                    parts.append((geo.num_blocks * pitch * 12,
+                                  f"the race records of shared array {name!r}"))
+                elif space is ir.MemSpace.SHARED:
                     shared = True
                     # data, and three i32 records of the race detector per element
                     parts.append((geo.num_blocks * size * (item + 12),
