@@ -177,7 +177,10 @@ def measure(n: int, also: tuple[tuple[str, str], ...] = (),
 
 def markdown(result: dict[str, Any]) -> str:
     """The table of a result as Markdown."""
-    lines = [f"{result['device']}, {result['n']}^3, medians of {result['repeats']}, one run "
+    runs = result.get("runs")
+    when = (f"each row timed in one run beside CUDA's on the same device ({runs})" if runs
+            else "one run")
+    lines = [f"{result['device']}, {result['n']}^3, medians of {result['repeats']}, {when} "
              "(`bench/backends_speed_h200.py`):", "",
              "| lowering | target | schedule | TFLOP/s (Tops) | CUDA's | ratio | bit-identical "
              "to CUDA |", "| --- | --- | --- | ---: | ---: | ---: | --- |"]
