@@ -16,7 +16,7 @@ a NaN always as the pattern 0x7FFFFFFF.
 This follows the published models (Fasi, Higham, Mikaitis and Pranesh 2021; Khattak and
 Mikaitis 2025; MMA-Sim 2025) with Hopper's parameters, and reproduces what the H200 gives on
 two probes (1 + sixteen products of 2^-25 gives 1 + 2^-21; 1 + 2^-24 + 2^-23 gives 1 + 2^-23);
-``bench/tensor_core_h200.py`` checks it against the device bit for bit.
+``tests/device/test_tensor_core_h200.py`` checks it against the device bit for bit.
 
 How it is computed (the same numbers, fewer and smaller arrays): a term's value ``s * 2^e`` is
 the exact float64 product ``a_k * b_k`` (or ``c``), so the aligned term is

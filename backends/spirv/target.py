@@ -30,7 +30,7 @@ H200_SUBGROUPS = (32, 32)
 
 ARITH = "h200"
 """The simulator's model of a float cooperative-matrix multiply-add on this target (the H200
-probe, ``bench/vulkan_coopmat_h200.py``, found it bit-exact: ``specs/simulator.md``)."""
+probe, ``tests/device/test_vulkan_coopmat_h200.py``, found it bit-exact: ``specs/simulator.md``)."""
 
 
 def _operand(lowering: Lowering) -> ir.ElemType:
