@@ -59,7 +59,8 @@ def compile_launch(target: Target, launch: Launch, *, lowering: Lowering | None 
     chosen by ``select(gemm, precision)`` unless given; the subgroup and fragment by
     ``sarek.matrix_rewrite.configuration``; the schedule by the target's staging policy
     unless given); anything
-    that is not a GEMM, or any launch with ``rewrite=False``, runs as written and
+    that is not a GEMM, any launch with ``rewrite=False``, and a GEMM whose selected lowering
+    the target does not pick on its own (``Target.unselected``) runs as written and
     ``not_rewritten`` says why. A GEMM the target cannot rewrite as asked (a lowering it does
     not print, a schedule the rewrite refuses) raises the rewrite's error with the reason; it
     is never silently run another way."""
@@ -73,8 +74,13 @@ def compile_launch(target: Target, launch: Launch, *, lowering: Lowering | None 
             gemm = recognize(launch.kernel)
         except NotAGemm as e:
             not_rewritten = f"not a GEMM nest: {e.reason}"
+    chosen = None
     if gemm is not None:
         chosen = lowering if lowering is not None else select(gemm, precision)
+        if lowering is None and chosen in target.unselected:
+            not_rewritten = f"{target.name} runs it as written: {target.unselected[chosen]}"
+            chosen = None
+    if gemm is not None and chosen is not None:
         sg, fr = configuration(target, chosen, subgroup, frag)
         rewritten = rewrite_launch(launch, lowering=chosen, subgroup=sg, frag=fr,
                                    staging=target.staging, schedule=schedule)

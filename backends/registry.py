@@ -108,6 +108,7 @@ def _opencl() -> Target:
         staging=opencl_lower.STAGING,
         run=run,
         device_reason=opencl_available,
+        unselected=opencl_lower.UNSELECTED,
     )
 
 

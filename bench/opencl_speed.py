@@ -1,16 +1,19 @@
 """The portable OpenCL target's rewritten GEMMs beside the naive kernels they replace, on one
-OpenCL device: each original (``gemm_f16``, ``gemm_f32``, ``gemm_i32`` as written) and each
-rewrite of it (every lowering the example takes, at each subgroup and fragment) built cold,
+OpenCL device: each original (``gemm_f16``, ``gemm_f32``, ``gemm_i32``, ``gemm_i8`` as
+written) and each rewrite of it (every lowering the example takes, at each subgroup and
+fragment) built cold,
 then launched in rounds, every kernel once a round, so that the medians are measured side by
 side under the same load. Launches are timed by the device's profiling events. Each kernel
 is also checked bit for bit: on the device at ``--check-size`` against the simulator running
 the same kernel (the lowered kernel for a rewrite), and at the timed size against the naive
-kernel where the lowering is exact for the example (F16 of f16 operands, the byte planes).
+kernel where the lowering is exact for the example (F16 of f16 operands, the byte planes,
+Int8).
 
 The device is the portable runner's: ``--platform`` (a part of a platform's name), else
 ``$SAREK_OPENCL_PLATFORM``, else the first platform with a device. Programs are built with
 the runner's options (``backends.opencl.run.build_options``: on a CPU device, PoCL, without
-LLVM's optimizer); ``--optimized`` adds the F16 kernels and their naive kernel built with it.
+LLVM's optimizer); ``--optimized`` adds the F16 kernels (or those of the examples ``--only``
+names) and their naive kernels built with it.
 PoCL's and pyopencl's caches are off, so every build is cold, as in a fresh CI run.
 
 Usage: ``python -m bench.opencl_speed [--size N] [--check-size N] [--platform NAME]
@@ -57,8 +60,10 @@ EXAMPLES: dict[str, tuple[Lowering, ...]] = {
     "gemm_f16": (Lowering.F16_OPERANDS,),
     "gemm_f32": (Lowering.BF16X3_OPERANDS, Lowering.BF16_OPERANDS, Lowering.F16_OPERANDS),
     "gemm_i32": (Lowering.INT32_BYTE_PLANES,),
+    "gemm_i8": (Lowering.INT8_OPERANDS,),
 }
-EXACT = {("gemm_f16", Lowering.F16_OPERANDS), ("gemm_i32", Lowering.INT32_BYTE_PLANES)}
+EXACT = {("gemm_f16", Lowering.F16_OPERANDS), ("gemm_i32", Lowering.INT32_BYTE_PLANES),
+         ("gemm_i8", Lowering.INT8_OPERANDS)}
 """Rewrites whose every output equals the original's: the same products, added in k order."""
 OPTIMIZED = "gemm_f16"
 
@@ -234,7 +239,8 @@ def main() -> int:
     parser.add_argument("--f16-configs", default="",
                         help=f"more configurations for {OPTIMIZED} alone, as --configs")
     parser.add_argument("--optimized", action="store_true",
-                        help=f"also {OPTIMIZED} and its rewrites built with LLVM's optimizer")
+                        help=f"also {OPTIMIZED} (or the examples --only names) and their "
+                        "rewrites built with LLVM's optimizer")
     parser.add_argument("--rounds", type=int, default=5, help="timed launches per kernel")
     parser.add_argument("--only", default="", help="examples to run, such as gemm_f16,gemm_f32")
     parser.add_argument("--out", type=Path, default=RESULTS / "opencl_speed.json")
@@ -253,7 +259,7 @@ def main() -> int:
     for optimized in (False, True) if args.optimized else (False,):
         for example, lowerings in EXAMPLES.items():
             if (args.only and example not in args.only.split(",")) or (
-                    optimized and example != OPTIMIZED):
+                    optimized and not args.only and example != OPTIMIZED):
                 continue
             module = load_module(ROOT / "examples" / f"{example}.py")
             launch, small[example] = module.make(n, n, n), module.make(*(args.check_size,) * 3)

@@ -148,10 +148,12 @@ def _support(args: argparse.Namespace, target: Target) -> coopmat.DeviceSupport:
 def _config(target: Target, lowering: matrix_scheme.Lowering, operand: ir.ElemType,
             frag: int) -> coopmat.Config:
     """The configuration ``target`` multiplies ``lowering`` with at ``frag``: 8-bit operands
-    of 16x16 fragments reduce as deep as its staging says."""
-    neutral = matrix_scheme.config_of(lowering, operand, frag)
+    of 16x16 fragments reduce as deep as its staging says; the byte planes multiply s32 words
+    where its staging multiplies them whole."""
+    whole = target.staging.whole_int32
+    neutral = matrix_scheme.config_of(lowering, operand, frag, whole_int32=whole)
     deep = target.staging.byte_k if neutral.a.bits == 8 and frag == 16 else None
-    return matrix_scheme.config_of(lowering, operand, frag, deep)
+    return matrix_scheme.config_of(lowering, operand, frag, deep, whole_int32=whole)
 
 
 def _launch(args: argparse.Namespace, module: Any, kern: Any, gemm: matrix_pattern.Gemm

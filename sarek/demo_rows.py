@@ -185,14 +185,17 @@ def rewrite_row(ex: Example) -> Row:
 
 def compile_for(ex: Example, name: str) -> Compiled | Refused:
     """The example compiled for target ``name`` (its own lowering, subgroup, fragment and
-    staging), or the target's reason for refusing it."""
+    staging), or the target's reason for refusing it or for running it as written."""
     from backends.pipeline import compile_launch
     from backends.registry import target
 
     try:
-        return compile_launch(target(name), ex.launch)
+        compiled = compile_launch(target(name), ex.launch)
     except SarekError as e:
         return e.reason
+    if compiled.rewritten is None and compiled.not_rewritten is not None:
+        return compiled.not_rewritten
+    return compiled
 
 
 def target_row(ex: Example, name: str, compiled: Compiled | Refused) -> Row:

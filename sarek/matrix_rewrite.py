@@ -78,10 +78,12 @@ def _check_subgroup(subgroup: int) -> None:
                            f"{', '.join(map(str, SUPPORTED_SUBGROUP))}")
 
 
-def operands_refusal(gemm: Gemm, lowering: Lowering, schedule: Schedule) -> str | None:
-    """Why ``schedule`` cannot multiply ``gemm``'s operands under ``lowering``, or None: a
-    warpgroup schedule multiplies one 16-bit term with B staged as it is in memory."""
-    scheme = scheme_for(lowering, gemm.operand_elt)
+def operands_refusal(gemm: Gemm, lowering: Lowering, schedule: Schedule,
+                     staging: Staging = DENSE) -> str | None:
+    """Why ``schedule`` cannot multiply ``gemm``'s operands under ``lowering`` as ``staging``
+    stages them, or None: a warpgroup schedule multiplies one 16-bit term with B staged as it
+    is in memory."""
+    scheme = scheme_for(lowering, gemm.operand_elt, staging.whole_int32)
     if schedule.warpgroup and (scheme.terms != ("",) or scheme.operand.bits != 16
                                or gemm.b.elem is not scheme.operand):
         return (f"a warpgroup schedule multiplies one 16-bit term with B staged as it is in "
@@ -104,7 +106,7 @@ def kernel(original: ir.Kernel, gemm: Gemm, lowering: Lowering, subgroup: int = 
         config_of(lowering, gemm.operand_elt, frag)
     except LoweringError as e:
         raise RewriteError(e.reason) from None
-    scheme = scheme_for(lowering, gemm.operand_elt)
+    scheme = scheme_for(lowering, gemm.operand_elt, staging.whole_int32)
     if gemm.acc_type is not scheme.acc:
         raise RewriteError(f"{lowering} accumulates in {scheme.acc}; the kernel's accumulator "
                            f"is {gemm.acc_type}")
@@ -123,7 +125,7 @@ def kernel(original: ir.Kernel, gemm: Gemm, lowering: Lowering, subgroup: int = 
         schedule.check(frag, schedule.waves * subgroup)
     except ScheduleError as e:
         raise RewriteError(e.reason) from None
-    refused = operands_refusal(gemm, lowering, schedule)
+    refused = operands_refusal(gemm, lowering, schedule, staging)
     if refused is not None:
         raise RewriteError(refused)
     body = Builder(gemm, scheme, subgroup, frag, staging, schedule).build()
@@ -276,7 +278,7 @@ def rewrite_launch(original: Launch, *, lowering: Lowering | None = None,
     if schedule is None:
         schedule = staging.schedule_for(
             chosen.value, reg.me, reg.ne,
-            takes=lambda s: operands_refusal(gemm, chosen, s) is None)
+            takes=lambda s: operands_refusal(gemm, chosen, s, staging) is None)
     rewritten = kernel(original.kernel, gemm, chosen, subgroup, frag, staging, schedule)
     block, grid = launch_dims(subgroup, me=reg.me, ne=reg.ne, ze=reg.ze, schedule=schedule)
     renames = user_renames(original.kernel)

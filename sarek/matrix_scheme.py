@@ -86,9 +86,20 @@ SCHEMES = {
 }
 
 
-def scheme_for(lowering: Lowering, operand_elt: ElemType) -> Scheme:
+WHOLE_INT32 = Scheme(ElemType.I32, ("",), ((0, 0, 0),), 1, ElemType.I32)
+"""The byte planes where a target multiplies 32-bit integers itself: the int32 words staged as
+they are, one wrapping product each. The ten plane products of ``a * b`` sum to ``a * b``
+modulo 2^32, and wrapping addition is associative, so every output has the same bits."""
+
+
+def scheme_for(lowering: Lowering, operand_elt: ElemType, whole_int32: bool = False
+               ) -> Scheme:
     """How ``lowering`` stages and multiplies operands of ``operand_elt``: its scheme, with the
-    operands' own type as the fragment component where the lowering takes them as written."""
+    operands' own type as the fragment component where the lowering takes them as written;
+    ``WHOLE_INT32`` for the byte planes on a target that multiplies int32 words whole
+    (``sarek.staging.Staging.whole_int32``)."""
+    if whole_int32 and lowering is Lowering.INT32_BYTE_PLANES:
+        return WHOLE_INT32
     scheme = SCHEMES[lowering]
     if lowering is Lowering.INT8_OPERANDS:
         return replace(scheme, operand=operand_elt)
@@ -117,12 +128,13 @@ _COMPONENTS: dict[Lowering, tuple[Component, Component]] = {
 }
 
 
-def config_of(lowering: Lowering, operand_elt: ElemType, frag: int = 16, k: int | None = None
-              ) -> Config:
+def config_of(lowering: Lowering, operand_elt: ElemType, frag: int = 16, k: int | None = None,
+              whole_int32: bool = False) -> Config:
     """The configuration ``lowering`` multiplies with: ``frag x frag x k`` (``k`` is ``frag``
     unless given: a target's deeper 8-bit multiply-accumulate) at subgroup scope, operand and
-    accumulator components as the lowering's table says. Raises ``LoweringError`` when
-    ``frag`` has no template or the lowering does not take ``operand_elt`` operands."""
+    accumulator components as the lowering's table says (s32 operands for the byte planes
+    multiplied whole, ``WHOLE_INT32``). Raises ``LoweringError`` when ``frag`` has no template
+    or the lowering does not take ``operand_elt`` operands."""
     if frag not in SUPPORTED_FRAGMENT:
         raise LoweringError(f"fragment {frag} has no template; supported: "
                             f"{', '.join(map(str, SUPPORTED_FRAGMENT))}")
@@ -130,6 +142,8 @@ def config_of(lowering: Lowering, operand_elt: ElemType, frag: int = 16, k: int 
         takes = " or ".join(str(t) for t in _OPERANDS[lowering])
         raise LoweringError(f"{lowering} takes {takes} operands, not {operand_elt}")
     op, acc = _COMPONENTS[lowering]
+    if whole_int32 and lowering is Lowering.INT32_BYTE_PLANES:
+        op = Component.S32
     if lowering is Lowering.INT8_OPERANDS and operand_elt is ElemType.U8:
         op = Component.U8
     return Config(Shape(frag, frag, k or frag), op, op, acc, acc, Scope.SUBGROUP, False)

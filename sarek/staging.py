@@ -69,7 +69,10 @@ class Staging:
     ``Layout.shared_bytes`` then counts them; ``strip_rows``: how high each wave's
     accumulator strips are under a schedule that asks for strips multiplied by a B the block
     shares (``Schedule.warpgroup``), the rows the target's instruction gives each wave (None:
-    one fragment)."""
+    one fragment); ``whole_int32``: the target multiplies 32-bit integer fragments itself (an
+    emulation without a matrix unit), so the byte planes stage the int32 words as they are and
+    take one wrapping product where the planes take ten, with the same bits
+    (``sarek.matrix_scheme.WHOLE_INT32``)."""
 
     row_pad_bytes: int = 0
     narrow_b_col_major: bool = False
@@ -82,6 +85,7 @@ class Staging:
     strip_rows: int | None = None
     exchange_in_tiles: bool = False
     converting_copies: bool = False
+    whole_int32: bool = False
 
     def fragments(self, schedule: Schedule, frag: int) -> Fragments:
         """Each wave's accumulators under ``schedule`` with ``frag`` x ``frag`` fragments: a

@@ -127,7 +127,7 @@ def _b_values_and_products(run: ir.For) -> tuple[list[ir.Let], list[ir.Store]]:
 def test_a_run_of_multiply_accumulates_is_one_k_loop_around_the_fragments() -> None:
     rw = rewrite("gemm_i32", Lowering.INT32_BYTE_PLANES, 32, 8)
     lowered = opencl_lower.lower(rw.kernel)
-    products = 10 * 2  # ten plane products per sub-step, two sub-steps of 8 per step of 16
+    products = 1 * 2  # one product of the int32 words per sub-step, two sub-steps of 8 a step
     step = _loops(lowered.body, "sk_k0")[0]
     runs = _loops(step.body, "sk_kk")
     assert len(runs) == products
@@ -332,3 +332,26 @@ def test_a_run_loop_pairing_the_wrong_accumulators_is_caught(
 
     monkeypatch.setattr(opencl_lower, "_fit_all", transposed)
     assert not lowered_matches_neutral(rewrite(*PLANT))
+
+
+def test_the_byte_planes_multiply_whole_int32_words_with_the_planes_bits() -> None:
+    """The portable target stages int32 words and takes one wrapping product where the byte
+    planes take ten (``Staging.whole_int32``): the same bits as the planes, as the original
+    kernel and as NumPy's product modulo 2^32, with the operands' extremes in every tile."""
+    module = load_module(EXAMPLES / "gemm_i32.py")
+    launch = module.make(70, 45, 33, seed=3)
+    edges = np.array([-2**31, 2**31 - 1, -1, 0, 1, 255, 256, -256, 2**24 - 1], np.int32)
+    for name in ("a", "b"):  # every third element an edge of the range or of a byte plane
+        launch.args[name][::3] = np.resize(edges, launch.args[name][::3].size)
+    whole = rewrite_launch(launch, lowering=Lowering.INT32_BYTE_PLANES,
+                           staging=OPENCL.staging).launch
+    planes = rewrite_launch(launch, lowering=Lowering.INT32_BYTE_PLANES).launch
+    staged = {s.elem for s in walk(whole.kernel.body) if isinstance(s, ir.ArrayDecl)}
+    assert ir.ElemType.U8 not in staged and ir.ElemType.I32 in staged
+    products = [s for s in walk(whole.kernel.body) if isinstance(s, ir.FragMulAdd)]
+    plane_products = [s for s in walk(planes.kernel.body) if isinstance(s, ir.FragMulAdd)]
+    assert len(plane_products) == 10 * len(products)
+    expected = module.reference(launch)["c"]
+    assert np.array_equal(launch.simulate()["c"], expected)
+    assert np.array_equal(planes.simulate()["c"], expected)
+    assert np.array_equal(whole.simulate(target="opencl")["c"], expected)

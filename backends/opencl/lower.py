@@ -53,14 +53,21 @@ from sarek.errors import IRError
 from sarek.ir import BinOp, Builtin, ElemType, FragLayout, FragUse, MemSpace
 from sarek.ir_build import add, binary, const, mul, var
 from sarek.ir_walk import walk
+from sarek.matrix_scheme import Lowering
 from sarek.memo import remembered
-from sarek.staging import DENSE
+from sarek.staging import Staging
 
 SUBGROUPS = (32, 64)
 FRAGMENTS = (16, 8)
-STAGING = DENSE
-"""The neutral dense tiles: the emulation copies element by element, so no row layout helps
-or hinders it."""
+STAGING = Staging(whole_int32=True)
+"""Dense tiles (the emulation copies element by element, so no row layout helps or hinders
+it), and the byte planes multiplied as whole int32 words: an emulated product of two words
+costs what a product of two planes does, and the ten plane products sum to the same bits."""
+UNSELECTED = {Lowering.BF16X3_OPERANDS: (
+    "without a matrix unit, Bf16x3's six emulated bf16 products for each of the kernel's f32 "
+    "products run slower than its own f32 arithmetic, which Bf16x3 only approximates; "
+    "lowering=Bf16x3_operands rewrites it anyway")}
+"""What the portable target does not pick on its own (``Target.unselected``)."""
 I32 = ElemType.I32
 UNROLL = 16
 """The products of one B value a lane computes for one k are written out, not looped over, up
