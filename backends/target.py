@@ -7,8 +7,7 @@ each on first use. Target modules import this module, never the registry.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -44,7 +43,7 @@ class Target:
     """Why the device would refuse to run ``kernel`` over blocks of ``block`` (None: no reason
     known): what the gate cannot see before a rewrite is built, such as a schedule's shared
     memory past the device's limit."""
-    unselected: Mapping[Lowering, str] = dataclasses.field(default_factory=dict)
+    unselected: Mapping[Lowering, str] = field(default_factory=dict)
     """Lowerings the target prints but does not pick on its own, each with why: where
     ``select`` chooses one of them, the kernel runs as written unless the lowering is asked
     for by name (``lowering=``)."""
