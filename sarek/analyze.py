@@ -102,6 +102,9 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print(f"lowering      {matrix_scheme.lowering_name(low)} ({args.precision}); "
           f"configuration {config}")
+    if low in target.unselected:
+        print(f"target        {target.name} runs it as written unless asked for "
+              f"{matrix_scheme.lowering_name(low)} by name: {target.unselected[low]}")
     verdict = coopmat.verdict(config, support)
     match verdict:
         case coopmat.Available(note=note):

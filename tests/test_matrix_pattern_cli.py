@@ -99,3 +99,13 @@ def test_a_device_option_of_another_target_is_one_error_line(argv: tuple[str, ..
 def test_an_unknown_target_is_one_error_line_listing_the_targets(capsys) -> None:
     assert main(["analyze", str(EXAMPLES / "gemm_f32.py"), "--target", "unprobed:GPU"]) == 2
     assert "the targets are cuda, metal" in capsys.readouterr().err
+
+
+def test_analyze_says_the_portable_target_runs_f32_as_written_unless_asked(capsys) -> None:
+    assert main(["analyze", str(EXAMPLES / "gemm_f32.py"), "--target", "opencl"]) == 0
+    out = capsys.readouterr().out
+    assert "Bf16x3_operands (accurate)" in out
+    assert "opencl runs it as written unless asked for Bf16x3_operands by name" in out
+    assert main(["analyze", str(EXAMPLES / "gemm_i32.py"), "--target", "opencl"]) == 0
+    out = capsys.readouterr().out  # the byte planes' words multiplied whole, as s32
+    assert "configuration 16x16x16 s32 x s32 + s32 -> s32" in out and "target " not in out

@@ -355,3 +355,21 @@ def test_the_byte_planes_multiply_whole_int32_words_with_the_planes_bits() -> No
     assert np.array_equal(launch.simulate()["c"], expected)
     assert np.array_equal(planes.simulate()["c"], expected)
     assert np.array_equal(whole.simulate(target="opencl")["c"], expected)
+
+
+def test_the_portable_target_runs_f32_gemms_as_written_unless_bf16x3_is_asked_for() -> None:
+    """Six emulated bf16 products per f32 product are slower than the kernel's own f32
+    arithmetic: the target does not pick Bf16x3 itself, but rewrites with it when asked, and
+    picks the fast lowering when asked for speed."""
+    from backends.pipeline import compile_launch
+
+    launch = load_module(EXAMPLES / "gemm_f32.py").make(70, 45, 33)
+    plain = compile_launch(OPENCL, launch)
+    assert plain.rewritten is None and plain.launch is launch
+    assert plain.not_rewritten is not None and "runs it as written" in plain.not_rewritten
+    asked = compile_launch(OPENCL, launch, lowering=Lowering.BF16X3_OPERANDS)
+    assert asked.rewritten is not None and asked.rewritten.lowering is Lowering.BF16X3_OPERANDS
+    fast = compile_launch(OPENCL, launch, precision="fast")
+    assert fast.rewritten is not None and fast.rewritten.lowering is Lowering.BF16_OPERANDS
+    cuda = compile_launch(registry.target("cuda"), launch)
+    assert cuda.rewritten is not None and cuda.rewritten.lowering is Lowering.BF16X3_OPERANDS
