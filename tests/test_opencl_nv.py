@@ -116,13 +116,17 @@ def test_f32_is_rounded_to_f16_and_bf16_by_cvt_rn_but_a_nan_by_the_portable_code
     from backends.opencl.emit import DIALECT
     from backends.opencl.emit_nv import HARDWARE_ROUNDING, NV_DIALECT
 
-    nan_first = {"sk_f32_to_f16": ("if (a > 0x7F800000u)", "(a & 0x7FFFFFu) >> 13"),
-                 "sk_f32_to_bf16": ("if (isnan(f))", ">> 16) | 0x40u")}
-    for name, text in HARDWARE_ROUNDING.items():
-        test, payload = nan_first[name]
-        to = name.rsplit("_", 1)[1]
-        assert text in NV_DIALECT.prelude and payload in DIALECT.prelude
-        assert text.index(test) < text.index(payload) < text.index(f"cvt.rn.{to}.f32")
+    text = HARDWARE_ROUNDING["sk_f32_to_f16"]
+    assert text in NV_DIALECT.prelude and "(a & 0x7FFFFFu) >> 13" in DIALECT.prelude
+    assert (text.index("if (a > 0x7F800000u)") < text.index("(a & 0x7FFFFFu) >> 13")
+            < text.index("cvt.rn.f16.f32"))
+    # bf16: the portable helper's NaN, (bits >> 16) | 0x40, selected in PTX without a branch
+    text = HARDWARE_ROUNDING["sk_f32_to_bf16"]
+    assert text in NV_DIALECT.prelude and ">> 16) | 0x40u" in DIALECT.prelude
+    assert "if" not in text and "?" not in text
+    steps = ("cvt.rn.bf16.f32 t, %1", "setp.nan.f32 n, %1, %1", "shr.b32 q, q, 16",
+             "or.b32 q, q, 64", "selp.b32 %0, q, %0, n")
+    assert [text.index(step) for step in steps] == sorted(text.index(step) for step in steps)
     rest = NV_DIALECT.prelude  # everything else is the portable prelude
     for text in HARDWARE_ROUNDING.values():
         rest = rest.replace(text, "")
@@ -205,3 +209,11 @@ def test_the_text_compiles_to_ptx_with_shared_window_addresses(name: str, tmp_pa
     assert len(re.findall(r"^\s*(ldmatrix|mma)\.sync", ptx, re.M)) == count
     # a __local pointer is already a shared-window address: nothing converts it
     assert "cvta" not in ptx and ".shared .align 16" in ptx
+
+
+def test_a_local_id_is_printed_below_1024_so_the_compiler_knows_it_is_not_negative() -> None:
+    _, rw = CASES[0]
+    text = emit_nv(rw.kernel)
+    assert "((int)(get_local_id(0) & 1023u))" in text
+    assert "((int)get_local_id(0))" not in text
+    assert "((int)get_local_id(0))" in sarek.emit(rw.kernel, "opencl")

@@ -71,7 +71,7 @@ so that one ``wgmma`` of the warpgroup multiplies the four warps' strips by the 
 NV_STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True, byte_k=32, packed_planes=True,
                      large=(
     ("F16_operands", Schedule(tile=128, step=16, stages=3)),
-    ("Bf16_operands", Schedule(tile=128, step=16)),
+    ("Bf16_operands", Schedule(tile=128, step=16, prefetch=True)),
     ("Bf16x3_operands", Schedule(tile=128, step=16)),
     ("Int8_operands", Schedule(tile=128, step=32, stages=3)),
     ("Int32_byte_planes", Schedule(step=32, prefetch=True)),
@@ -82,9 +82,12 @@ schedule through NVIDIA's OpenCL at 4096^3 on the H200 among those whose shared 
 ``bench/backends_speed_h200.py``): for F16 128x128 tiles in three 16-deep ``cp.async`` stages
 (3.7x the unpipelined ``t128k16`` in one run; ``t128k32s2`` ran 3% faster still but has not
 been through ``sarek conformance``); for Int8 three 32-deep stages (3.2x CUDA's ``t64k32p``);
-the byte planes CUDA's ``t64k32p``; Bf16 and Bf16x3, whose f32 stages are twice as large,
-unpipelined 128x128 tiles in 16-deep steps (Bf16's two stages ran slower, ``t64k32`` for
-Bf16x3 too)."""
+the byte planes CUDA's ``t64k32p``; Bf16, whose f32 stages are twice as large, 128x128 tiles
+in 16-deep steps with the next step's f32 loaded into registers during the multiply (102.9
+TFLOP/s against 81.9 unpipelined in one run; CUDA, whose ptxas spills 72 bytes there, ran it at
+66.4; two ``cp.async`` stages ran at 60.8 before opencl-nv's local-id mask); Bf16x3 unpipelined
+128x128 tiles in 16-deep steps (``t64k32``, ``t64k16s2`` and ``t64k16s3`` ran slower, before
+the mask)."""
 
 EDGE = 16
 _LANE, _G, _T = "sk_lane", "sk_lane_g", "sk_lane_t"  # lane, lane / 4, lane % 4
