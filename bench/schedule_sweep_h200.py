@@ -3,17 +3,20 @@ side, each output checked bit for bit against the seed schedule's on the device.
 
 Every schedule takes each output's products in the same order, so each must give the seed's
 bits. Prints a table and writes bench/results/schedule_sweep_h200.json (medians of
-``gpu_speed_h200.REPEATS`` launches, TFLOP/s at 2mnk). CUDA's staging policy
-(``backends/cuda/lower.py``) names the fastest for large regions.
+``gpu_speed_h200.REPEATS`` launches, TFLOP/s at 2mnk; ``--cublas``: cuBLAS f16 at the same
+size in the same run, a row of its own). CUDA's staging policy (``backends/cuda/lower.py``)
+names the fastest for large regions.
 
     python -m bench.schedule_sweep_h200 [--n 4096] [--lowering F16_operands ...]
                                         [--example gemm_f32] [--schedule t128k64s2g ...]
+                                        [--cublas]
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +25,7 @@ import numpy as np
 from backends.cuda.run import device_arch, device_name
 from backends.pipeline import compile_launch
 from backends.registry import target
-from bench.gpu_speed_h200 import kernel_output, kernel_seconds
+from bench.gpu_speed_h200 import kernel_output, kernel_seconds, torch_seconds
 from bench.harness import RESULTS, ROOT, show, table, write
 from sarek.errors import SarekError
 from sarek.loader import load_module
@@ -55,6 +58,8 @@ def main() -> int:
     parser.add_argument("--schedule", action="append",
                         help="these schedules (names such as t64k32p) instead of the candidates")
     parser.add_argument("--example", help="this example (such as gemm_f32) for every lowering")
+    parser.add_argument("--cublas", action="store_true",
+                        help="also time cuBLAS f16 (through PyTorch) at the same size")
     parser.add_argument("--out", type=Path, default=RESULTS
                         / "schedule_sweep_h200.json")
     args = parser.parse_args()
@@ -86,12 +91,28 @@ def main() -> int:
                 row["error"] = e.reason.splitlines()[0][:200]
                 cells.append((lowering.value, schedule.name, "-", "-", "-", row["error"][:60]))
             rows.append(row)
+    if args.cublas:
+        s = cublas_f16_seconds(n)
+        rows.append({"baseline": "cuBLAS f16", "median_s": s, "tflops": 2.0 * n**3 / s / 1e12})
+        cells.append(("cuBLAS f16", "", f"{s * 1e3:.3f}", f"{rows[-1]['tflops']:.1f}", "-",
+                      "-"))
     show(table(f"schedules at {n}^3 on {device_name()}",
                ("lowering", "schedule", "ms", "TFLOP/s", "x seed", "bits = seed"), cells,
                left=2))
     write("schedule_sweep_h200", {"device": device_name(), "arch": arch, "n": n,
                                   "rows": rows}, args.out)
     return 0
+
+
+def cublas_f16_seconds(n: int) -> float:
+    """The median time of cuBLAS's f16 product of two ``n`` x ``n`` random matrices (f32
+    accumulation: reduced-precision reduction off, as ``gpu_speed_h200`` times it)."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+    a = torch.randn(n, n, device="cuda", dtype=torch.float16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.float16)
+    return torch_seconds(partial(torch.matmul, a, b))
 
 
 if __name__ == "__main__":

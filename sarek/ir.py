@@ -376,9 +376,10 @@ class MatrixDescriptor(Node):
 
 
 class Wgmma(_Stmt):
-    """Lane-explicit ``wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{elem}.{elem}`` of the
-    block's four warps (one warpgroup), B from shared memory, A from registers or from shared
-    memory: for each warp ``w``, ``D_w = A_w * B + D_w``.
+    """Lane-explicit ``wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{elem}.{elem}`` of each
+    warpgroup of the block (four consecutive warps; the block is one or more), B from shared
+    memory, A from registers or from shared memory: for each warp ``w`` of the warpgroup,
+    ``D_w = A_w * B + D_w``.
 
     Without ``a_index``, ``A_w`` is the warp's 16x16 A in the u32 local array ``a``
     (``mma.sync.m16n8k16``'s A layout). With it, ``a`` is a shared array of ``elem`` holding

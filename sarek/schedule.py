@@ -32,11 +32,12 @@ class Schedule:
     the next step's elements into registers while the current step multiplies; with
     ``stages`` of 2 to 4 the block keeps that many steps in shared memory, copying the tiles
     of ``stages - 1`` steps ahead (``StageCopy``, asynchronous where the target's copies are)
-    while it multiplies the current one. With ``warpgroup`` (128x128 tiles, pipelined) the
-    waves hold accumulator strips as wide as the tile, as high as the target's policy says
-    (``sarek.staging.Staging.fragments``), and multiply them by one B fragment per sub-step
-    that the block shares: the shape of an instruction such as Hopper's ``wgmma``, which
-    multiplies the A of a warpgroup's four warps by one B."""
+    while it multiplies the current one. With ``warpgroup`` (128-row tiles, 128 or with
+    ``wide`` 256 columns, pipelined) the waves hold accumulator strips as wide as the tile, as
+    high as the target's policy says (``sarek.staging.Staging.fragments``), and multiply them
+    by one B fragment per sub-step that the block shares: the shape of an instruction such as
+    Hopper's ``wgmma``, which multiplies the A of a warpgroup's four warps by one B (a wide
+    block is two such groups of four waves)."""
 
     tile: int = 64
     step: int = 16
@@ -58,6 +59,11 @@ class Schedule:
     def waves(self) -> int:
         """Waves per block."""
         return 2 * self.wave_columns
+
+    @property
+    def groups(self) -> int:
+        """Groups of four consecutive waves (warpgroups) per block."""
+        return self.waves // 4
 
     @property
     def tile_n(self) -> int:
@@ -96,10 +102,11 @@ class Schedule:
         if self.stages > 1 and self.prefetch:
             raise ScheduleError("a schedule either prefetches into registers or keeps several "
                                 "steps in shared memory, not both")
-        if self.warpgroup and (self.tile != 128 or self.wide or self.stages < 2 or frag != 16
-                               or threads != 128):
+        if self.warpgroup and (self.tile != 128 or self.stages < 2 or frag != 16
+                               or threads != 32 * self.waves):
             raise ScheduleError("a warpgroup schedule takes 128x128 tiles over one warpgroup "
-                                "(four waves of 32), 16x16 fragments and 2 to 4 stages")
+                                "(four waves of 32) or 128x256 over two, 16x16 fragments and "
+                                "2 to 4 stages")
         if self.wave_tile % frag or self.step % frag:
             raise ScheduleError(f"a {self.wave_tile}x{self.wave_tile} wave tile with "
                                 f"{self.step}-deep steps does not divide into {frag}x{frag} "

@@ -110,8 +110,8 @@ class Tiles(Core):
         f_b = self.expr(s.b_index, scope, site)
         f_a = None if s.a_index is None else self.expr(s.a_index, scope, site)
         geo, model, per = self.geo, self.arith, atoms.WGMMA.warps
-        if geo.block_size != lanes.WARPGROUP:
-            raise LaunchError(f"wgmma is issued by one warpgroup of {lanes.WARPGROUP} "
+        if geo.block_size % lanes.WARPGROUP:
+            raise LaunchError(f"wgmma is issued by whole warpgroups of {lanes.WARPGROUP} "
                               f"invocations; the launch's blocks have {geo.block_size}",
                               site.path, site.line)
         # B (k x n) in MN-major atoms (sarek.atoms): atoms core_k apart along k, core_n along n

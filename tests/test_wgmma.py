@@ -14,6 +14,7 @@ import sarek
 from backends.cstyle import EmitError
 from backends.cuda import compile_cubin, nvrtc_available
 from backends.cuda import lower as cuda_lower
+from backends.cuda.shared import dynamic_bytes
 from backends.cuda.wgmma import CoreLayout, fence_and_wait
 from backends.registry import target
 from sarek import ir, ir_check
@@ -27,6 +28,9 @@ from sarek.staging import Fragments, Staging
 
 WARPGROUP = [Schedule(tile=128, step=64, stages=2, warpgroup=True),
              Schedule(tile=128, step=32, stages=3, warpgroup=True)]
+WIDE = [Schedule(tile=128, step=64, stages=3, wide=True, warpgroup=True),
+        Schedule(tile=128, step=64, stages=2, wide=True, warpgroup=True)]
+"""128x256 over two warpgroups: each wave one 16x256 strip, m64n256k16 per warpgroup."""
 SIZE = (150, 133, 70)  # ragged tiles each way, a partial last step
 
 
@@ -45,19 +49,28 @@ def seed_bits(seed: int = 5) -> np.ndarray:
 
 
 def test_warpgroup_schedules_are_named_with_a_g_and_parse_back() -> None:
-    assert [s.name for s in WARPGROUP] == ["t128k64s2g", "t128k32s3g"]
-    assert all(Schedule.parse(s.name) == s for s in WARPGROUP)
+    assert [s.name for s in WARPGROUP + WIDE] == ["t128k64s2g", "t128k32s3g",
+                                                  "t128x256k64s3g", "t128x256k64s2g"]
+    assert all(Schedule.parse(s.name) == s for s in WARPGROUP + WIDE)
+    assert [s.groups for s in WARPGROUP + WIDE] == [1, 1, 2, 2]
 
 
-@pytest.mark.parametrize(("schedule", "why"), [
-    (Schedule(step=64, stages=2, warpgroup=True), "128x128 tiles over one warpgroup"),
-    (Schedule(tile=128, step=64, warpgroup=True), "2 to 4 stages"),
-    (Schedule(tile=128, step=32, stages=3, wide=True, warpgroup=True), "one warpgroup"),
-], ids=["tile-64", "one-stage", "wide"])
-def test_a_warpgroup_schedule_needs_128x128_tiles_of_one_warpgroup_and_stages(
-        schedule: Schedule, why: str) -> None:
+@pytest.mark.parametrize(("schedule", "threads", "why"), [
+    (Schedule(step=64, stages=2, warpgroup=True), 128, "128x128 tiles over one warpgroup"),
+    (Schedule(tile=128, step=64, warpgroup=True), 128, "2 to 4 stages"),
+    (Schedule(step=64, stages=2, wide=True, warpgroup=True), 256, "128x256 over two"),
+    (WIDE[0], 128, "128x256 over two"),
+], ids=["tile-64", "one-stage", "wide-tile-64", "wide-one-warpgroup"])
+def test_a_warpgroup_schedule_needs_128_row_tiles_whole_warpgroups_and_stages(
+        schedule: Schedule, threads: int, why: str) -> None:
     with pytest.raises(ScheduleError, match=why):
-        schedule.check(16, schedule.waves * 32)
+        schedule.check(16, threads)
+
+
+@pytest.mark.parametrize("schedule", WIDE, ids=lambda s: s.name)
+def test_a_128x256_warpgroup_schedule_runs_two_warpgroups(schedule: Schedule) -> None:
+    schedule.check(16, 256)
+    assert (schedule.waves, schedule.tile_n) == (8, 256)
 
 
 def test_a_warpgroup_schedule_refuses_operands_it_cannot_multiply_from_shared_b() -> None:
@@ -68,7 +81,7 @@ def test_a_warpgroup_schedule_refuses_operands_it_cannot_multiply_from_shared_b(
                            schedule=WARPGROUP[0])
 
 
-@pytest.mark.parametrize("schedule", WARPGROUP, ids=lambda s: s.name)
+@pytest.mark.parametrize("schedule", WARPGROUP + WIDE, ids=lambda s: s.name)
 def test_the_neutral_warpgroup_rewrite_gives_the_originals_bits(schedule: Schedule) -> None:
     launch = with_operands(example("gemm_f16").make(*SIZE, seed=3), small_integers(4))
     rw = rewrite_launch(launch, staging=target("cuda").staging, schedule=schedule).launch
@@ -87,6 +100,78 @@ def test_each_wave_holds_two_16x128_accumulators_and_the_block_one_b_per_sub_ste
             uses.count(ir.FragUse.B)) == (2, 2 * subs, subs)
 
 
+@pytest.mark.parametrize("schedule", WIDE, ids=lambda s: s.name)
+def test_each_wave_of_a_128x256_block_holds_one_16x256_accumulator(schedule: Schedule) -> None:
+    decls = [s for s in walk(rewrite(schedule).kernel.body) if isinstance(s, ir.FragDecl)]
+    assert {(s.shape.m, s.shape.n, s.shape.k) for s in decls} == {(16, 256, 16)}
+    uses = [s.use for s in decls]
+    subs = schedule.step // 16
+    assert (uses.count(ir.FragUse.ACCUMULATOR), uses.count(ir.FragUse.A),
+            uses.count(ir.FragUse.B)) == (1, subs, subs)
+
+
+@pytest.mark.parametrize("schedule", WIDE, ids=lambda s: s.name)
+def test_the_two_warpgroups_take_turns_through_an_exchange_array_of_four_strips(
+        schedule: Schedule) -> None:
+    # one 16x256 f32 strip for each wave of a warpgroup: 64 KiB, not the 128 KiB of eight,
+    # which with three 64-deep stages would not fit the 227 KiB a block may have
+    kernel = rewrite(schedule).kernel
+    exchange = next(s for s in walk(kernel.body)
+                    if isinstance(s, ir.ArrayDecl) and s.name == "sk_cs")
+    assert exchange.size == 4 * 16 * 256
+    turns = [s for s in kernel.body if isinstance(s, ir.If)
+             and any(isinstance(x, ir.FragStore) for x in s.then)]
+    assert len(turns) == 2
+    assert dynamic_bytes(cuda_lower.lower(kernel)) <= 227 * 1024
+
+
+def varying_init() -> Launch:
+    """An f16 GEMM whose initial value is C's f32 (it enters through the exchange array)."""
+    from gemm_gen import build_source
+
+    source = (
+        "def bias(a: Global[f16], b: Global[f16], c: Global[f32], m: i32, n: i32, k: i32):\n"
+        "    row = block_idx.y * block_dim.y + thread_idx.y\n"
+        "    col = block_idx.x * block_dim.x + thread_idx.x\n"
+        "    if row < m and col < n:\n"
+        "        acc = c[row * n + col]\n"
+        "        for p in range(k):\n"
+        "            acc += f32(a[row * k + p]) * f32(b[p * n + col])\n"
+        "        c[row * n + col] = acc\n")
+    m, n, k = 130, 300, 70
+    rng = np.random.default_rng(3)
+    args = {"a": rng.standard_normal(m * k).astype(np.float16),
+            "b": rng.standard_normal(k * n).astype(np.float16),
+            "c": rng.standard_normal(m * n).astype(np.float32), "m": m, "n": n, "k": k}
+    return Launch(build_source(source, "bias").ir, args, (-(-n // 16), -(-m // 16), 1),
+                  (16, 16, 1))
+
+
+def test_a_varying_initial_value_enters_each_warpgroup_in_its_turn_with_the_seeds_bits() -> None:
+    launch = varying_init()
+
+    def run(schedule: Schedule) -> np.ndarray:
+        rw = rewrite_launch(launch, staging=target("cuda").staging, schedule=schedule).launch
+        out = sarek.simulate(rw.kernel, dict(rw.args), grid=rw.grid, block=rw.block,
+                             target="cuda", arith="h200")
+        return bits(out["c"])
+
+    assert np.array_equal(run(WIDE[0]), run(Schedule()))
+
+
+def test_without_the_barrier_between_the_turns_the_simulator_reports_a_race() -> None:
+    from sarek.errors import SharedRace
+
+    rw = rewrite(WIDE[0])
+    body = rw.kernel.body
+    first = next(i for i, s in enumerate(body) if isinstance(s, ir.If)
+                 and any(isinstance(x, ir.FragStore) for x in s.then))
+    assert isinstance(body[first + 3], ir.Barrier)  # put, barrier, take, barrier
+    broken = rw.kernel.model_copy(update={"body": body[:first + 3] + body[first + 4:]})
+    with pytest.raises(SharedRace, match="sk_cs"):
+        sarek.simulate(broken, dict(rw.args), grid=rw.grid, block=rw.block)
+
+
 def test_the_staging_policy_shapes_each_waves_accumulators() -> None:
     # A square grid of fragments over a 32x32 wave tile unless the schedule asks for strips;
     # CUDA's strips are wgmma's 64 rows over its 4 warps high, a policy naming none one
@@ -96,9 +181,12 @@ def test_the_staging_policy_shapes_each_waves_accumulators() -> None:
     strips = Fragments(rows=2, cols=1, m=16, n=128, shared_b=True)
     assert target("cuda").staging.fragments(WARPGROUP[0], 16) == strips
     assert Staging().fragments(WARPGROUP[1], 16) == strips
+    # 128x256 over eight waves: one strip 256 wide each, waves 4-7 below waves 0-3
+    wide = Fragments(rows=1, cols=1, m=16, n=256, shared_b=True)
+    assert target("cuda").staging.fragments(WIDE[0], 16) == wide
 
 
-@pytest.mark.parametrize("schedule", WARPGROUP, ids=lambda s: s.name)
+@pytest.mark.parametrize("schedule", WARPGROUP + WIDE, ids=lambda s: s.name)
 def test_the_cuda_lowering_is_the_seeds_bits_under_h200(schedule: Schedule) -> None:
     rw = rewrite(schedule)
     out = sarek.simulate(rw.kernel, dict(rw.args), grid=rw.grid, block=rw.block,
@@ -117,6 +205,38 @@ def test_each_fragment_multiply_add_is_one_wgmma_and_each_run_ends_in_one_wait()
     waits = [i for i, s in enumerate(stmts) if isinstance(s, ir.StageWait)]
     assert all(isinstance(stmts[i + 1], ir.AsyncProxyFence) for i in waits)
     assert not any(isinstance(s, ir.Mma) for s in stmts)
+
+
+def test_each_warpgroup_of_a_128x256_block_issues_one_m64n256k16_a_sub_step() -> None:
+    schedule = WIDE[0]
+    stmts = list(walk(cuda_lower.lower(rewrite(schedule).kernel).body))
+    wgmmas = [s for s in stmts if isinstance(s, ir.Wgmma)]
+    assert len(wgmmas) == schedule.step // 16
+    # B 64 x 256 (+8) halves a buffer (33 KiB): four swizzle atoms along n, 8 along k each;
+    # A 128 x 64 (+8): K-major from shared memory, no ldmatrix
+    assert {(s.n, s.core_k, s.core_n, s.swizzle, s.a_index is not None) for s in wgmmas} == {
+        (256, 512, 4096, 128, True)}
+    assert {(s.b_descriptor, s.a_descriptor) for s in wgmmas} == {(
+        ir.MatrixDescriptor(leading_bytes=8192, stride_bytes=1024, mode=1),
+        ir.MatrixDescriptor(leading_bytes=16, stride_bytes=1024, mode=1))}
+    assert not any(isinstance(s, ir.Ldmatrix | ir.Mma) for s in stmts)
+    accumulators = [s for s in stmts if isinstance(s, ir.ArrayDecl)
+                    and s.space is ir.MemSpace.LOCAL and s.name.startswith("sk_acc")]
+    assert [s.size for s in accumulators] == [128]  # f32 registers per lane
+
+
+@pytest.mark.skipif(nvrtc_available() is not None, reason=f"NVRTC: {nvrtc_available()}")
+def test_the_printed_m64n256k16_compiles_for_sm_90a() -> None:
+    src = sarek.emit(rewrite(WIDE[0]).kernel, "cuda")
+    assert "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {%0, %1," in src
+    assert '"+f"(sk_acc0_0_0[127])' in src and "%128, %129, p, 1, 1, 0, 1;" in src
+    assert compile_cubin(src, "sm_90")[:4] == b"\x7fELF"
+
+
+def test_the_lowering_refuses_a_wgmma_block_that_is_not_whole_warpgroups() -> None:
+    kernel = rewrite(WIDE[0]).kernel.model_copy(update={"block": (192, 1, 1)})
+    with pytest.raises(EmitError, match="not a multiple of 128 invocations"):
+        cuda_lower.lower(kernel)
 
 
 @pytest.mark.skipif(nvrtc_available() is not None, reason=f"NVRTC: {nvrtc_available()}")
@@ -186,7 +306,7 @@ def test_the_simulator_runs_a_wgmma_only_for_whole_warpgroups() -> None:
 
     rw = rewrite(WARPGROUP[0])
     lowered = cuda_lower.lower(rw.kernel).model_copy(update={"block": None})
-    with pytest.raises(LaunchError, match="one warpgroup of 128 invocations"):
+    with pytest.raises(LaunchError, match="whole warpgroups of 128 invocations"):
         sarek.simulate(lowered, dict(rw.args), grid=rw.grid, block=(64, 1, 1))
 
 

@@ -66,7 +66,10 @@ CUDA also offers the warpgroup schedule with 32-deep steps, whose A goes through
 (``ldmatrix``), so that ``sarek conformance`` checks both of
 ``wgmma``'s forms, and ``mma.sync``'s 128x128 tiles in 64-deep stages. Under a warpgroup
 schedule each warp's accumulator strips are wgmma's rows per warp high (``sarek.atoms.WGMMA``),
-so that one ``wgmma`` of the warpgroup multiplies the four warps' strips by the shared B."""
+so that one ``wgmma`` of the warpgroup multiplies the four warps' strips by the shared B.
+128x256 tiles over two warpgroups (``t128x256k64s2g``, one ``m64n256k16`` per warpgroup and
+sub-step) ran at the rate of ``t128k64s2g`` in one run with it
+(``bench/results/schedule_sweep_wgmma_wide_h200.json``), so they are not in the policy."""
 
 NV_STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True, byte_k=32, packed_planes=True,
                      large=(
@@ -468,9 +471,11 @@ class _Lowering:
                 fa.elem not in (ElemType.F16, ElemType.BF16):
             raise EmitError(f"wgmma accumulates f16 or bf16 products into f32 in place; "
                             f"{fd.name!r} = {fa.name!r} x {fb.name!r} + {c!r} is not that")
-        if self.kernel.block != (128, 1, 1):
-            raise EmitError(f"wgmma is issued by one warpgroup: kernel {self.kernel.name!r} "
-                            f"runs blocks of {self.kernel.block}, not 128 invocations")
+        group = atoms.WGMMA.warps * 32
+        block = self.kernel.block
+        if block is None or block[1:] != (1, 1) or block[0] % group:
+            raise EmitError(f"wgmma is issued by whole warpgroups: kernel {self.kernel.name!r} "
+                            f"runs blocks of {block}, not a multiple of {group} invocations")
         load = self.wide_b.get(fb.name)
         if load is None:
             raise EmitError(f"B fragment {fb.name!r} is multiplied before it is loaded")

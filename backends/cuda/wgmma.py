@@ -5,8 +5,8 @@
 10): with A from registers, ``wgmma.mma_async m64nNk16`` is, warp by warp, ``D_w = A_w * B +
 D_w`` with ``A_w`` in ``mma.sync.m16n8k16``'s A layout and ``D_w`` in its C layout per 8
 columns, each 16-deep step the ``h200`` model's fused dot-add. So a ``FragMulAdd`` of a wave's
-16x16 A and 16 x n accumulator by a B fragment the four waves load from the same place is one
-``Wgmma``.
+16x16 A and 16 x n accumulator by a B fragment the four waves of a warpgroup load from the
+same place is one ``Wgmma`` (a block of 256 invocations is two warpgroups, each its own).
 
 B must lie in shared memory in a layout ``wgmma`` reads, not in the padded rows the neutral
 rewrite stages: this module moves it. The B array is written only by staged copies (``rows``

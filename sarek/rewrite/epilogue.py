@@ -38,8 +38,9 @@ class Builder(Multiply):
                    body=(ir.Assign(name="sk_sum", value=update),))))]
 
     def finish(self) -> list[ir.Stmt]:
-        """Accumulators out through the exchange array, one fragment per wave at a time; each
-        covered output gets the epilogue."""
+        """Accumulators out through the exchange array, one fragment per wave at a time (the
+        groups of waves in turns where ``exchange_turns`` says so); each covered output gets
+        the epilogue."""
         g, acc_t = self.gemm, self.scheme.acc
         here = self.covered(var("sk_row"), var("sk_col"))
 
@@ -63,9 +64,9 @@ class Builder(Multiply):
                                     space=MemSpace.LOCAL))
         for i, j in self.frag_names():
             if self.scheme.accumulators == 1:
-                out += [self.through_exchange(f"sk_acc0_{i}_{j}"), ir.Barrier(),
-                        self.per_lane([*self.fragment_coordinates(i, j), store(exchanged)]),
-                        ir.Barrier()]
+                out += self.exchange_turns(
+                    [self.through_exchange(f"sk_acc0_{i}_{j}")],
+                    [self.per_lane([*self.fragment_coordinates(i, j), store(exchanged)])])
                 continue
             # Byte planes: sk_out[q] = init + sum_s (acc_s << 8s), wrapping.
             total = ir.Load(array="sk_out", index=var("sk_q"), type=I32)

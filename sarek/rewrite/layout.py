@@ -40,6 +40,10 @@ class Layout:
         # block's waves multiply by one shared B fragment per sub-step.
         fragments = staging.fragments(schedule, frag)
         self.strips = fragments.shared_b
+        # The exchange array holds one fragment per wave, or under strips one per wave of a
+        # group of four, the groups taking turns (two 16x256 f32 strips a wave would take
+        # 128 KiB); ``exchange_turns``.
+        self.turns = schedule.groups if self.strips else 1
         self.grid = (fragments.rows, fragments.cols)
         self.acc_m, self.acc_n = fragments.m, fragments.n
         # Row strides and B's layout of the staged tiles: the target's policy (padded 16-bit
@@ -162,8 +166,9 @@ class Layout:
         return total
 
     def exchange_size(self) -> int:
-        """Elements of the exchange array ``sk_cs``: one accumulator fragment per wave."""
-        return self.waves * self.acc_m * self.acc_n
+        """Elements of the exchange array ``sk_cs``: one accumulator fragment for each wave
+        of a turn."""
+        return self.waves // self.turns * self.acc_m * self.acc_n
 
     def exchange_room(self) -> str | None:
         """The first staged term array whose bytes can hold the exchange array (a whole
@@ -253,7 +258,24 @@ class Layout:
 
     def exchange_offset(self) -> ir.Expr:
         """Where this wave's fragment lies in the exchange array ``sk_cs``."""
-        return mul(var("sk_wave"), const(self.acc_m * self.acc_n))
+        wave: ir.Expr = var("sk_wave")
+        if self.turns > 1:
+            wave = binary(BinOp.REM, wave, const(self.waves // self.turns))
+        return mul(wave, const(self.acc_m * self.acc_n))
+
+    def exchange_turns(self, put: list[ir.Stmt], take: list[ir.Stmt]) -> list[ir.Stmt]:
+        """``put`` (into the exchange array), a barrier, ``take`` (out of it), a barrier: by
+        every wave at once, or where the waves take turns, by each group of four in its
+        turn (the barriers outside the group's branch, which every invocation reaches)."""
+        if self.turns == 1:
+            return [*put, ir.Barrier(), *take, ir.Barrier()]
+        out: list[ir.Stmt] = []
+        group = binary(BinOp.DIV, var("sk_wave"), const(self.waves // self.turns))
+        for turn in range(self.turns):
+            mine = binary(BinOp.EQ, group, const(turn))
+            out += [ir.If(cond=mine, then=tuple(put)), ir.Barrier(),
+                    ir.If(cond=mine, then=tuple(take)), ir.Barrier()]
+        return out
 
     def exchanged(self) -> ir.Expr:
         """Element ``sk_e`` of this wave's fragment in ``sk_cs`` (row-major, stride frag)."""

@@ -29,20 +29,17 @@ class Multiply(Copies):
             return [ir.FragFill(frag=f"sk_acc{a}_{i}_{j}", value=cast(value, self.scheme.acc))
                     for i, j in self.frag_names() for a in range(self.scheme.accumulators)]
         # The initial value varies by output: each wave stages it through its part of the
-        # exchange array, one fragment at a time.
+        # exchange array, one fragment at a time (in its group's turn).
         here = self.covered(var("sk_row"), var("sk_col"))
         out: list[ir.Stmt] = []
         for i, j in self.frag_names():
-            out += [
-                self.per_lane([*self.fragment_coordinates(i, j), ir.Store(
+            out += self.exchange_turns(
+                [self.per_lane([*self.fragment_coordinates(i, j), ir.Store(
                     array="sk_cs", index=self.exchanged(), value=ir.Select(
                         cond=here, a=cast(self.init(), self.scheme.acc), b=zero(self.scheme.acc),
-                        type=self.scheme.acc))]),
-                ir.Barrier(),
-                ir.FragLoad(frag=f"sk_acc0_{i}_{j}", array="sk_cs",
-                            offset=self.exchange_offset(), stride=const(self.acc_n)),
-                ir.Barrier(),
-            ]
+                        type=self.scheme.acc))])],
+                [ir.FragLoad(frag=f"sk_acc0_{i}_{j}", array="sk_cs",
+                             offset=self.exchange_offset(), stride=const(self.acc_n))])
         return out
 
     def pipelined(self) -> list[ir.Stmt]:

@@ -1,8 +1,9 @@
 """Hopper's ``wgmma`` against the ``h200`` model: is its arithmetic that of ``mma.sync``?
 
 The lowering onto ``wgmma`` (``backends/cuda/wgmma.py``) relies on the instruction being
-simulated bit for bit. Each warpgroup (one block) runs ``wgmma.mma_async.sync.aligned.m64n16k16``
-with f32 accumulators on f16 or bf16 operands, in two forms: A and B read from shared memory
+simulated bit for bit. Each warpgroup (one block) runs ``wgmma.mma_async.sync.aligned.m64nNk16``
+with f32 accumulators on f16 or bf16 operands, N = 16 and N = 256 (the widest, which the
+128x256 warpgroup schedules print), in two forms: A and B read from shared memory
 through matrix descriptors (``ss``: both K-major core matrices, ``sarek.atoms.GMMA_K_INTER``),
 and A from registers in ``sarek.atoms.WGMMA.a``'s layout with B transposed in shared memory
 (``rs``: ``GMMA_MN_INTER``), once (K = 16) or twice in one commit group (K = 32, the
@@ -20,10 +21,12 @@ the output must be C (the accumulator's layout), and with small integers every o
 NumPy's exact product (the operands' layouts and the descriptors), the descriptor's two strides
 tried in their documented roles first and swapped second.
 
-Inputs are the adversarial distributions (``adversarial_cases``): a problem takes four
-consecutive 16x16x16 tiles, stacks their A and C (64 rows) and uses the first tile's B, so the
-first 16 rows keep each distribution's structure exactly. K = 32 problems take the next four
-tiles' A and the fifth tile's B as the second step. Records ``wgmma_probe_h200``.
+Inputs are the adversarial distributions (``adversarial_cases``): a problem of N columns takes
+4 x N/16 consecutive 16x16x16 tiles per step, a grid (i, j) of 4 rows of them, block (i, j) of
+its output from tile (i, j)'s C, row block i's A from tile (i, i mod N/16) and column block j's
+B from tile (j mod 4, j); so the blocks (i, i) are whole tiles and keep each distribution's
+structure exactly (at N = 16: four tiles, their A and C stacked, the first tile's B). K = 32
+problems take the next grid's A and B as the second step. Records ``wgmma_probe_h200``.
 """
 
 from __future__ import annotations
@@ -44,7 +47,8 @@ from sarek import atoms
 from sarek.ir import ElemType
 from sim import tensor_core
 
-M, N, K = atoms.WGMMA.m, 16, atoms.WGMMA.k
+M, K = atoms.WGMMA.m, atoms.WGMMA.k
+WIDTHS = (16, atoms.WGMMA.n_max)  # the N probed
 THREADS = atoms.WGMMA.warps * 32
 TILES = 384  # 16x16x16 tiles drawn per distribution
 ELEMENTS = {"f16": ElemType.F16, "bf16": ElemType.BF16}
@@ -69,13 +73,14 @@ def shared_offsets(atom: atoms.GmmaAtom, mn: int, k: int) -> np.ndarray:
     return out
 
 
-def tables(mode: str) -> dict[str, np.ndarray]:
-    """The probe's index tables: ``A_AT[m * K + k]`` and ``B_AT[k * N + n]``, the byte offsets
-    of the shared operands' elements; ``C_ROW``, ``C_COL`` and ``A_ROW``, ``A_COL`` at ``thread
-    * values + value``, where each thread's accumulator values and register A values lie."""
-    c, a = atoms.WGMMA.c(N).coordinates, atoms.WGMMA.a.coordinates
+def tables(mode: str, n: int) -> dict[str, np.ndarray]:
+    """The probe's index tables: ``A_AT[m * K + k]`` and ``B_AT[k * n + col]``, the byte
+    offsets of the shared operands' elements; ``C_ROW``, ``C_COL`` and ``A_ROW``, ``A_COL`` at
+    ``thread * values + value``, where each thread's accumulator values and register A values
+    lie."""
+    c, a = atoms.WGMMA.c(n).coordinates, atoms.WGMMA.a.coordinates
     return {"A_AT": shared_offsets(A_ATOM, M, K).ravel(),
-            "B_AT": shared_offsets(B_ATOM[mode], N, K).T.ravel(),
+            "B_AT": shared_offsets(B_ATOM[mode], n, K).T.ravel(),
             "C_ROW": c[..., 0].ravel(), "C_COL": c[..., 1].ravel(),
             "A_ROW": a[..., 0].ravel(), "A_COL": a[..., 1].ravel()}
 
@@ -99,6 +104,7 @@ extern "C" __global__ void __launch_bounds__($threads) probe(
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     __syncthreads();
     float acc[$values];
+    #pragma unroll
     for (int i = 0; i < $values; ++i) {
         const int at = tid * $values + i;
         acc[i] = c[(p * $m + C_ROW[at]) * $n + C_COL[at]];
@@ -119,6 +125,7 @@ extern "C" __global__ void __launch_bounds__($threads) probe(
     }
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    #pragma unroll
     for (int i = 0; i < $values; ++i) {
         const int at = tid * $values + i;
         d[(p * $m + C_ROW[at]) * $n + C_COL[at]] = acc[i];
@@ -127,13 +134,13 @@ extern "C" __global__ void __launch_bounds__($threads) probe(
 """)
 
 
-def _wgmma(operand: str, mode: str, values: int, registers: int) -> str:
+def _wgmma(operand: str, mode: str, n: int, values: int, registers: int) -> str:
     """The one ``wgmma.mma_async`` of a step: A through its descriptor or from ``ra``, each
     transposition flag set where the operand's atom is MN-major."""
     def trans(atom: atoms.GmmaAtom) -> int:
         return int(atom.major == "mn")
 
-    opcode = atoms.WGMMA.ptx(N, ELEMENTS[operand])
+    opcode = atoms.WGMMA.ptx(n, ELEMENTS[operand])
     d = ", ".join(f"%{i}" for i in range(values))
     outs = ", ".join(f'"+f"(acc[{i}])' for i in range(values))
     if mode == "ss":
@@ -147,19 +154,21 @@ def _wgmma(operand: str, mode: str, values: int, registers: int) -> str:
             rf'{operands};\n}}\n" : {outs} : {ins} : "memory");')
 
 
-def source(operand: str, mode: str) -> str:
-    """The probe's CUDA for ``operand`` ("f16" or "bf16") in ``mode`` ("ss" or "rs")."""
-    values = atoms.WGMMA.c(N).values
+def source(operand: str, mode: str, n: int = 16) -> str:
+    """The probe's CUDA for ``operand`` ("f16" or "bf16") in ``mode`` ("ss" or "rs") with
+    ``n`` columns (its tables in global memory: at n = 256 they outgrow the 64 KiB of
+    constant memory)."""
+    values = atoms.WGMMA.c(n).values
     a_values = atoms.WGMMA.a.values
     registers = a_values * ELEMENTS[operand].bits // 32
     arrays = "\n".join(
-        f"__constant__ unsigned short {name}[{len(table)}] = "
+        f"__device__ const unsigned short {name}[{len(table)}] = "
         f"{{{', '.join(str(int(x)) for x in table)}}};"
-        for name, table in tables(mode).items())
+        for name, table in tables(mode, n).items())
     return _KERNEL.substitute(
-        descriptor=WGMMA_DESCRIPTOR, tables=arrays, threads=THREADS, m=M, n=N, k=K,
+        descriptor=WGMMA_DESCRIPTOR, tables=arrays, threads=THREADS, m=M, n=n, k=K,
         values=values, a_values=a_values, registers=registers, a_mode=A_ATOM.mode,
-        b_mode=B_ATOM[mode].mode, wgmma=_wgmma(operand, mode, values, registers))
+        b_mode=B_ATOM[mode].mode, wgmma=_wgmma(operand, mode, n, values, registers))
 
 
 class Device:
@@ -168,22 +177,23 @@ class Device:
     def __init__(self) -> None:
         from backends.cuda.nvrtc import compile_cubin
 
-        self.cubins = {(operand, mode): compile_cubin(source(operand, mode), "sm_90a",
-                                                      f"wgmma_{operand}_{mode}.cu")
-                       for operand in OPERAND_TYPES for mode in MODES}
+        self.cubins = {(operand, mode, n): compile_cubin(source(operand, mode, n), "sm_90a",
+                                                         f"wgmma_{operand}_{mode}_n{n}.cu")
+                       for operand in OPERAND_TYPES for mode in MODES for n in WIDTHS}
 
     def run(self, operand: str, mode: str, a: np.ndarray, b: np.ndarray, c: np.ndarray,
             strides: tuple[int, int]) -> np.ndarray:
-        """``d`` for problems ``a[p, 64, K]``, ``b[p, K, 16]``, ``c[p, 64, 16]`` (K = 16 or
-        32) with the descriptor's leading and stride byte offsets ``strides``."""
+        """``d`` for problems ``a[p, 64, K]``, ``b[p, K, n]``, ``c[p, 64, n]`` (K = 16 or 32,
+        n one of ``WIDTHS``) with the descriptor's leading and stride byte offsets
+        ``strides``."""
         from backends.cuda.run import launch_cubin
 
-        problems, steps = a.shape[0], a.shape[2] // K
+        problems, steps, n = a.shape[0], a.shape[2] // K, c.shape[2]
         params: list[np.ndarray | np.generic] = [
             np.ascontiguousarray(a).view(np.uint16), np.ascontiguousarray(b).view(np.uint16),
             np.ascontiguousarray(c, np.float32), np.zeros(c.shape, np.float32),
             np.int32(steps), np.int32(strides[0]), np.int32(strides[1])]
-        out = launch_cubin(self.cubins[operand, mode], "probe", params, (problems, 1, 1),
+        out = launch_cubin(self.cubins[operand, mode, n], "probe", params, (problems, 1, 1),
                            (THREADS, 1, 1))
         d = out[3]
         assert d is not None
@@ -200,32 +210,43 @@ def model(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     return d
 
 
-def problems(a: np.ndarray, b: np.ndarray, c: np.ndarray, steps: int
+def problems(a: np.ndarray, b: np.ndarray, c: np.ndarray, steps: int, n: int = 16
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Problems of ``steps`` instructions from 16x16x16 tiles (see the module's docstring)."""
-    per = 4 * steps
+    """Problems of ``steps`` instructions of ``n`` columns from 16x16x16 tiles (see the
+    module's docstring)."""
+    cols, rows = n // 16, M // 16
+    per = rows * cols * steps
     count = a.shape[0] // per
-    a, b, c = a[:count * per], b[:count * per], c[:count * per]
-    tiles_a = a.reshape(count, steps, 4, 16, 16)  # [problem, step, row block, m, k]
-    pa = tiles_a.transpose(0, 2, 3, 1, 4).reshape(count, M, K * steps)
-    pb = b.reshape(count, steps, 4, 16, 16)[:, :, 0].reshape(count, K * steps, N)
-    pc = c.reshape(count, steps, 4, 16, 16)[:, 0].reshape(count, M, N)
+
+    def grid(x: np.ndarray) -> np.ndarray:  # [problem, step, row block, column block, 16, 16]
+        return x[:count * per].reshape(count, steps, rows, cols, 16, 16)
+
+    i, j = np.arange(rows), np.arange(cols)
+    pa = grid(a)[:, :, i, i % cols].transpose(0, 2, 3, 1, 4).reshape(count, M, K * steps)
+    pb = grid(b)[:, :, j % rows, j].transpose(0, 1, 3, 2, 4).reshape(count, K * steps, n)
+    pc = grid(c)[:, 0].transpose(0, 1, 3, 2, 4).reshape(count, M, n)
     return pa, pb, pc
 
 
-def layout_checks(dev: Device, operand: str, mode: str) -> dict[str, Any]:
+def whole_tiles(n: int) -> np.ndarray:
+    """``[M, n]``: the outputs in blocks (i, i), which ``problems`` takes from one tile."""
+    block = np.arange(M)[:, None] // 16 == np.arange(n)[None, :] // 16
+    return block
+
+
+def layout_checks(dev: Device, operand: str, mode: str, n: int) -> dict[str, Any]:
     """The accumulator's layout (A = B = 0: d must be c) and the descriptors' (small exact
     integers), each stride assignment tried; which held."""
     dt = OPERAND_TYPES[operand]
     rng = np.random.default_rng(SEED)
-    c = (np.arange(2 * M * N, dtype=np.float32) + 1).reshape(2, M, N)
+    c = (np.arange(2 * M * n, dtype=np.float32) + 1).reshape(2, M, n)
     zero_a: np.ndarray = np.zeros((2, M, K), dt)
-    zero_b: np.ndarray = np.zeros((2, K, N), dt)
+    zero_b: np.ndarray = np.zeros((2, K, n), dt)
     documented = DOCUMENTED[mode]
     accumulator = bool((dev.run(operand, mode, zero_a, zero_b, c, documented) == c).all())
     a: np.ndarray = rng.integers(-4, 5, (2, M, 2 * K)).astype(dt)
-    b: np.ndarray = rng.integers(-4, 5, (2, 2 * K, N)).astype(dt)
-    c = rng.integers(-64, 65, (2, M, N)).astype(np.float32)
+    b: np.ndarray = rng.integers(-4, 5, (2, 2 * K, n)).astype(dt)
+    c = rng.integers(-64, 65, (2, M, n)).astype(np.float32)
     exact = np.einsum("pmk,pkn->pmn", a.astype(np.float64), b.astype(np.float64)) + c
     held = None
     for strides in (documented, documented[::-1]):
@@ -238,21 +259,23 @@ def layout_checks(dev: Device, operand: str, mode: str) -> dict[str, Any]:
             "documented_roles": held == documented}
 
 
-def compare(dev: Device, operand: str, mode: str, tiles: int, strides: tuple[int, int]
-            ) -> list[dict[str, Any]]:
+def compare(dev: Device, operand: str, mode: str, n: int, tiles: int,
+            strides: tuple[int, int]) -> list[dict[str, Any]]:
     rows = []
+    whole = whole_tiles(n)
     for name in DISTRIBUTIONS:
         a, b, c = draw(SEED, operand, name, tiles)
         for steps in (1, 2):
-            pa, pb, pc = problems(a, b, c, steps)
+            pa, pb, pc = problems(a, b, c, steps, n)
             got = dev.run(operand, mode, pa, pb, pc, strides)
             with np.errstate(all="ignore"):
                 want = model(pa, pb, pc)
             same = agree(got, want)
-            rows.append({"operand": operand, "mode": mode, "distribution": name,
+            rows.append({"operand": operand, "mode": mode, "n": n, "distribution": name,
                          "k": K * steps,
                          "outputs": int(same.size), "mismatches": int((~same).sum()),
-                         "first_16_rows_mismatches": int((~same[:, :16]).sum()),
+                         "whole_tile_outputs": int(whole.sum()) * len(same),
+                         "whole_tile_mismatches": int((~same[:, whole]).sum()),
                          "inputs_sha256": digest(pa, pb, pc),
                          "device_sha256": digest(got)})
     return rows
@@ -263,18 +286,22 @@ def measured() -> dict[str, Any]:
     from backends.cuda.run import device_name
 
     dev = Device()
-    report: dict[str, Any] = {"device": device_name(), "seed": SEED, "tiles": TILES,
-                              "instruction": "wgmma.mma_async.sync.aligned.m64n16k16.f32",
-                              "layouts": {}, "rows": []}
-    for operand in OPERAND_TYPES:
-        for mode, what in MODES.items():
-            checks = layout_checks(dev, operand, mode)
-            report["layouts"][f"{operand} {mode}"] = {"what": what, **checks}
-            strides = checks["descriptor_strides"]
-            if checks["accumulator_layout_holds"] and strides is not None:
-                report["rows"] += compare(dev, operand, mode, TILES,
-                                          (strides["leading_byte_offset"],
-                                           strides["stride_byte_offset"]))
+    report: dict[str, Any] = {
+        "device": device_name(), "seed": SEED, "tiles": TILES,
+        "instructions": [f"wgmma.mma_async.sync.aligned.m{M}n{n}k{K}.f32" for n in WIDTHS],
+        "layouts": {}, "rows": []}
+    for n in WIDTHS:
+        for operand in OPERAND_TYPES:
+            for mode, what in MODES.items():
+                checks = layout_checks(dev, operand, mode, n)
+                report["layouts"][f"{operand} {mode} n{n}"] = {"what": what, **checks}
+                strides = checks["descriptor_strides"]
+                if checks["accumulator_layout_holds"] and strides is not None:
+                    report["rows"] += compare(dev, operand, mode, n, TILES,
+                                              (strides["leading_byte_offset"],
+                                               strides["stride_byte_offset"]))
+    report["outputs_by_n"] = {str(n): sum(r["outputs"] for r in report["rows"] if r["n"] == n)
+                              for n in WIDTHS}
     record("wgmma_probe_h200", report)
     return report
 
@@ -286,26 +313,31 @@ THREAD = np.arange(THREADS)[:, None]
 WARP, G, T = THREAD // 32, (THREAD % 32) // 4, THREAD % 4
 
 
-def test_the_shared_operands_lie_in_core_matrices_of_8_rows_of_16_bytes() -> None:
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_shared_operands_lie_in_core_matrices_of_8_rows_of_16_bytes(width: int) -> None:
     m, k = np.arange(M)[:, None], np.arange(K)[None, :]
     k_major = (m // 8) * CORE_MN + (k // 8) * CORE_K + (m % 8) * 16 + (k % 8) * 2
-    assert np.array_equal(tables("ss")["A_AT"], k_major.ravel())
-    k, n = np.arange(K)[:, None], np.arange(N)[None, :]
-    assert np.array_equal(tables("ss")["B_AT"],
+    assert np.array_equal(tables("ss", width)["A_AT"], k_major.ravel())
+    k, n = np.arange(K)[:, None], np.arange(width)[None, :]
+    assert np.array_equal(tables("ss", width)["B_AT"],
                           ((n // 8) * CORE_MN + (k // 8) * CORE_K + (n % 8) * 16
                            + (k % 8) * 2).ravel())
-    assert np.array_equal(tables("rs")["B_AT"],  # transposed: rows of 16 bytes along n
+    assert np.array_equal(tables("rs", width)["B_AT"],  # transposed: rows of 16 bytes along n
                           ((n // 8) * CORE_MN + (k // 8) * CORE_K + (k % 8) * 16
                            + (n % 8) * 2).ravel())
 
 
-def test_each_thread_holds_the_accumulator_and_a_values_the_ptx_isa_gives() -> None:
-    i = np.arange(8)[None, :]
+@pytest.mark.parametrize("width", WIDTHS)
+def test_each_thread_holds_the_accumulator_and_a_values_the_ptx_isa_gives(width: int) -> None:
+    values = width // 2
+    i = np.arange(values)[None, :]
     row = 16 * WARP + G + 8 * ((i >> 1) & 1)  # D: values 2j, 2j + 1 side by side
-    got = tables("ss")
-    assert np.array_equal(got["C_ROW"], np.broadcast_to(row, (THREADS, 8)).ravel())
-    assert np.array_equal(got["C_COL"],
-                          np.broadcast_to(8 * (i >> 2) + 2 * T + (i & 1), (THREADS, 8)).ravel())
+    got = tables("ss", width)
+    assert np.array_equal(got["C_ROW"], np.broadcast_to(row, (THREADS, values)).ravel())
+    assert np.array_equal(got["C_COL"], np.broadcast_to(8 * (i >> 2) + 2 * T + (i & 1),
+                                                        (THREADS, values)).ravel())
+    i = i[:, :8]
+    row = row[:, :8]
     assert np.array_equal(got["A_ROW"], np.broadcast_to(row, (THREADS, 8)).ravel())
     assert np.array_equal(got["A_COL"],
                           np.broadcast_to(2 * T + (i & 1) + 8 * (i >> 2), (THREADS, 8)).ravel())
@@ -316,24 +348,27 @@ def test_the_descriptor_strides_are_between_core_matrices_along_k_then_m_or_n() 
     assert DOCUMENTED == {"ss": (128, 256), "rs": (128, 256)}
 
 
+@pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("mode", MODES)
-def test_the_source_holds_the_tables_and_the_ptx_form(mode: str) -> None:
-    text = source("bf16", mode)
-    for name, table in tables(mode).items():
+def test_the_source_holds_the_tables_and_the_ptx_form(mode: str, width: int) -> None:
+    text = source("bf16", mode, width)
+    for name, table in tables(mode, width).items():
         printed = re.search(rf"{name}\[\d+\] = \{{([^}}]*)\}}", text)
         assert printed is not None, name
         assert [int(x) for x in printed.group(1).split(",")] == table.tolist(), name
-    assert "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16" in text
-    assert ("{%8, %9, %10, %11}, %12, q, 1, 1, 1;" if mode == "rs" else
-            "%8, %9, q, 1, 1, 0, 0;") in text  # B transposed from registers' A only
+    assert f"wgmma.mma_async.sync.aligned.m64n{width}k16.f32.bf16.bf16" in text
+    v = width // 2  # the accumulator's registers come first
+    assert (f"{{%{v}, %{v + 1}, %{v + 2}, %{v + 3}}}, %{v + 4}, q, 1, 1, 1;" if mode == "rs"
+            else f"%{v}, %{v + 1}, q, 1, 1, 0, 0;") in text  # B transposed under rs only
 
 
 @pytest.mark.skipif(nvrtc_available() is not None, reason=f"NVRTC: {nvrtc_available()}")
+@pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("mode", MODES)
-def test_the_probe_compiles_for_sm_90a(mode: str) -> None:
+def test_the_probe_compiles_for_sm_90a(mode: str, width: int) -> None:
     from backends.cuda.nvrtc import compile_cubin
 
-    assert compile_cubin(source("f16", mode), "sm_90a", f"wgmma_f16_{mode}.cu")
+    assert compile_cubin(source("f16", mode, width), "sm_90a", f"wgmma_f16_{mode}.cu")
 
 
 def test_the_probe_stacks_four_tiles_a_problem_and_takes_the_fifths_b_second() -> None:
@@ -343,6 +378,20 @@ def test_the_probe_stacks_four_tiles_a_problem_and_takes_the_fifths_b_second() -
     assert np.array_equal(pa[0, 16:32, :16], a[1]) and np.array_equal(pa[0, :16, 16:], a[4])
     assert np.array_equal(pb[0, :16], b[0]) and np.array_equal(pb[0, 16:], b[4])
     assert np.array_equal(pc[0, 48:], c[3])
+
+
+def test_a_256_wide_problem_keeps_four_whole_tiles_on_its_diagonal() -> None:
+    a, b, c = draw(SEED, "f16", "exact cancellation", 128)
+    pa, pb, pc = problems(a, b, c, 2, 256)
+    assert (pa.shape, pb.shape, pc.shape) == ((1, 64, 32), (1, 32, 256), (1, 64, 256))
+    for i in range(4):  # block (i, i) is tile 17i: its A, B and C
+        rows, cols = slice(16 * i, 16 * i + 16), slice(16 * i, 16 * i + 16)
+        assert np.array_equal(pa[0, rows, :16], a[17 * i])
+        assert np.array_equal(pb[0, :16, cols], b[17 * i])
+        assert np.array_equal(pc[0, rows, cols], c[17 * i])
+        assert np.array_equal(pa[0, rows, 16:], a[64 + 17 * i])  # the second step's grid
+    assert np.array_equal(pb[0, :16, 80:96], b[16 + 5])  # column block 5: tile (1, 5)
+    assert whole_tiles(256).sum() == 4 * 16 * 16
 
 
 def test_the_model_is_the_exact_product_on_small_integers() -> None:
