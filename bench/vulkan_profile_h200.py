@@ -18,6 +18,10 @@ as each variant ``--variant`` names (those that do not apply to a case are left 
   then A's one row at a time) instead of all of a sub-step's first;
 * ``refills late``: converting copies issued after the first sub-step's products, where the
   neutral rewrite issues raw copies, instead of right after the step's barrier;
+* ``no edge paths``: each staged tile's path for tiles crossing the limits made zeros (bits
+  unchanged where every tile lies inside them but those past the last step);
+* ``unconditional trips``: a loop printed several steps a trip without the tests of the
+  bound before its later steps (bits unchanged where the trip count divides);
 * ``partial unroll 2``, ``unroll``: the reduction loop's ``OpLoopMerge`` asking the driver to
   unroll it twice, or as it sees fit;
 * ``spirv-opt -O``: the module after ``spirv-opt -O``.
@@ -125,6 +129,33 @@ def barriers_without_memory_semantics(text: str) -> str:
     return text
 
 
+def no_edge_paths(text: str) -> str:
+    """Each staged tile's path for a tile crossing the limits (words tested one by one,
+    elements packed) made a word of zeros per word: how much the code the fast path never
+    runs costs. At sizes whose tiles all lie inside the limits only copies past the
+    last step take it, whose words no step reads, so the bits stay the printed module's."""
+    def cut(m: re.Match[str]) -> str:
+        edge, end = m[1], m[2]
+        phis = re.findall(r"^\s*(%\w+) = OpPhi %v4u32 (%\w+ %\w+) %\w+ %\w+$", m[4], re.M)
+        return "".join([f"{edge} = OpLabel\n",
+                        *(f"    {p}_zero = OpCompositeConstruct %v4u32 %c_u32_0 %c_u32_0 "
+                          "%c_u32_0 %c_u32_0\n" for p, _ in phis),
+                        f"    OpBranch {end}\n{end} = OpLabel\n",
+                        *(f"    {p} = OpPhi %v4u32 {fast} {p}_zero {edge}\n"
+                          for p, fast in phis)])
+    return re.sub(r"^(%\w+_tile_edge) = OpLabel\n.*?^\s*OpBranch (%\w+_tile_end)\n"
+                  r"(\2 = OpLabel\n)((?:[ \t]*%\w+ = OpPhi [^\n]*\n)+)", cut, text,
+                  flags=re.M | re.S)
+
+
+def unconditional_trips(text: str) -> str:
+    """The later trips of a loop printed several steps a trip run without their test of the
+    bound: the same bits where the trip count is a multiple of the steps a trip (4096 / 16
+    with three stages), to see what the test costs."""
+    return re.sub(r"^(\s*OpBranchConditional) %\w+ (%\w+_trip) ", r"\1 %true \2 ", text,
+                  flags=re.M)
+
+
 def _reduction_loop(control: str) -> Callable[[str], str]:
     """The first loop that is not short (the reduction) with ``control`` as its loop
     control."""
@@ -141,6 +172,7 @@ TEXT_VARIANTS: dict[str, Callable[[str], str]] = {
     "unroll": _reduction_loop("Unroll"),
     "barriers without memory semantics": barriers_without_memory_semantics,
     "spirv-opt -O": lambda text: optimized(text, ("-O",)),
+    "no edge paths": no_edge_paths, "unconditional trips": unconditional_trips,
 }
 STRIPPED = ("no global loads", "no staging", "no fragment loads", "no multiply-adds",
             "no barriers", "barriers without memory semantics")

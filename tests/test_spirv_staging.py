@@ -172,6 +172,19 @@ def test_copies_are_held_as_many_groups_deep_as_a_wait_leaves_pending() -> None:
     assert text.count("OpCooperativeMatrixMulAddKHR") == 2 * 16
 
 
+def test_each_wait_of_a_loop_printed_two_steps_a_trip_lands_one_set_known_as_printed() -> None:
+    # the loads of the group left pending stay in flight across the wait: no store of its
+    # registers there, not even one its group would skip as the kernel runs
+    text = emit(lower(rewritten(Lowering.F16_OPERANDS, "t128k16s3").kernel))
+    loop = text[text.index("OpLoopMerge"):text.index("_for_end = OpLabel")]
+    # what each step lands at its wait: after the last step's products, before its barrier
+    waits = [step.split("OpCooperativeMatrixMulAddKHR")[-1]
+             for step in loop.split("OpControlBarrier")[:-1]]
+    landed = [set(re.findall(r"= OpLoad %v4u32 (%\d+_sk_[ab]_held)", w)) for w in waits]
+    assert len(landed) == 2 and landed[0] and landed[1] and not landed[0] & landed[1]
+    assert not re.search(r"OpLoad %i32 %\d+_sk_[ab]_group", loop)
+
+
 def test_copies_are_held_one_group_deep_where_every_wait_leaves_none_pending() -> None:
     text = emit(lower(rewritten(Lowering.F16_OPERANDS, "t128k32s2").kernel))
     assert "_trip = OpLabel" not in text and "_group = OpVariable" not in text

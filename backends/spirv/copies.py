@@ -84,6 +84,10 @@ class CopyPrinter(ExpressionPrinter):
         self.depth = hold_depth(kernel)
         self.commits = 0  # the commits printed so far: which set the next copy takes
         self.committed = ""  # the i32 variable counting commits as they run (depth > 1)
+        # Whether the commits run so far equal ``commits`` modulo ``depth`` wherever the text
+        # being printed runs: so until a loop printed ``depth`` trips at a time ends, since
+        # it may end after any trip.
+        self.in_step = True
 
     def quad_type(self) -> str:
         """``uvec4``: the 16-byte word staged tiles move in."""
@@ -320,10 +324,18 @@ class CopyPrinter(ExpressionPrinter):
     def wait(self, pending: int) -> None:
         """``StageWait``: every held copy lands, or where copies are held several groups deep
         every held copy of a group older than the ``pending`` most recent (earlier than asked
-        is allowed)."""
+        is allowed). Where the printed commits count the run ones (``in_step``), those are
+        the sets of the ``depth - pending`` oldest groups the registers can hold, known as
+        printed: the others are not touched, so that no store of a younger group's words,
+        predicated off or not, waits for its loads. Elsewhere each set's group decides as
+        the kernel runs."""
+        due = {(self.commits + j) % self.depth for j in range(self.depth - pending)}
         for sets in self.held.values():
-            for held in sets:
-                self.land(held, pending)
+            for k, held in enumerate(sets):
+                if not self.in_step:
+                    self.land(held, pending)
+                elif k in due:
+                    self.land(held)
 
     def land(self, held: Held, pending: int = 0) -> None:
         """The held words of one copy stored into their arrays if they wait to land (and,

@@ -169,6 +169,8 @@ class _Module(CopyPrinter):
         self.branch(header)
         self.start(merge)
         self.scope = self.scope.parents
+        if unroll > 1:
+            self.in_step = False  # the loop may end after any of its trips
 
     def within(self, s: ir.For, i: str, stop: str, step: str) -> str:
         """Whether ``i`` is a trip of ``s`` (below ``stop``, or above it for a negative
