@@ -82,6 +82,11 @@ class SharedRace(SimError):
     """Two invocations of a block touched one shared element between barriers, one writing."""
 
 
+class RegisterRace(SimError):
+    """An instruction touched registers that an asynchronous instruction still in flight (a
+    ``wgmma`` whose group no wait has retired) reads or writes."""
+
+
 class BarrierDivergence(SimError):
     """A barrier that some, but not all, invocations of a block reached."""
 

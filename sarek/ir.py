@@ -397,7 +397,8 @@ class Wgmma(_Stmt):
     ^ (k%8))*8 + c%8``, the atoms 1024-byte aligned. ``a_index`` and ``b_index`` are the same
     for the whole warpgroup. ``b_descriptor`` and ``a_descriptor`` (A from shared memory) are
     the descriptors' strides and modes for those layouts, which a printer prints. The
-    instruction is preceded by a ``wgmma.fence`` and complete after the next ``WgmmaWait``."""
+    instruction is preceded by a ``wgmma.fence`` and complete after the ``WgmmaWait`` that
+    retires its group."""
 
     kind: Literal["wgmma"] = "wgmma"
     elem: ElemType
@@ -416,10 +417,13 @@ class Wgmma(_Stmt):
 
 
 class WgmmaWait(_Stmt):
-    """``wgmma.commit_group`` then ``wgmma.wait_group 0``: every ``Wgmma`` the warpgroup issued
-    is complete, its accumulators and B free to be touched."""
+    """``wgmma.commit_group`` then ``wgmma.wait_group pending``: the ``Wgmma`` the warpgroup
+    issued since its last wait form a group, and every group but the ``pending`` newest is
+    complete, its accumulators and shared operands free to be touched (with 0: every
+    ``Wgmma`` issued)."""
 
     kind: Literal["wgmma_wait"] = "wgmma_wait"
+    pending: int = Field(default=0, ge=0)
 
 
 class AsyncProxyFence(_Stmt):

@@ -17,7 +17,7 @@ from sarek.errors import SarekError
 
 STAGE_QUANTUM = 16  # reduction steps are whole multiples of 16
 MAX_STAGES = 4  # steps a schedule keeps in shared memory at once
-_NAME = re.compile(r"t(\d{1,4})(?:x(\d{1,4}))?k(\d{1,4})(p?)(?:s(\d))?(g?)")
+_NAME = re.compile(r"t(\d{1,4})(?:x(\d{1,4}))?k(\d{1,4})(p?)(?:s(\d))?(g?)(f?)")
 
 
 class ScheduleError(SarekError):
@@ -37,7 +37,10 @@ class Schedule:
     high as the target's policy says (``sarek.staging.Staging.fragments``), and multiply them
     by one B fragment per sub-step that the block shares: the shape of an instruction such as
     Hopper's ``wgmma``, which multiplies the A of a warpgroup's four warps by one B (a wide
-    block is two such groups of four waves)."""
+    block is two such groups of four waves). With ``in_flight`` (a warpgroup schedule of 3 or
+    4 stages) the copies go ``stages - 2`` steps ahead, so that no step refills the buffer the
+    step before it read: a target whose multiplies run asynchronously (``wgmma``) may leave
+    one step's multiplies running while the next step is issued."""
 
     tile: int = 64
     step: int = 16
@@ -45,6 +48,12 @@ class Schedule:
     stages: int = 1
     wide: bool = False
     warpgroup: bool = False
+    in_flight: bool = False
+
+    @property
+    def ahead(self) -> int:
+        """Steps the copies run ahead of the step that multiplies (pipelined schedules)."""
+        return self.stages - (2 if self.in_flight else 1)
 
     @property
     def wave_tile(self) -> int:
@@ -78,16 +87,18 @@ class Schedule:
         if m is None or (m[2] is not None and int(m[2]) != 2 * int(m[1])):
             raise ScheduleError(f"{name!r} is not a schedule name such as t64k16, t128k64s2, "
                                 "t128x256k64s2, t128k16p or t128k64s2g (tile, step, p for "
-                                "prefetch, s and the stages, g for a warpgroup's fragments)")
+                                "prefetch, s and the stages, g for a warpgroup's fragments, f "
+                                "after it for one step's multiplies in flight)")
         return cls(tile=int(m[1]), step=int(m[3]), prefetch=bool(m[4]), stages=int(m[5] or 1),
-                   wide=m[2] is not None, warpgroup=bool(m[6]))
+                   wide=m[2] is not None, warpgroup=bool(m[6]), in_flight=bool(m[7]))
 
     @property
     def name(self) -> str:
         stages = f"s{self.stages}" if self.stages > 1 else ""
         tile = f"{self.tile}x{self.tile_n}" if self.wide else str(self.tile)
         group = "g" if self.warpgroup else ""
-        return f"t{tile}k{self.step}{'p' if self.prefetch else ''}{stages}{group}"
+        flight = "f" if self.in_flight else ""
+        return f"t{tile}k{self.step}{'p' if self.prefetch else ''}{stages}{group}{flight}"
 
     def check(self, frag: int, threads: int) -> None:
         """``ScheduleError`` when the schedule does not divide into ``frag`` fragments and the
@@ -107,6 +118,10 @@ class Schedule:
             raise ScheduleError("a warpgroup schedule takes 128x128 tiles over one warpgroup "
                                 "(four waves of 32) or 128x256 over two, 16x16 fragments and "
                                 "2 to 4 stages")
+        if self.in_flight and (not self.warpgroup or self.stages < 3):
+            raise ScheduleError("a schedule with a step's multiplies in flight is a warpgroup "
+                                "schedule of 3 or 4 stages (the step after one that is still "
+                                "multiplying refills neither its buffer nor its own)")
         if self.wave_tile % frag or self.step % frag:
             raise ScheduleError(f"a {self.wave_tile}x{self.wave_tile} wave tile with "
                                 f"{self.step}-deep steps does not divide into {frag}x{frag} "

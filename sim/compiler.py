@@ -13,11 +13,11 @@ from typing import NoReturn
 import numpy as np
 
 from sarek import ir
-from sarek.errors import SimError
+from sarek.errors import RegisterRace, SimError
 from sim import fragments
 from sim.arith import Value
 from sim.launch import Geometry, Limits
-from sim.memory import Site
+from sim.memory import LocalArray, Site
 from sim.state import Array, ExprFn, Frag, Mask, Scalar, Scope, State, StmtFn, spread
 
 
@@ -95,3 +95,21 @@ class Core(ABC):
     def _fail(self, error: type[SimError], reason: str, site: Site, lanes: Mask) -> NoReturn:
         """Raises ``error`` naming the first invocations of ``lanes`` (None: all)."""
         raise error(reason, site.path, site.line, self.geo.describe(self._where(lanes)))
+
+    def _wgmma_groups(self, st: State) -> np.ndarray:
+        """Each invocation's count of committed ``wgmma`` groups (the open one's number)."""
+        if st.wgmma_groups is None:
+            st.wgmma_groups = np.zeros(self.n, np.int64)
+        return st.wgmma_groups
+
+    def _registers_free(self, st: State, arr: Array, m: Mask, site: Site) -> None:
+        """``RegisterRace`` when an active invocation touches registers of ``arr`` that a
+        ``wgmma`` in flight still reads or writes."""
+        mem = st.arrays[arr.slot]
+        if not isinstance(mem, LocalArray) or not mem.holding:
+            return
+        busy = mem.busy(None if m is None else np.flatnonzero(self.spread(m)))
+        if busy is not None:
+            self._fail(RegisterRace, f"local array {arr.name!r} is still read or written by "
+                       "a wgmma in flight (its warpgroup has not waited for the group) when "
+                       "another instruction accesses it", site, busy)

@@ -108,6 +108,8 @@ class Memory(Core):
                 flat = base + index
                 mem.read_lanes(flat, threads, m, site)
                 return mem.data.take(flat)
+            if isinstance(mem, LocalArray) and mem.holding:
+                self._registers_free(st, arr, m, site)
             return mem.data.take(base + index)
 
         return run
@@ -132,6 +134,8 @@ class Memory(Core):
                     store_distinct(st, m, index, value)
                     return
             elif mem is not None:  # a local array: every invocation stores to its own copy
+                if isinstance(mem, LocalArray) and mem.holding:
+                    self._registers_free(st, arr, m, site)
                 store_distinct(st, m, index, value)
                 return
             lanes = None if m is None else np.flatnonzero(self.spread(m))
@@ -207,7 +211,7 @@ class Memory(Core):
             if space is MemSpace.SHARED:
                 st.arrays[slot] = st.shared[slot] = SharedArray(name, elem, size, geo)
             else:
-                st.arrays[slot] = LocalArray(elem, size, geo)
+                st.arrays[slot] = LocalArray(elem, size, geo, name)
 
         return declare
 

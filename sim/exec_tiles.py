@@ -85,6 +85,7 @@ class Tiles(Core):
 
         def run(st: State, m: Mask) -> None:
             warps = self._warps(m, site)
+            self._registers_free(st, local_array, m, site)
             address = address_of(st, m)
             local, smem = st.arrays[local_array.slot], st.arrays[shared.slot]
             assert isinstance(local, LocalArray) and isinstance(smem, SharedArray)
@@ -157,6 +158,9 @@ class Tiles(Core):
             threads = np.repeat(geo.lane_thread[warps * lanes.WARP].astype(np.int32),
                                 flat[0].size)
             smem.read(np.repeat(flat, per, axis=0).ravel(), threads, None, site)
+            # read until the wait that retires the warpgroup's open group
+            smem.hold(flat, geo.lane_thread[first].astype(np.int64) // lanes.WARPGROUP, first,
+                      self._wgmma_groups(st)[first])
             return np.ascontiguousarray(smem.data[flat]).view(dtypes.numpy_dtype(s.elem))
 
         def run(st: State, m: Mask) -> None:
@@ -176,6 +180,32 @@ class Tiles(Core):
             local_d = st.arrays[d.slot]
             assert isinstance(local_d, LocalArray)
             lanes.wgmma(model, a_tile, (local_d, d.size), values, s.n, warps)
+            issuing = lanes.warp_lanes(warps).ravel()
+            groups = self._wgmma_groups(st)[issuing]
+            local_d.hold(issuing, groups)
+            if f_a is None:
+                local_a = st.arrays[a.slot]
+                assert isinstance(local_a, LocalArray)
+                local_a.hold(issuing, groups)
+
+        return run
+
+    def wgmma_wait(self, s: ir.WgmmaWait, site: Site) -> StmtFn:
+        """Commits each active invocation's open ``wgmma`` group and retires every group but
+        the ``pending`` newest: their shared operands (``SharedArray.retire``) and registers
+        are free again."""
+        def run(st: State, m: Mask) -> None:
+            committed = self._wgmma_groups(st)
+            waiting = None if m is None else self.spread(m)
+            if waiting is None:
+                committed += 1
+            else:
+                committed[waiting] += 1
+            for mem in st.arrays:
+                if isinstance(mem, SharedArray):
+                    mem.retire(committed, s.pending, waiting, site)
+                elif isinstance(mem, LocalArray):
+                    mem.retire(committed, s.pending, waiting)
 
         return run
 
@@ -190,6 +220,7 @@ class Tiles(Core):
             warps = self._warps(m, site)
             registers = {}
             for use, (arr, first) in operands.items():
+                self._registers_free(st, arr, m, site)
                 local = st.arrays[arr.slot]
                 assert isinstance(local, LocalArray)
                 registers[use] = (local, arr.size, first)

@@ -165,7 +165,9 @@ class _Compiler(Expressions, Memory, Control, Loops, Fragments, Tiles, Copies):
                 return self.mma(s, scope, site), False
             case ir.Wgmma():
                 return self.wgmma(s, scope, site), False
-            case ir.WgmmaWait() | ir.AsyncProxyFence():  # a Wgmma completes as it is issued
+            case ir.WgmmaWait():
+                return self.wgmma_wait(s, site), False
+            case ir.AsyncProxyFence():  # the simulator's shared memory has one proxy
                 return (lambda st, m: None), False
             case ir.StageCopy():
                 return self.stage_copy(s, scope, path), False

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sarek import dtypes
+from sarek import atoms, dtypes
 from sarek.errors import SharedRace
 from sarek.ir import ElemType
 from sim import arith
@@ -26,6 +26,7 @@ from sim.launch import SHARED_LOG_ELEMENTS, Geometry
 
 NOBODY = -1
 LANDED = -1  # the group of an element no copy is in flight to
+WARPGROUP = atoms.WGMMA.warps * 32  # invocations that issue one wgmma together
 
 
 @dataclass(frozen=True)
@@ -103,10 +104,45 @@ class Repeated:
 
 
 class LocalArray:
-    """A local array: ``size`` elements per invocation, filled with the canary."""
+    """A local array: ``size`` elements per invocation, filled with the canary, and per
+    invocation the ``wgmma`` group still reading or writing its registers (``held``, made by
+    the first ``Wgmma`` that names it; ``LANDED`` where none is in flight)."""
 
-    def __init__(self, elem: ElemType, size: int, geo: Geometry) -> None:
+    def __init__(self, elem: ElemType, size: int, geo: Geometry, name: str = "") -> None:
+        self.name, self.invocations = name, geo.invocations
         self.data = np.full(geo.invocations * size, arith.canary(elem), dtypes.numpy_dtype(elem))
+        self.held: np.ndarray | None = None
+        self.holding = False  # whether some invocation's registers are held
+
+    def hold(self, lanes: np.ndarray, groups: np.ndarray) -> None:
+        """The registers of invocations ``lanes`` belong to their open ``wgmma`` groups
+        ``groups`` until a wait retires them."""
+        if self.held is None:
+            self.held = np.full(self.invocations, LANDED, np.int64)
+        self.held[lanes] = groups
+        self.holding = True
+
+    def retire(self, committed: np.ndarray, pending: int, waiting: np.ndarray | None) -> None:
+        """The registers whose groups a wait for all but ``pending`` completes are free."""
+        if not self.holding or self.held is None:
+            return
+        done = (self.held != LANDED) & (self.held < committed - pending)
+        if waiting is not None:
+            done &= waiting
+        self.held[done] = LANDED
+        self.holding = bool(np.any(self.held != LANDED))
+
+    def busy(self, lanes: np.ndarray | None) -> np.ndarray | None:
+        """Which of invocations ``lanes`` (None: all) hold registers of a ``wgmma`` in flight,
+        as a mask over the launch; None when none does."""
+        if not self.holding or self.held is None:
+            return None
+        flying = self.held != LANDED
+        if lanes is not None:
+            chosen = np.zeros(flying.size, bool)
+            chosen[lanes] = True
+            flying &= chosen
+        return flying if flying.any() else None
 
 
 class SharedArray:
@@ -146,6 +182,12 @@ class SharedArray:
         self.flight: np.ndarray | None = None
         self.flight_owner: np.ndarray | None = None
         self._flying = False
+        # Operands of ``wgmma`` in flight: per warpgroup of a block and element the group
+        # number of the warpgroup's open group that reads it (``LANDED``: none) and that
+        # warpgroup's first invocation; made by the first ``Wgmma`` that reads the array.
+        self.held: np.ndarray | None = None
+        self.held_owner: np.ndarray | None = None
+        self._holding = False
 
     @property
     def writer(self) -> np.ndarray:
@@ -186,8 +228,10 @@ class SharedArray:
 
     @property
     def touched(self) -> bool:
-        """Whether anything accessed the array since the barrier (or a copy is in flight)."""
-        return self._written or self._read or bool(self._reads) or self._flying
+        """Whether anything accessed the array since the barrier (or a copy is in flight, or
+        a ``wgmma`` in flight reads it)."""
+        return self._written or self._read or bool(self._reads) or self._flying or \
+            self._holding
 
     def barrier(self, blocks: np.ndarray | None) -> None:
         """Forgets the accesses of ``blocks`` (a mask over blocks; None: every block)."""
@@ -310,6 +354,8 @@ class SharedArray:
             self._cross(flat, threads, None, True, site)
         if self._flying:
             self._landed(flat, None, "writes", site)
+        if self._holding:
+            self._unheld(flat, None, site)
         self._fold()
         writer = self.writer[flat] if self._written else None
         self.writer[flat] = threads
@@ -339,6 +385,8 @@ class SharedArray:
             self._cross(flat, threads, None, True, site)
         if self._flying:
             self._landed(flat, None, "writes", site)
+        if self._holding:
+            self._unheld(flat, None, site)
         self._fold()
         conflict = False
         if self._written:
@@ -361,6 +409,8 @@ class SharedArray:
             self._cross(at, threads, mask, True, site)
         if self._flying:
             self._landed(at.flat(self.geo, self.size), mask, "writes", site)
+        if self._holding:
+            self._unheld(at.flat(self.geo, self.size), mask, site)
         self._fold()
         conflict = None
         if self._written:
@@ -416,6 +466,63 @@ class SharedArray:
             self.write(landed, self.geo.lane_thread[self.flight_owner[landed]].astype(np.int32),
                        None, site)
 
+    def hold(self, flat: np.ndarray, warpgroups: np.ndarray, owners: np.ndarray,
+             groups: np.ndarray) -> None:
+        """Elements ``flat[i]`` (one row per issuing warpgroup) are read by a ``wgmma`` of
+        warpgroup ``warpgroups[i]`` of its block (first invocation ``owners[i]``) until a
+        wait retires its open group ``groups[i]``."""
+        if self.held is None or self.held_owner is None:
+            shape = (max(1, self.geo.block_size // WARPGROUP), self.data.size)
+            self.held = np.full(shape, LANDED, np.int64)
+            self.held_owner = np.zeros(shape, np.int64)
+        rows = flat.reshape(len(warpgroups), -1)
+        self.held[warpgroups[:, None], rows] = groups[:, None]
+        self.held_owner[warpgroups[:, None], rows] = owners[:, None]
+        self._holding = True
+
+    def retire(self, committed: np.ndarray, pending: int, waiting: np.ndarray | None,
+               site: Site) -> None:
+        """The elements whose ``wgmma`` groups a wait for all but ``pending`` completes (of
+        the invocations of ``waiting``; None: all) are free: they count as read now by the
+        warpgroups' first threads, so that another thread writes them only after the next
+        barrier."""
+        if not self._holding or self.held is None or self.held_owner is None:
+            return
+        for held, owner in zip(self.held, self.held_owner, strict=True):
+            reading = np.flatnonzero(held != LANDED)
+            owners = owner[reading]
+            done = held[reading] < committed[owners] - pending
+            if waiting is not None:
+                done &= waiting[owners]
+            free = reading[done]
+            held[free] = LANDED
+            if free.size:
+                self.read(free, self.geo.lane_thread[owner[free]].astype(np.int32), None, site)
+        self._holding = bool(np.any(self.held != LANDED))
+
+    def _unheld(self, flat: Value, mask: np.ndarray | None, site: Site,
+                through: str | None = None) -> None:
+        """``SharedRace`` when one of ``flat`` (of the invocations of ``mask``) is still read
+        by a ``wgmma`` in flight."""
+        assert self.held is not None and self.held_owner is not None
+        for held, owner in zip(self.held, self.held_owner, strict=True):
+            reading = held[flat] != LANDED
+            if mask is not None:
+                reading = reading & mask
+            if not np.any(reading):
+                continue
+            element = int(np.broadcast_to(flat, reading.shape)[reading].flat[0])
+            block, index = divmod(element, self.size)
+            first = int(owner[element])
+            name = f"{through!r} (in the bytes of {self.name!r})" if through else \
+                repr(self.name)
+            raise SharedRace(
+                f"shared array {name} element {index} in block {self.geo.block_of(block)} is "
+                f"still read by a wgmma in flight (the warpgroup of thread "
+                f"{self.geo.thread(int(self.geo.lane_thread[first]))} has not waited for its "
+                "group, then passed a barrier) when an access writes it",
+                site.path, site.line, self.geo.describe(np.array([first])))
+
     def _cross(self, at: Value | Strided | Repeated, threads: np.ndarray,
                mask: np.ndarray | None, writing: bool, site: Site) -> None:
         """Checks an access of elements ``at`` by ``threads`` (of the invocations of ``mask``;
@@ -454,6 +561,8 @@ class SharedArray:
             flying = self.flight[here] != LANDED
             if flying.any():
                 self._cross_race(source, flat, threads, here, flying, threads, "copy", site)
+        if writing and self._holding:
+            self._unheld(here, None, site, through=source.name)
         if self._written:
             writer = self.writer[here]
             bad = (writer != NOBODY) & (writer != threads)

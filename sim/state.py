@@ -46,6 +46,7 @@ class State:
         self.alive: Mask = None  # invocations that have not returned (None: all)
         self.trips = 0  # loop trips run so far by the whole launch (Limits.trips)
         self.copy_groups: np.ndarray | None = None  # committed copy groups, per invocation
+        self.wgmma_groups: np.ndarray | None = None  # committed wgmma groups, per invocation
         self.buffers = Buffers()  # storage of large values, reused
 
 

@@ -19,7 +19,7 @@ from backends.cuda.wgmma import CoreLayout, fence_and_wait
 from backends.registry import target
 from sarek import ir, ir_check
 from sarek.ir_build import const, var
-from sarek.ir_walk import walk
+from sarek.ir_walk import replace_statements, walk
 from sarek.launch import Launch
 from sarek.matrix_rewrite import RewriteError, rewrite_launch
 from sarek.matrix_scheme import Lowering
@@ -431,3 +431,93 @@ def test_the_lowering_records_each_descriptors_strides_and_the_printer_prints_th
     text = target("cuda").print_lowered(lowered)
     assert f"{b[0]}u, {b[1]}u, {b[2]}ull)" in text
     assert (a is None) == ("16u, 1024u, 1ull)" not in text)
+
+
+IN_FLIGHT = [Schedule(tile=128, step=64, stages=3, warpgroup=True, in_flight=True),
+             Schedule(tile=128, step=64, stages=4, warpgroup=True, in_flight=True),
+             Schedule(tile=128, step=64, stages=3, wide=True, warpgroup=True, in_flight=True)]
+"""Each step's wgmma group left running while the next step is issued; copies stages - 2
+ahead, so that no step refills the buffer the step before it read."""
+
+
+def _waits(schedule: Schedule) -> list[int]:
+    lowered = cuda_lower.lower(rewrite(schedule).kernel)
+    return [s.pending for s in walk(lowered.body) if isinstance(s, ir.WgmmaWait)]
+
+
+def _simulate_lowered(kernel: ir.Kernel, launch: Launch) -> dict[str, np.ndarray]:
+    return sarek.simulate(kernel, dict(launch.args), grid=launch.grid, block=launch.block,
+                          arith="h200")
+
+
+def test_an_in_flight_schedule_is_named_with_an_f_and_parses_back() -> None:
+    assert [s.name for s in IN_FLIGHT] == ["t128k64s3gf", "t128k64s4gf", "t128x256k64s3gf"]
+    assert all(Schedule.parse(s.name) == s for s in IN_FLIGHT)
+    assert [s.ahead for s in IN_FLIGHT] == [1, 2, 1]
+
+
+@pytest.mark.parametrize("name", ["t128k64s2gf", "t128k64s3f"])
+def test_a_group_in_flight_needs_a_warpgroup_schedule_of_three_stages(name: str) -> None:
+    with pytest.raises(ScheduleError, match="warpgroup schedule of 3 or 4 stages"):
+        Schedule.parse(name).check(16, 128)
+
+
+@pytest.mark.parametrize("schedule", IN_FLIGHT, ids=lambda s: s.name)
+def test_an_in_flight_kernel_is_the_seeds_bits_under_h200(schedule: Schedule) -> None:
+    rw = rewrite(schedule)
+    out = sarek.simulate(rw.kernel, dict(rw.args), grid=rw.grid, block=rw.block,
+                         target="cuda", arith="h200")
+    assert np.array_equal(bits(out["c"]), seed_bits())
+
+
+@pytest.mark.parametrize("schedule", IN_FLIGHT, ids=lambda s: s.name)
+def test_each_step_leaves_its_group_running_and_a_wait_for_all_follows_the_loop(
+        schedule: Schedule) -> None:
+    lowered = cuda_lower.lower(rewrite(schedule).kernel)
+    (loop,) = [s for s in walk(lowered.body) if isinstance(s, ir.For) and s.var == "sk_k0"]
+    assert loop.body[-1] == ir.WgmmaWait(pending=1)
+    after = lowered.body[lowered.body.index(loop) + 1]
+    assert after == ir.WgmmaWait(pending=0)
+    assert _waits(schedule) == [1, 0]
+
+
+@pytest.mark.parametrize("schedule", [*WARPGROUP, *WIDE], ids=lambda s: s.name)
+def test_a_schedule_without_a_group_in_flight_waits_for_every_group(
+        schedule: Schedule) -> None:
+    assert set(_waits(schedule)) == {0}
+
+
+def test_a_group_stays_waited_for_where_a_is_reloaded_into_registers() -> None:
+    # t128k32s3gf: ldmatrix refills the A registers the previous step's wgmma reads
+    assert _waits(Schedule(tile=128, step=32, stages=3, warpgroup=True, in_flight=True)) == [0]
+
+
+def test_a_refill_before_the_wait_that_retires_its_readers_is_a_race() -> None:
+    # t128k64s3g refills the buffer the previous step read: with that step's group left in
+    # flight, the copy overwrites what the wgmma still reads
+    rw = rewrite(Schedule(tile=128, step=64, stages=3, warpgroup=True))
+    lowered = cuda_lower.lower(rw.kernel)
+    early = lowered.model_copy(update={"body": replace_statements(
+        lowered.body, lambda s: [ir.WgmmaWait(pending=1)] if isinstance(s, ir.WgmmaWait)
+        else None)})
+    with pytest.raises(sarek.SharedRace, match="still read by a wgmma in flight"):
+        _simulate_lowered(early, rw)
+
+
+def test_an_epilogue_before_the_wait_for_all_is_a_register_race() -> None:
+    rw = rewrite(IN_FLIGHT[0])
+    lowered = cuda_lower.lower(rw.kernel)
+    out = _simulate_lowered(lowered, rw)
+    assert np.array_equal(bits(out["c"]), seed_bits())
+    body = list(lowered.body)
+    body.remove(ir.WgmmaWait(pending=0))  # the wait for all after the loop
+    with pytest.raises(sarek.RegisterRace, match="'sk_acc0_0_0' is still read or written by a "
+                       "wgmma in flight"):
+        _simulate_lowered(lowered.model_copy(update={"body": tuple(body)}), rw)
+
+
+@pytest.mark.skipif(nvrtc_available() is not None, reason=f"NVRTC: {nvrtc_available()}")
+def test_the_printed_in_flight_wait_compiles_for_sm_90a() -> None:
+    src = sarek.emit(rewrite(IN_FLIGHT[2]).kernel, "cuda")
+    assert 'wgmma.commit_group.sync.aligned;\\n" "wgmma.wait_group.sync.aligned 1;"' in src
+    assert compile_cubin(src, "sm_90")[:4] == b"\x7fELF"

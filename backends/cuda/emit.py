@@ -88,9 +88,9 @@ def _hook(p: Printer, s: ir.Stmt) -> list[str] | None:
             return [group_asm(s)]
         case ir.Wgmma():
             return _wgmma(p, s)
-        case ir.WgmmaWait():
+        case ir.WgmmaWait(pending=pending):
             return ['asm volatile("wgmma.commit_group.sync.aligned;\\n"'
-                    ' "wgmma.wait_group.sync.aligned 0;" ::: "memory");']
+                    f' "wgmma.wait_group.sync.aligned {pending};" ::: "memory");']
         case ir.AsyncProxyFence():
             return ['asm volatile("fence.proxy.async.shared::cta;" ::: "memory");']
         case ir.TileApply():

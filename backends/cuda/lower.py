@@ -39,7 +39,8 @@ from sarek.staging import Staging
 SUBGROUPS = (32,)
 FRAGMENTS = (16,)
 STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True, byte_k=32, packed_planes=True, large=(
-    ("F16_operands", Schedule(tile=128, step=64, stages=2, warpgroup=True)),
+    ("F16_operands", Schedule(tile=128, step=64, stages=3, wide=True, warpgroup=True,
+                              in_flight=True)),
     ("F16_operands", Schedule(tile=128, step=32, stages=3, wide=True)),
     ("Bf16_operands", Schedule(tile=128, step=32, stages=3, wide=True)),
     ("Bf16x3_operands", Schedule(tile=128, step=16, stages=3, wide=True)),
@@ -47,14 +48,18 @@ STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True, byte_k=32, packed_p
     ("Int8_operands", Schedule(tile=128, step=32, stages=3)),
 ), offered=(
     ("F16_operands", Schedule(tile=128, step=32, stages=3, warpgroup=True)),
+    ("F16_operands", Schedule(tile=128, step=64, stages=2, warpgroup=True)),
     ("F16_operands", Schedule(tile=128, step=64, stages=2)),
 ), strip_rows=atoms.WGMMA.m // atoms.WGMMA.warps)
 """Padded 16-bit rows put the 8 rows one ldmatrix reads in distinct banks; 8-bit B staged
 column-major lets ldmatrix deliver B's k-consecutive bytes. Large regions take the pipelined
 schedule that measured fastest on the H200 at 4096^3 (``bench/schedule_sweep_h200.py``, one
 run; every tile copied by ``cp.async``, raw where it is converted at the step that multiplies
-it): for F16 with f16 operands one warpgroup's ``wgmma`` over 128x128 tiles in two 64-deep
-stages, A and B read from shared memory (1.20x ``mma.sync``'s best, 5.4x the seed's); 128x256
+it): for F16 with f16 operands ``wgmma`` over 128x256 tiles of two warpgroups in three 64-deep
+stages, A and B read from shared memory, each step's group left in flight while the next is
+issued (``in_flight``: 414.9 TFLOP/s against 393.6 for one warpgroup's 128x128 tiles in two
+stages, ``t128k64s2g``, in one run, ``bench/results/schedule_sweep_wgmma_inflight_h200.json``;
+``t128k64s2g`` was 1.20x ``mma.sync``'s best, 5.4x the seed's); 128x256
 tiles over eight waves with three 32-deep stages for F16 of converted operands (2.0x; 128x128
 tiles in 64-deep stages, the best for f16 operands on ``mma.sync``, run at 0.73x the seed's
 here, and ``wgmma`` at 0.91x) and for Bf16 (1.85x), three 16-deep for Bf16x3 (1.57x; deeper
@@ -64,12 +69,14 @@ prefetched into registers (1.9x); Int8 128x128 tiles in three 32-deep stages (13
 4096^3 against 41 under the byte planes' schedule, ``bench/results/backends_speed_h200.json``).
 CUDA also offers the warpgroup schedule with 32-deep steps, whose A goes through registers
 (``ldmatrix``), so that ``sarek conformance`` checks both of
-``wgmma``'s forms, and ``mma.sync``'s 128x128 tiles in 64-deep stages. Under a warpgroup
+``wgmma``'s forms, ``t128k64s2g`` (the policy before, each step's group waited for), and
+``mma.sync``'s 128x128 tiles in 64-deep stages. Under a warpgroup
 schedule each warp's accumulator strips are wgmma's rows per warp high (``sarek.atoms.WGMMA``),
 so that one ``wgmma`` of the warpgroup multiplies the four warps' strips by the shared B.
 128x256 tiles over two warpgroups (``t128x256k64s2g``, one ``m64n256k16`` per warpgroup and
-sub-step) ran at the rate of ``t128k64s2g`` in one run with it
-(``bench/results/schedule_sweep_wgmma_wide_h200.json``), so they are not in the policy."""
+sub-step) ran at the rate of ``t128k64s2g`` in one run with it while each step waited for its
+group (``bench/results/schedule_sweep_wgmma_wide_h200.json``); one warpgroup's tiles with a
+group in flight (``t128k64s3gf``, ``t128k64s4gf``) ran slower (288 and 300 TFLOP/s)."""
 
 NV_STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True, byte_k=32, packed_planes=True,
                      large=(
@@ -106,6 +113,7 @@ def lower(kernel: ir.Kernel) -> ir.Kernel:
     allocation (``backends.cuda.shared.place``); ``EmitError`` with the reason for a fragment
     CUDA has no instruction for or shared memory past what a block may have."""
     places = wgmma.wgmma_arrays(kernel)
+    in_flight = wgmma.in_flight_loops(kernel, places) if places else frozenset()
     kernel = copies.lower(kernel, places)
     if any(isinstance(s, ir.TileApply) for s in walk(kernel.body)):
         kernel = kernel.model_copy(update={"body": lane_tiles(kernel.body)})
@@ -125,7 +133,7 @@ def lower(kernel: ir.Kernel) -> ir.Kernel:
     )
     body = lowering.block(kernel.body)
     if any(isinstance(s, ir.Wgmma) for s in walk(body)):
-        body = wgmma.fence_and_wait(body)
+        body = wgmma.fence_and_wait(body, in_flight)
     lowered = shared.place(kernel.model_copy(update={"body": prologue + body, "subgroup": 32}))
     ir_check.ensure_valid(lowered)
     return lowered

@@ -23,17 +23,22 @@ After each staged wait every invocation fences its shared memory toward the asyn
 proxy ``wgmma`` reads through (``AsyncProxyFence``), and each run of ``Ldmatrix`` and
 ``Wgmma`` ends in one ``WgmmaWait`` (commit and wait for all): the run never reloads a
 register an earlier ``Wgmma`` of it reads (checked here), so the instructions may overlap.
+In a reduction loop that provably refills neither the buffers its previous step's
+``wgmma`` read nor registers they use (``in_flight_loops``: schedules with ``in_flight``),
+the run ends in a wait that leaves that one group running (``WgmmaWait(pending=1)``), and
+a wait for all follows the loop.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from backends.cstyle import EmitError
 from sarek import atoms, ir
 from sarek.ir import BinOp, FragUse, MemSpace
 from sarek.ir_build import add, binary, const, mul
-from sarek.ir_walk import map_blocks, walk
+from sarek.ir_walk import subexpressions, walk, with_blocks
 
 CORE = atoms.GMMA_MN_INTER.row  # elements along each side of a core matrix (8 rows of 16 bytes)
 SWIZZLE_ROW = atoms.GMMA_MN_SW128.row  # elements in one 128-byte row of a 128-byte swizzle atom
@@ -183,17 +188,116 @@ def wide_b_load(load: ir.FragLoad, decl: ir.ArrayDecl | ir.ArrayParam | None) ->
                         f"row-major; {load.array!r} is not that")
 
 
-def fence_and_wait(stmts: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+def in_flight_loops(kernel: ir.Kernel, places: dict[str, CoreLayout]) -> frozenset[str]:
+    """The variables of the reduction loops (of the neutral ``kernel``) whose ``wgmma`` run
+    may leave its group in flight into the next step: A and B of every wide multiply-add in
+    the body are fragments of ``places`` arrays of three or more buffers, loaded at ``slot *
+    buffer + rest`` with ``slot`` a ``Let`` of the body that steps through the buffers one
+    a trip; the body's staged copies, issued after its first barrier and before those loads,
+    never fill the buffer the previous trip read (nor the trip's own); and nothing but those
+    multiply-adds touches their accumulators."""
+    decls = {s.name: s for s in walk(kernel.body) if isinstance(s, ir.ArrayDecl)}
+    out: set[str] = set()
+    for loop in walk(kernel.body):
+        if isinstance(loop, ir.For) and _keeps_one_in_flight(loop, places, decls):
+            out.add(loop.var)
+    return frozenset(out)
+
+
+def _keeps_one_in_flight(loop: ir.For, places: dict[str, CoreLayout],
+                         decls: dict[str, ir.ArrayDecl]) -> bool:
+    body = loop.body
+    adds = [s for s in body if isinstance(s, ir.FragMulAdd)]
+    loads = {s.frag: s for s in body if isinstance(s, ir.FragLoad)}
+    operands = {f for s in adds for f in (s.a, s.b)}
+    if not adds or not operands <= loads.keys() or \
+            any(loads[f].array not in places for f in operands):
+        return False
+    buffers = {name: (places[name].rows * places[name].pitch) for name in
+               {loads[f].array for f in operands}}
+    if any(decls[name].size // size < 3 or decls[name].size % size
+           for name, size in buffers.items()):
+        return False
+    counts = {decls[name].size // size for name, size in buffers.items()}
+    slots = {_slot_of(loads[f].offset, buffers[loads[f].array]) for f in operands}
+    if len(slots) != 1 or len(counts) != 1 or None in slots:
+        return False
+    slot, count = slots.pop(), counts.pop()
+    assert slot is not None
+    lets = {s.name: s.value for s in body if isinstance(s, ir.Let)}
+    start, step = _evaluate(loop.start, {}), _evaluate(loop.step, {})
+    if start is None or step is None:
+        return False
+    steps = [_evaluate(lets.get(slot), {loop.var: start + t * step})
+             for t in range(2 * count + 1)]  # the slot of each trip: one buffer on each time
+    if any(a is None or b is None or (b - a) % count != 1
+           for a, b in itertools.pairwise(steps)):
+        return False
+    first = min((i for i, s in enumerate(body) if isinstance(s, ir.FragLoad)), default=0)
+    barrier = next((i for i, s in enumerate(body) if isinstance(s, ir.Barrier)), len(body))
+    for i, s in enumerate(body):
+        if isinstance(s, ir.StageCopy) and s.dst in buffers:
+            if not barrier < i < first:
+                return False
+            for j in range(count):  # the buffer this trip fills, its slot being j
+                at = _evaluate(s.dst_offset, {slot: j})
+                if at is None or at // buffers[s.dst] in (j, (j - 1) % count):
+                    return False
+    accumulators = {s.d for s in adds} | {s.c for s in adds}
+    return not any((isinstance(s, ir.FragStore | ir.FragLoad | ir.FragFill)
+                    and s.frag in accumulators) or
+                   (isinstance(s, ir.FragAdd) and accumulators & {s.d, s.a, s.b})
+                   for s in walk(body))
+
+
+def _slot_of(offset: ir.Expr, buffer: int) -> str | None:
+    """The variable ``v`` of an offset ``v * buffer`` or ``v * buffer + rest`` (``rest`` not
+    naming ``v``, within the buffer as the layout takes it), else None."""
+    head, rest = (offset.a, offset.b) if isinstance(offset, ir.Binary) and \
+        offset.op is BinOp.ADD else (offset, None)
+    match head:
+        case ir.Binary(op=BinOp.MUL, a=ir.Var(name=name), b=ir.Const(value=size)) \
+                if size == buffer:
+            if rest is None or not any(isinstance(e, ir.Var) and e.name == name
+                                       for e in subexpressions(rest)):
+                return name
+    return None
+
+
+def _evaluate(e: ir.Expr | None, env: dict[str, int]) -> int | None:
+    """The value of an integer expression of constants and ``env``'s variables, else None."""
+    match e:
+        case ir.Const(value=value) if isinstance(value, int):
+            return value
+        case ir.Var(name=name):
+            return env.get(name)
+        case ir.Binary(op=op, a=a, b=b) if op in _ARITHMETIC:
+            x, y = _evaluate(a, env), _evaluate(b, env)
+            if x is None or y is None or (op in (BinOp.DIV, BinOp.REM) and y <= 0) or x < 0:
+                return None
+            return int(_ARITHMETIC[op](x, y))
+    return None
+
+
+_ARITHMETIC = {BinOp.ADD: lambda x, y: x + y, BinOp.SUB: lambda x, y: x - y,
+               BinOp.MUL: lambda x, y: x * y, BinOp.DIV: lambda x, y: x // y,
+               BinOp.REM: lambda x, y: x % y}
+
+
+def fence_and_wait(stmts: tuple[ir.Stmt, ...], in_flight: frozenset[str] = frozenset()
+                   ) -> tuple[ir.Stmt, ...]:
     """``stmts`` with an ``AsyncProxyFence`` after every ``StageWait`` and a ``WgmmaWait``
     ending every run of ``Ldmatrix`` and ``Wgmma`` that holds a ``Wgmma``, nested blocks
-    too; ``EmitError`` where a run reloads a register one of its ``Wgmma`` reads."""
-    def level(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+    too; ``EmitError`` where a run reloads a register one of its ``Wgmma`` reads. The run
+    that ends the body of a loop over a variable of ``in_flight`` leaves its group running
+    (``pending=1``), and a wait for all follows that loop."""
+    def level(body: tuple[ir.Stmt, ...], pending: int = 0) -> tuple[ir.Stmt, ...]:
         out: list[ir.Stmt] = []
         busy: set[str] = set()  # registers an issued Wgmma of the open run reads or writes
 
-        def close() -> None:
+        def close(last: int = 0) -> None:
             if busy:
-                out.append(ir.WgmmaWait())
+                out.append(ir.WgmmaWait(pending=last))
                 busy.clear()
 
         for s in body:
@@ -209,11 +313,14 @@ def fence_and_wait(stmts: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
                     out.append(s)
                     continue
             close()
-            out.append(s)
+            match s:
+                case ir.For(var=name, body=inner) if name in in_flight:
+                    out += [s.model_copy(update={"body": level(inner, 1)}), ir.WgmmaWait()]
+                    continue
+            out.append(with_blocks(s, level))
             if isinstance(s, ir.StageWait):
                 out.append(ir.AsyncProxyFence(line=s.line))
-        close()
+        close(pending)
         return tuple(out)
 
-    return map_blocks(stmts, level)
-
+    return level(stmts)

@@ -32,7 +32,7 @@ class Layout:
         self.tile_n, self.wave_columns = schedule.tile_n, schedule.wave_columns
         self.waves = schedule.waves
         self.prefetching = schedule.prefetch
-        self.stages = schedule.stages
+        self.stages, self.ahead = schedule.stages, schedule.ahead
         self.threads = self.waves * subgroup
         self.per_wave = self.wave_tile // frag  # fragments along each side of a wave's tile
         # Accumulator fragments per wave as the target's policy shapes them for the schedule:

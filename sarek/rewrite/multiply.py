@@ -43,13 +43,15 @@ class Multiply(Copies):
         return out
 
     def pipelined(self) -> list[ir.Stmt]:
-        """The steps of the reduction with ``stages`` buffers: the first ``stages - 1`` steps
-        are issued before the loop; each step waits for its own tiles, passes a barrier (its
-        tiles are complete, and every wave is done with the buffer the step refills), issues
-        the tiles of ``stages - 1`` steps ahead into that buffer and multiplies. Raw tiles are
+        """The steps of the reduction with ``stages`` buffers: the first ``ahead`` steps
+        (``stages - 1``, or ``stages - 2`` with ``in_flight``) are issued before the loop;
+        each step waits for its own tiles, passes a barrier (its tiles are complete, and every
+        wave is done with the buffer the step refills), issues the tiles of ``ahead`` steps
+        ahead into that buffer and multiplies. With ``in_flight`` that buffer is the one the
+        step before last read, never the previous step's. Raw tiles are
         converted into the (single) term arrays first, behind a second barrier, and then the
         refill is issued after the first sub-step's products."""
-        ahead, step = self.stages - 1, self.step
+        ahead, step = self.ahead, self.step
         slot = binary(BinOp.REM, binary(BinOp.DIV, var("sk_k0"), const(step)),
                       const(self.stages))
         refill = binary(BinOp.REM, add(var("sk_slot"), const(ahead)), const(self.stages))
