@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 import sarek
 from sarek.dsl import KernelFunction
+from sarek.launch import Launch
 
 MAPPINGS = ("2d", "2d-swapped", "1d-row", "1d-col")
 GUARDS = ("and", "nested", "return")
@@ -252,3 +253,27 @@ def gemm_specs(draw: st.DrawFn, elem: str = "i32") -> GemmSpec:
     if mapping.startswith("1d") and batch:
         spec = replace(spec, grid_delta=(max(0, spec.grid_delta[0]), 0, spec.grid_delta[2]))
     return spec
+
+
+VARYING_INIT = """
+def bias(a: Global[f16], b: Global[f16], c: Global[f32], m: i32, n: i32, k: i32):
+    row = block_idx.y * block_dim.y + thread_idx.y
+    col = block_idx.x * block_dim.x + thread_idx.x
+    if row < m and col < n:
+        acc = c[row * n + col]
+        for p in range(k):
+            acc += f32(a[row * k + p]) * f32(b[p * n + col])
+        c[row * n + col] = acc
+"""
+"""An f16 GEMM whose initial value is C's own f32 (a rewrite takes it in through the exchange
+array)."""
+
+
+def varying_init_launch(m: int, n: int, k: int, seed: int = 3) -> Launch:
+    """``VARYING_INIT`` over m x n outputs and k deep, 16 x 16 blocks, normal operands."""
+    rng = np.random.default_rng(seed)
+    args = {"a": rng.standard_normal(m * k).astype(np.float16),
+            "b": rng.standard_normal(k * n).astype(np.float16),
+            "c": rng.standard_normal(m * n).astype(np.float32), "m": m, "n": n, "k": k}
+    return Launch(build_source(VARYING_INIT, "bias").ir, args, (_ceil(n, 16), _ceil(m, 16), 1),
+                  (16, 16, 1))

@@ -234,28 +234,10 @@ def test_the_shared_exchange_gives_cudas_bits(lowering: Lowering, name: str,
     assert all(np.array_equal(bits(got)[k], bits(want)[k]) for k in want)
 
 
-VARYING_INIT = """
-def bias(a: Global[f16], b: Global[f16], c: Global[f32], m: i32, n: i32, k: i32):
-    row = block_idx.y * block_dim.y + thread_idx.y
-    col = block_idx.x * block_dim.x + thread_idx.x
-    if row < m and col < n:
-        acc = c[row * n + col]
-        for p in range(k):
-            acc += f32(a[row * k + p]) * f32(b[p * n + col])
-        c[row * n + col] = acc
-"""
-
-
 def varying_init() -> Launch:
-    from gemm_gen import build_source
+    from gemm_gen import varying_init_launch
 
-    m, n, k = 130, 260, 64
-    rng = np.random.default_rng(3)
-    args = {"a": rng.standard_normal(m * k).astype(np.float16),
-            "b": rng.standard_normal(k * n).astype(np.float16),
-            "c": rng.standard_normal(m * n).astype(np.float32), "m": m, "n": n, "k": k}
-    return Launch(build_source(VARYING_INIT, "bias").ir, args, (-(-n // 16), -(-m // 16), 1),
-                  (16, 16, 1))
+    return varying_init_launch(130, 260, 64)
 
 
 def test_a_varying_initial_value_enters_through_the_shared_bytes_with_cudas_bits() -> None:

@@ -127,24 +127,9 @@ def test_the_two_warpgroups_take_turns_through_an_exchange_array_of_four_strips(
 
 def varying_init() -> Launch:
     """An f16 GEMM whose initial value is C's f32 (it enters through the exchange array)."""
-    from gemm_gen import build_source
+    from gemm_gen import varying_init_launch
 
-    source = (
-        "def bias(a: Global[f16], b: Global[f16], c: Global[f32], m: i32, n: i32, k: i32):\n"
-        "    row = block_idx.y * block_dim.y + thread_idx.y\n"
-        "    col = block_idx.x * block_dim.x + thread_idx.x\n"
-        "    if row < m and col < n:\n"
-        "        acc = c[row * n + col]\n"
-        "        for p in range(k):\n"
-        "            acc += f32(a[row * k + p]) * f32(b[p * n + col])\n"
-        "        c[row * n + col] = acc\n")
-    m, n, k = 130, 300, 70
-    rng = np.random.default_rng(3)
-    args = {"a": rng.standard_normal(m * k).astype(np.float16),
-            "b": rng.standard_normal(k * n).astype(np.float16),
-            "c": rng.standard_normal(m * n).astype(np.float32), "m": m, "n": n, "k": k}
-    return Launch(build_source(source, "bias").ir, args, (-(-n // 16), -(-m // 16), 1),
-                  (16, 16, 1))
+    return varying_init_launch(130, 300, 70)
 
 
 def test_a_varying_initial_value_enters_each_warpgroup_in_its_turn_with_the_seeds_bits() -> None:
