@@ -17,11 +17,12 @@ table and (``--readme FILE``) puts it as Markdown into FILE between its
 ``backends_speed_h200`` markers; ``--render JSON`` writes that Markdown from a recorded result
 without a device.
 
-opencl-nv (``--targets opencl-nv``; ``--targets`` picks the targets a run times, the report
-keeping the others' rows from the one written before) runs each lowering under its policy's
-schedule and each one ``--nv-also LOWERING=SCHEDULE`` names, beside CUDA's ``mma.sync`` path on
-the same schedule: the same lowered kernel, printed by the other printer, timed with OpenCL
-profiling events in the same run (``backends.opencl.run.time_nv``) and compared bit for bit.
+opencl-nv (``--targets opencl-nv``; ``--targets`` picks the targets a run times and
+``--lowerings`` the lowerings, the report keeping the other rows from the one written before)
+runs each lowering under its policy's schedule and each one ``--nv-also LOWERING=SCHEDULE``
+names, beside CUDA's ``mma.sync`` path on the same schedule: the same lowered kernel, printed
+by the other printer, timed with OpenCL profiling events in the same run
+(``backends.opencl.run.time_nv``) and compared bit for bit.
 """
 
 from __future__ import annotations
@@ -96,25 +97,33 @@ def opencl_nv_rows(original: Any, lowering: Lowering, n: int, arch: str,
 
 
 def merged(result: dict[str, Any], previous: dict[str, Any] | None,
-           targets: tuple[str, ...]) -> dict[str, Any]:
-    """``result`` with the rows of ``previous`` (the report written before) whose targets this
-    run did not time: CUDA's policy rows go with Vulkan's, which they are the base of, and so
-    does the device's name as Vulkan gives it."""
+           targets: tuple[str, ...], lowerings: tuple[Lowering, ...] = tuple(EXAMPLES)
+           ) -> dict[str, Any]:
+    """``result`` with the rows of ``previous`` (the report written before) of the targets or
+    lowerings this run did not time, opencl-nv's first, then each lowering's: CUDA's policy
+    rows go with Vulkan's, which they are the base of, and so does the device's name as
+    Vulkan gives it."""
     if previous is None:
         return result
     ran = {*targets, *(("cuda",) if "vulkan" in targets else ())}
-    kept = [r for r in previous.get("rows", []) if r["target"] not in ran]
+    names = {low.value for low in lowerings}
+    kept = [r for r in previous.get("rows", [])
+            if r["target"] not in ran or r["lowering"] not in names]
     device = result["device"] if "vulkan" in targets else previous.get("device",
                                                                          result["device"])
-    return {**result, "device": device, "rows": kept + result["rows"]}
+    order = [low.value for low in EXAMPLES]
+    rows = sorted(kept + result["rows"], key=lambda r: (r["target"] != "opencl-nv",
+                                                        order.index(r["lowering"])))
+    return {**result, "device": device, "rows": rows}
 
 
 def measure(n: int, also: tuple[tuple[str, str], ...] = (),
             targets: tuple[str, ...] = TARGETS,
-            nv_also: tuple[tuple[str, str], ...] = ()) -> dict[str, Any]:
-    """The rows of one run on the device for ``targets`` (``also``: (lowering, schedule) pairs
-    Vulkan runs besides its policy's and the small regions' schedules; ``nv_also``: those
-    opencl-nv runs besides its policy's)."""
+            nv_also: tuple[tuple[str, str], ...] = (),
+            lowerings: tuple[Lowering, ...] = tuple(EXAMPLES)) -> dict[str, Any]:
+    """The rows of one run on the device for ``targets`` and ``lowerings`` (``also``:
+    (lowering, schedule) pairs Vulkan runs besides its policy's and the small regions'
+    schedules; ``nv_also``: those opencl-nv runs besides its policy's)."""
     from backends.cuda.run import device_arch
     from backends.cuda.run import device_name as cuda_device
     from backends.pipeline import compile_launch
@@ -130,6 +139,8 @@ def measure(n: int, also: tuple[tuple[str, str], ...] = (),
     arch, flops = device_arch(), 2.0 * n ** 3
     rows: list[dict[str, Any]] = []
     for lowering, example in EXAMPLES.items():
+        if lowering not in lowerings:
+            continue
         original = load_module(ROOT / "examples" / f"{example}.py").make(n, n, n)
         if "opencl-nv" in targets:
             rows.extend(opencl_nv_rows(original, lowering, n, arch, nv_also))
@@ -214,6 +225,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--targets", nargs="+", choices=TARGETS, default=list(TARGETS),
                         help="the targets timed against CUDA (the report keeps the rows of "
                              "the others from the one written before)")
+    parser.add_argument("--lowerings", nargs="+", choices=[low.value for low in EXAMPLES],
+                        default=[low.value for low in EXAMPLES],
+                        help="the lowerings timed (the report keeps the others' rows from the "
+                             "one written before)")
     parser.add_argument("--nv-also", action="append", default=[], metavar="LOWERING=SCHEDULE",
                         help="a schedule opencl-nv also runs for a lowering, beside CUDA on "
                              "the same schedule; may be repeated")
@@ -225,9 +240,11 @@ def main(argv: list[str] | None = None) -> int:
         nv_also = tuple((low, name) for low, _, name in
                         (x.partition("=") for x in opts.nv_also))
         targets = tuple(opts.targets)
+        lowerings = tuple(Lowering(name) for name in opts.lowerings)
         path = ROOT / "bench" / "results" / opts.out
         previous = json.loads(path.read_text()) if path.exists() else None
-        result = merged(measure(opts.n, also, targets, nv_also), previous, targets)
+        result = merged(measure(opts.n, also, targets, nv_also, lowerings), previous, targets,
+                        lowerings)
         path.write_text(json.dumps(result, indent=2) + "\n")
     table = markdown(result)
     print(table)

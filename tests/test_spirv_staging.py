@@ -14,6 +14,7 @@ import re
 import numpy as np
 import pytest
 from conftest import example
+from staged_tile_cases import TILES, staged_tile_kernel
 
 import sarek
 from backends.pipeline import compile_launch
@@ -112,6 +113,24 @@ def test_words_are_loaded_through_a_second_view_of_the_same_binding() -> None:
     assert "OpDecorate %rta_v4u32 ArrayStride 16" in text
 
 
+def test_words_crossing_the_limits_are_packed_by_one_loop_the_driver_is_asked_not_to_unroll(
+        ) -> None:
+    text = emit(lower(rewritten(Lowering.F16_OPERANDS, "t128x256k16s2").kernel))
+    loops = re.findall(r"OpLoopMerge %\w+_edge_end %\w+ DontUnroll", text)
+    element_loads = re.findall(r"= OpAccessChain %p_st_f16 %\d+_[ab] ", text)
+    # one word of A and two of B per invocation, in the prologue and in the loop: each word
+    # that crosses the limits loads its eight elements through one load in one loop
+    assert len(loops) == len(element_loads) == 6
+
+
+@pytest.mark.parametrize("strided", [False, True], ids=["rows", "strided"])
+@pytest.mark.parametrize("elem", list(TILES), ids=str)
+def test_a_staged_tile_of_each_element_type_validates(elem: ElemType, strided: bool) -> None:
+    kernel = lower(staged_tile_kernel(elem, strided))
+    assert quad_arrays(kernel) == {"tile"}
+    check(emit(kernel))
+
+
 def test_copies_are_held_until_the_wait_that_lands_them() -> None:
     kernel = lower(rewritten(Lowering.F16_OPERANDS, "t128k32s2").kernel)
     kinds = [type(s).__name__ for s in walk(kernel.body)
@@ -176,7 +195,9 @@ def test_each_wait_of_a_loop_printed_two_steps_a_trip_lands_one_set_known_as_pri
     # the loads of the group left pending stay in flight across the wait: no store of its
     # registers there, not even one its group would skip as the kernel runs
     text = emit(lower(rewritten(Lowering.F16_OPERANDS, "t128k16s3").kernel))
-    loop = text[text.index("OpLoopMerge"):text.index("_for_end = OpLabel")]
+    start = re.search(r"OpLoopMerge %\d+_for_end ", text)  # the reduction loop
+    assert start is not None
+    loop = text[start.start():text.index("_for_end = OpLabel")]
     # what each step lands at its wait: after the last step's products, before its barrier
     waits = [step.split("OpCooperativeMatrixMulAddKHR")[-1]
              for step in loop.split("OpControlBarrier")[:-1]]

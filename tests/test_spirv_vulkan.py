@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 from arith_cases import FLOATS, INTS, N, binary_kernel, cast_kernel, edge_values, mismatches
 from conftest import GEMM_EXAMPLES, example
+from staged_tile_cases import LIMITS, THREADS, TILES, staged_tile_args, staged_tile_kernel
 
 import backends.spirv.target as spirv_target
+import sarek
 from backends import conformance, registry
 from backends.spirv import device as vulkan_device
 from backends.spirv import run as vulkan
@@ -159,6 +161,20 @@ def test_every_example_runs_bit_identically(name: str, size: tuple[int, int, int
     got = vulkan.run(launch.kernel, dict(launch.args), launch.grid, launch.block)
     for array in want:
         assert np.array_equal(got[array].view(np.uint8), want[array].view(np.uint8)), array
+
+
+@needs_vulkan
+@pytest.mark.parametrize("strided", [False, True], ids=["rows", "strided"])
+@pytest.mark.parametrize("elem", list(TILES), ids=str)
+def test_staged_copies_give_the_simulators_words_inside_across_and_outside_the_limits(
+        elem: ElemType, strided: bool) -> None:
+    rng = np.random.default_rng(21)
+    kernel = staged_tile_kernel(elem, strided)
+    for case in LIMITS:
+        args = staged_tile_args(elem, case, rng)
+        want = sarek.simulate(kernel, dict(args), grid=1, block=THREADS, target="spirv")
+        got = vulkan.run(kernel, dict(args), (1,), (THREADS,))
+        assert np.array_equal(got["out"], want["out"]), case
 
 
 def probe(kernel: ir.Kernel, args: dict[str, np.ndarray]) -> dict[str, int]:

@@ -425,25 +425,57 @@ class CopyPrinter(ExpressionPrinter):
 
     def packed(self, s: ir.StageCopy, row: ir.Expr, col: ir.Expr, per: int) -> str:
         """The word of ``per`` elements from (``row``, ``col``), each read inside the limits
-        and the fill outside, packed least significant first."""
+        and the fill outside, packed least significant first: the path of words that cross
+        the limits, printed as one loop over the elements that the driver is asked not to
+        unroll (``DontUnroll``), so that it costs little code and few registers beside the
+        16-byte loads of the words inside."""
         elem = s.fill.type
         bits = memory_type(elem).bits
-        u32 = self.type_of(T.U32)
-        parts: list[str] = []
-        for w in range(4):
-            word = ""
-            for i in range(32 // bits):
-                c = add(col, const(w * (32 // bits) + i))
-                value = self.value(ir.Select(
-                    cond=stage_copy.inside(s, row, c),
-                    a=ir.Load(array=s.src, index=stage_copy.source_index(s, row, c), type=elem),
-                    b=s.fill, type=elem))
-                part = self.unsigned_bits(value, elem)
-                if i:
-                    part = self.op(u32, "OpShiftLeftLogical", part, self.u32(i * bits))
-                word = self.op(u32, "OpBitwiseOr", word, part) if word else part
-            parts.append(word)
-        return self.op(self.quad_type(), "OpCompositeConstruct", *parts)
+        u32, i32, v4 = self.type_of(T.U32), self.type_of(T.I32), self.quad_type()
+        bool_t = self.type_of(T.BOOL)
+        zero = self.const(0, T.U32)
+        empty = self.op(v4, "OpCompositeConstruct", zero, zero, zero, zero)
+        before = self.label
+        header, body = self.fresh("edge"), self.fresh("edge_element")
+        cont, merge = self.fresh("edge_next"), self.fresh("edge_end")
+        i, word, i_next, word_next = self.fresh(), self.fresh(), self.fresh(), self.fresh()
+        self.branch(header)
+        self.start(header)
+        self.code += [f"{i} = OpPhi {i32} {self.const(0, T.I32)} {before} {i_next} {cont}",
+                      f"{word} = OpPhi {v4} {empty} {before} {word_next} {cont}"]
+        going = self.op(bool_t, "OpSLessThan", i, self.const(per, T.I32))
+        self.do("OpLoopMerge", merge, cont, "DontUnroll")
+        self.do("OpBranchConditional", going, body, merge)
+        self.terminated = True
+        self.start(body)
+        self.scope = self.scope.new_child()
+        self.scope["sk copy i"] = i
+        c = add(col, var("sk copy i"))
+        value = self.value(ir.Select(
+            cond=stage_copy.inside(s, row, c),
+            a=ir.Load(array=s.src, index=stage_copy.source_index(s, row, c), type=elem),
+            b=s.fill, type=elem))
+        self.scope = self.scope.parents
+        part = self.unsigned_bits(value, elem)
+        lanes = 32 // bits  # elements per component
+        component = i
+        if lanes > 1:
+            component = self.op(i32, "OpShiftRightArithmetic", i,
+                                self.const(lanes.bit_length() - 1, T.I32))
+            shift = self.op(i32, "OpIMul", self.op(i32, "OpBitwiseAnd", i,
+                                                   self.const(lanes - 1, T.I32)),
+                            self.const(bits, T.I32))
+            part = self.op(u32, "OpShiftLeftLogical", part, shift)
+        whole = self.op(u32, "OpBitwiseOr",
+                        self.op(u32, "OpVectorExtractDynamic", word, component), part)
+        self.code.append(f"{word_next} = OpVectorInsertDynamic {v4} {word} {whole} "
+                         f"{component}")
+        self.branch(cont)
+        self.start(cont)
+        self.code.append(f"{i_next} = OpIAdd {i32} {i} {self.const(1, T.I32)}")
+        self.branch(header)
+        self.start(merge)
+        return word
 
     def unsigned_bits(self, value: str, elem: ElemType) -> str:
         """The bits of ``value`` (of ``elem``) zero-extended to 32 bits."""

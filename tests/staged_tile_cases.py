@@ -1,0 +1,65 @@
+"""Kernels that stage one tile with ``StageCopy`` and write its 16-byte words back out, with no
+fragments: what the SPIR-V printer's staged copies compute, words crossing the limits
+included, runnable on any Vulkan device (lavapipe too) against the simulator."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sarek import ir
+from sarek.dtypes import numpy_dtype
+from sarek.ir import Builtin, ElemType, MemSpace
+from sarek.ir_build import add, const, mul, var
+
+THREADS = 64
+TILES = {ElemType.F16: (32, 32), ElemType.BF16: (16, 64), ElemType.U8: (32, 32),
+         ElemType.I8: (16, 64), ElemType.F32: (16, 32), ElemType.I32: (32, 16)}
+"""A tile of each element type whose words spread evenly over ``THREADS`` invocations."""
+
+LIMITS = ((0, 1, 1, 0, 0), (8, 1, 1, 3, 5), (3, 1, 1, 0, 0), (0, 1, 1, 99, 0),
+          (5, 2, 2, 1, 9), (32, 3, 3, 99, 16), (0, 1, 1, 0, 99))
+"""Cases (source offset, extra row pitch in words, column stride, rows cut, columns cut):
+inside and aligned, cut at both limits, misaligned, nothing inside (rows or columns), and a
+column stride (every word element by element); a cut of 99 leaves no row or column."""
+
+
+def staged_tile_kernel(elem: ElemType, strided: bool) -> ir.Kernel:
+    """One ``rows`` x ``cols`` tile (``TILES``) of ``src`` staged into a workgroup array of
+    ``elem`` and written out through a u32 array in its storage (``out``); offset, strides and
+    limits are parameters, the column stride 1 unless ``strided``."""
+    rows, cols = TILES[elem]
+    words = rows * cols * elem.bits // 32
+    tid, i32 = ir.BuiltinValue(which=Builtin.THREAD_IDX_X), ElemType.I32
+    at = add(mul(var("q"), const(THREADS)), tid)
+    return ir.Kernel(name=f"staged_tile_{elem}", block=(THREADS, 1, 1), params=(
+        ir.ArrayParam(name="src", elem=elem, readonly=True),
+        ir.ArrayParam(name="out", elem=ElemType.U32),
+        *(ir.ScalarParam(name=n, elem=i32) for n in ("off", "pitch", "stride", "rl", "cl"))),
+        body=(
+        ir.ArrayDecl(name="tile", elem=elem, size=rows * cols, space=MemSpace.SHARED),
+        ir.ArrayDecl(name="view", elem=ElemType.U32, size=words, space=MemSpace.SHARED,
+                     shares="tile"),
+        ir.StageCopy(dst="tile", dst_offset=const(0), dst_pitch=cols, src="src",
+                     src_offset=var("off"), src_row_stride=var("pitch"),
+                     src_col_stride=var("stride") if strided else const(1), rows=rows,
+                     cols=cols, row_limit=var("rl"), col_limit=var("cl"),
+                     fill=ir.Const(value=-0.0 if elem.is_float else 7, type=elem)),
+        ir.StageCommit(), ir.StageWait(pending=0), ir.Barrier(),
+        ir.For(var="q", start=const(0), stop=const(words // THREADS), step=const(1), body=(
+            ir.Store(array="out", index=at,
+                     value=ir.Load(array="view", index=at, type=ElemType.U32)),))))
+
+
+def staged_tile_args(elem: ElemType, case: tuple[int, int, int, int, int],
+                     rng: np.random.Generator) -> dict[str, object]:
+    """Random source bits and the offset, strides and limits of ``case`` (``LIMITS``)."""
+    rows, cols = TILES[elem]
+    offset, extra, stride, rows_cut, cols_cut = case
+    per = 128 // elem.bits
+    pitch = cols * stride + extra * per + (offset % 2)
+    dt = numpy_dtype(elem)
+    size = offset + rows * pitch + cols * stride
+    return {"src": rng.integers(0, 256, size * dt.itemsize, dtype=np.uint8).view(dt),
+            "out": np.zeros(rows * cols * elem.bits // 32, np.uint32), "off": offset,
+            "pitch": pitch, "stride": stride, "rl": max(rows - rows_cut, 0),
+            "cl": max(cols - cols_cut, 0)}
