@@ -9,13 +9,15 @@ conformance, the benchmarks and the launch path call this; nothing else assemble
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from sarek import ir, ir_check
+from sarek.errors import SarekError
 from sarek.launch import Launch
 from sarek.matrix_pattern import Gemm, NotAGemm
-from sarek.matrix_rewrite import Rewritten, configuration, rewrite_launch
+from sarek.matrix_rewrite import RewriteError, Rewritten, configuration, rewrite_launch
 from sarek.matrix_scheme import Lowering, select
 from sarek.schedule import Schedule
 
@@ -54,7 +56,8 @@ class Compiled:
 def compile_launch(target: Target, launch: Launch, *, lowering: Lowering | None = None,
                    precision: Precision = "accurate", schedule: Schedule | None = None,
                    subgroup: int | None = None, frag: int | None = None,
-                   rewrite: bool = True) -> Compiled:
+                   rewrite: bool = True,
+                   refusal: Callable[[ir.Kernel], str | None] | None = None) -> Compiled:
     """``launch`` compiled for ``target``. A recognized GEMM is rewritten (``lowering``
     chosen by ``select(gemm, precision)`` unless given; the subgroup and fragment by
     ``sarek.matrix_rewrite.configuration``; the schedule by the target's staging policy
@@ -63,7 +66,11 @@ def compile_launch(target: Target, launch: Launch, *, lowering: Lowering | None 
     the target does not pick on its own (``Target.unselected``) runs as written and
     ``not_rewritten`` says why. A GEMM the target cannot rewrite as asked (a lowering it does
     not print, a schedule the rewrite refuses) raises the rewrite's error with the reason; it
-    is never silently run another way."""
+    is never silently run another way. ``refusal`` says why the device that is to run it
+    cannot run a lowered kernel (the launch path's CUDA device: ``backends.cuda.fit``); where
+    the schedule was not asked for and the device refuses the policy's, the rewrite takes the
+    policy's next schedule for the lowering that the device runs
+    (``Staging.candidates``, down to the seed's)."""
     from sarek.matrix_pattern import recognize
 
     gemm: Gemm | None = None
@@ -89,8 +96,36 @@ def compile_launch(target: Target, launch: Launch, *, lowering: Lowering | None 
     if rewritten is None:
         ir_check.ensure_valid(runs.kernel)
     lowered = target.lower(runs.kernel)
+    if rewritten is not None and refusal is not None and schedule is None:
+        rewritten, lowered = _runnable(target, launch, rewritten, lowered, refusal)
+        runs = rewritten.launch
     return Compiled(target.name, launch, gemm, rewritten, not_rewritten, runs, lowered,
                     target.print_lowered(lowered))
+
+
+def _runnable(target: Target, original: Launch, rewritten: Rewritten, lowered: ir.Kernel,
+              refusal: Callable[[ir.Kernel], str | None]) -> tuple[Rewritten, ir.Kernel]:
+    """``rewritten`` (of ``original``) and its ``lowered`` kernel where ``refusal`` accepts
+    it, else the rewrite under the first of the policy's later schedules for the lowering
+    that it accepts; ``RewriteError`` with the device's reason when none is."""
+    why = refusal(lowered)
+    if why is None:
+        return rewritten, lowered
+    region = rewritten.region
+    later = target.staging.candidates(rewritten.lowering.value, region.me, region.ne)
+    later = later[later.index(rewritten.schedule) + 1:] if rewritten.schedule in later else later
+    for schedule in later:
+        try:
+            other = rewrite_launch(original, lowering=rewritten.lowering,
+                                   subgroup=rewritten.subgroup, frag=rewritten.frag,
+                                   staging=target.staging, schedule=schedule)
+            other_lowered = target.lower(other.launch.kernel)
+        except SarekError:  # a schedule the rewrite or the lowering cannot build here
+            continue
+        if refusal(other_lowered) is None:
+            return other, other_lowered
+    raise RewriteError(f"{why}, and no other schedule of {target.name}'s policy for "
+                       f"{rewritten.lowering} runs there either")
 
 
 def rewrite_for(launch: Launch, target: str, **options: Any) -> Rewritten:

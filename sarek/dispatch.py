@@ -259,6 +259,10 @@ def compiled(kernel: ir.Kernel, memo: Memo, target: str, grid: Dim3, block: Dim3
 
         settings["schedule"] = choose(target, launch, typed(plan, bound), code_fingerprint(), **{
             **settings, "schedule": None})
+    if target == "cuda":  # the device launching it: the H200's policy, or what it runs
+        from backends.cuda.fit import current
+
+        settings["refusal"] = current().refusal
     made = compile_launch(registry.target(base), launch, **settings)
     with memo.lock:
         memo.entries[k] = made

@@ -99,20 +99,22 @@ class Staging:
         return Fragments(rows=schedule.tile // (height * schedule.waves), cols=1, m=height,
                          n=schedule.tile_n, shared_b=True)
 
+    def candidates(self, lowering: str, me: int, ne: int) -> tuple[Schedule, ...]:
+        """The schedules a region of ``me`` x ``ne`` outputs may take under the lowering
+        named ``lowering``, the preferred first: when both extents reach ``LARGE_REGION``,
+        the target's large ones for it (in the order ``large`` lists them), then its small
+        ones for it, then the seed's, which every target builds."""
+        listed = self.small
+        if me >= LARGE_REGION and ne >= LARGE_REGION:
+            listed = self.large + self.small
+        found = tuple(schedule for name, schedule in listed if name == lowering)
+        return tuple(dict.fromkeys((*found, SEED)))
+
     def schedule_for(self, lowering: str, me: int, ne: int,
                      takes: Callable[[Schedule], bool] = lambda _: True) -> Schedule:
-        """The schedule for a region of ``me`` x ``ne`` outputs under the lowering named
-        ``lowering``: when both extents reach ``LARGE_REGION``, the first of the target's large
-        ones for it (in the order ``large`` lists them) that ``takes`` accepts (the rewrite
-        can build it for the region's operands); else the first of ``small`` for it that
-        ``takes`` accepts; else the seed's."""
-        candidates = self.small
-        if me >= LARGE_REGION and ne >= LARGE_REGION:
-            candidates = self.large + self.small
-        for name, schedule in candidates:
-            if name == lowering and takes(schedule):
-                return schedule
-        return SEED
+        """The first of ``candidates`` that ``takes`` accepts (the rewrite can build it for
+        the region's operands), else the seed's."""
+        return next((s for s in self.candidates(lowering, me, ne) if takes(s)), SEED)
 
     def __post_init__(self) -> None:
         if self.row_pad_bytes < 0 or self.row_pad_bytes % 16 or self.row_pad_bytes > 256:
