@@ -62,6 +62,16 @@ Refused = str
 """A target's reason for not rewriting an example."""
 
 
+class AsWritten(str):
+    """A target's reason for running an example as written (``Target.unselected``): a
+    ``Refused`` that the tables label ``as written``."""
+
+
+def refusal_cell(reason: Refused) -> str:
+    """How a table labels a rewrite the target did not make."""
+    return "as written" if isinstance(reason, AsWritten) else "refused"
+
+
 def compare(got: np.ndarray, want: np.ndarray) -> tuple[bool, str]:
     """Bitwise comparison (NaNs with equal bits compare equal); on a difference, the count and
     the largest difference."""
@@ -194,7 +204,7 @@ def compile_for(ex: Example, name: str) -> Compiled | Refused:
     except SarekError as e:
         return e.reason
     if compiled.rewritten is None and compiled.not_rewritten is not None:
-        return compiled.not_rewritten
+        return AsWritten(compiled.not_rewritten)
     return compiled
 
 
@@ -204,7 +214,7 @@ def target_row(ex: Example, name: str, compiled: Compiled | Refused) -> Row:
     from backends.registry import target
 
     if isinstance(compiled, str):
-        return Row((ex.name, name, "refused", "-", "-", "-"), (compiled,))
+        return Row((ex.name, name, refusal_cell(compiled), "-", "-", "-"), (compiled,))
     rw = compiled.rewritten
     if rw is None:
         raise SarekError(f"not rewritten: {compiled.not_rewritten}")

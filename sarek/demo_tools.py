@@ -12,7 +12,15 @@ from sarek.launch import Launch
 
 if TYPE_CHECKING:
     from backends.pipeline import Compiled
-from sarek.demo_rows import Example, Refused, Row, compare_all, compile_for, reason_of
+from sarek.demo_rows import (
+    Example,
+    Refused,
+    Row,
+    compare_all,
+    compile_for,
+    reason_of,
+    refusal_cell,
+)
 
 Check = Callable[["Example", "Compiled | Refused | None"], Row]
 """A tool's check of one example: its original and the rewrite the tool's target printed
@@ -48,7 +56,7 @@ def _both(ex: Example, compiled: Compiled | Refused | None, original: str,
             problems.append(f"{name}: {problem}")
     refused = (compiled,) if isinstance(compiled, str) else ()
     if len(cells) == 1:
-        cells.append("refused" if refused else "-")
+        cells.append(refusal_cell(compiled) if isinstance(compiled, str) else "-")
     return Row((ex.name, *cells), (*problems, *refused), problems[0] if problems else None)
 
 
@@ -114,7 +122,7 @@ def _on_device(name: str) -> Check:
         cells, problems, refusals = [], [], []
         for launch in launches:
             if isinstance(launch, str):
-                cells.append("-" if launch == "-" else "refused")
+                cells.append("-" if launch == "-" else refusal_cell(launch))
                 refusals += [launch] if launch != "-" else []
                 continue
             refusal = t.run_refusal(launch.kernel, launch.block)

@@ -228,3 +228,15 @@ def test_bad_request_is_an_error_line_not_a_traceback(capsys: pytest.CaptureFixt
     assert main(["rewrite", f"{EXAMPLES}/gemm_f16.py", "--frag", "32"]) == 2
     assert capsys.readouterr().err.strip() == (
         "sarek: error: fragment 32 has no template; supported: 16, 8")
+
+
+def test_a_target_that_runs_an_example_as_written_is_labelled_so(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from conftest import EXAMPLES
+
+    assert main(["demo", "--examples", str(EXAMPLES), "--example", "gemm_f32", "--size",
+                 "20,12,9"]) == 0
+    out = capsys.readouterr().out
+    opencl = next(r for r in rows_of(out, "gemm_f32") if len(r) == 6 and r[1] == "opencl")
+    assert opencl[2] == "as written", opencl
+    assert "why: opencl runs it as written: without a matrix unit" in out
