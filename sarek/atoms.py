@@ -340,6 +340,11 @@ class WgmmaFacts:
     n_max: int = 256
     a: LaneLayout = LaneLayout(64, 16, (4, 8, 4), (128, 1, 16), (2, 2, 2), (64, 8, 512))
 
+    @property
+    def threads(self) -> int:
+        """The invocations of one warpgroup, which issue each ``wgmma`` together."""
+        return self.a.lanes
+
     def c(self, n: int) -> LaneLayout:
         """The accumulator's layout for ``n`` columns."""
         return LaneLayout(self.m, n, (4, 8, 4), (128, 1, 16), (2, 2, n // self.n_step),

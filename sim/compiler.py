@@ -108,7 +108,7 @@ class Core(ABC):
         mem = st.arrays[arr.slot]
         if not isinstance(mem, LocalArray) or not mem.holding:
             return
-        busy = mem.busy(None if m is None else np.flatnonzero(self.spread(m)))
+        busy = mem.busy(None if m is None else self.spread(m))
         if busy is not None:
             self._fail(RegisterRace, f"local array {arr.name!r} is still read or written by "
                        "a wgmma in flight (its warpgroup has not waited for the group) when "

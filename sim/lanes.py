@@ -27,7 +27,7 @@ from sim.memory import LocalArray, SharedArray, Site
 WARP = atoms.LDMATRIX.lanes
 
 
-WARPGROUP = atoms.WGMMA.warps * WARP  # invocations that issue one wgmma together
+WARPGROUP = atoms.WGMMA.threads  # invocations that issue one wgmma together
 
 
 def wgmma(model: fragments.Model, a: np.ndarray, d: tuple[LocalArray, int], b: np.ndarray,

@@ -26,7 +26,7 @@ from sim.launch import SHARED_LOG_ELEMENTS, Geometry
 
 NOBODY = -1
 LANDED = -1  # the group of an element no copy is in flight to
-WARPGROUP = atoms.WGMMA.warps * 32  # invocations that issue one wgmma together
+WARPGROUP = atoms.WGMMA.threads  # invocations that issue one wgmma together
 
 
 @dataclass(frozen=True)
@@ -132,16 +132,14 @@ class LocalArray:
         self.held[done] = LANDED
         self.holding = bool(np.any(self.held != LANDED))
 
-    def busy(self, lanes: np.ndarray | None) -> np.ndarray | None:
-        """Which of invocations ``lanes`` (None: all) hold registers of a ``wgmma`` in flight,
-        as a mask over the launch; None when none does."""
+    def busy(self, mask: np.ndarray | None) -> np.ndarray | None:
+        """Which invocations of ``mask`` (over the launch; None: all) hold registers of a
+        ``wgmma`` in flight, as a mask over the launch; None when none does."""
         if not self.holding or self.held is None:
             return None
         flying = self.held != LANDED
-        if lanes is not None:
-            chosen = np.zeros(flying.size, bool)
-            chosen[lanes] = True
-            flying &= chosen
+        if mask is not None:
+            flying &= mask
         return flying if flying.any() else None
 
 

@@ -479,7 +479,7 @@ class _Lowering:
                 fa.elem not in (ElemType.F16, ElemType.BF16):
             raise EmitError(f"wgmma accumulates f16 or bf16 products into f32 in place; "
                             f"{fd.name!r} = {fa.name!r} x {fb.name!r} + {c!r} is not that")
-        group = atoms.WGMMA.warps * 32
+        group = atoms.WGMMA.threads
         block = self.kernel.block
         if block is None or block[1:] != (1, 1) or block[0] % group:
             raise EmitError(f"wgmma is issued by whole warpgroups: kernel {self.kernel.name!r} "

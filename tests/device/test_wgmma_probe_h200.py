@@ -49,7 +49,7 @@ from sim import tensor_core
 
 M, K = atoms.WGMMA.m, atoms.WGMMA.k
 WIDTHS = (16, atoms.WGMMA.n_max)  # the N probed
-THREADS = atoms.WGMMA.warps * 32
+THREADS = atoms.WGMMA.threads
 TILES = 384  # 16x16x16 tiles drawn per distribution
 ELEMENTS = {"f16": ElemType.F16, "bf16": ElemType.BF16}
 CORE = atoms.GMMA_K_INTER  # 8 rows of 16 bytes; the MN-major one has the same shape
