@@ -58,6 +58,7 @@ from sarek.errors import (
     IRError,
     LaunchError,
     LimitError,
+    MbarrierMisuse,
     OutOfBounds,
     RegisterRace,
     SarekError,
@@ -93,8 +94,8 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ArrayType", "BarrierDivergence", "DslError", "Global", "IRError", "KernelFunction", "Launch",
-    "LaunchError", "LimitError", "NotAGemm", "OutOfBounds", "ReadOnly", "RegisterRace",
-    "RewriteError", "S",
+    "LaunchError", "LimitError", "MbarrierMisuse", "NotAGemm", "OutOfBounds", "ReadOnly",
+    "RegisterRace", "RewriteError", "S",
     "SarekError", "ScalarType", "SharedRace", "SimError", "SubgroupDivergence", "TileLayout",
     "barrier", "bf16", "block_dim", "block_idx", "boolean", "ceil", "coopmat", "cos", "emit",
     "exp", "f16", "f32", "f64", "floor", "fma", "grid_dim", "i8", "i16", "i32", "i64", "ir",

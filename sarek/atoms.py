@@ -245,6 +245,16 @@ class Swizzle:
 SWIZZLE_128B = Swizzle(3, 4, 3)
 """wgmma's 128-byte swizzle, over byte offsets in a 1024-byte aligned atom of 8 rows of 128
 bytes: the 16-byte chunk index (bits 4-6) is xored with the row index (bits 7-9)."""
+TMA_SWIZZLE = {128: SWIZZLE_128B}
+"""Where a bulk tensor copy (``cp.async.bulk.tensor``, a tensor map encoded with
+``CU_TENSOR_MAP_SWIZZLE_128B``) puts each byte of its box: the box lands row-major from a
+1024-byte aligned shared address and the byte at address ``a`` goes to ``SWIZZLE_128B(a)``
+(bits 4-6 of the address xored with bits 7-9), the permutation ``wgmma``'s 128-byte swizzle
+atoms assume, so that a box 128 bytes wide lands as the atoms ``GMMA_K_SW128`` and
+``GMMA_MN_SW128`` describe (PTX ISA, "Tensor copy: swizzling modes"; the box's inner
+dimension at most the 128 bytes of a swizzle row)."""
+TMA_BOX = 256  # elements a bulk tensor copy's box spans at most along each dimension
+TMA_ALIGN = 16  # bytes: a tensor map's global address and row stride are multiples of it
 
 
 @dataclass(frozen=True)

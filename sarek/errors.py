@@ -91,6 +91,12 @@ class BarrierDivergence(SimError):
     """A barrier that some, but not all, invocations of a block reached."""
 
 
+class MbarrierMisuse(SimError):
+    """An mbarrier used against its rules: before it is initialized, past its index, with more
+    arrivals than a phase expects, or waited on with a phase parity that names a phase nothing
+    will complete or not the one the invocation waits for next."""
+
+
 class LaunchError(SimError):
     """The launch itself is wrong: arguments, geometry, or an undefined operation (such as a
     division by 0)."""

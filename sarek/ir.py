@@ -453,7 +453,9 @@ class StageCopy(_Stmt):
     and limits are i32 and the same for the whole block; every invocation of the block
     issues the copy together (as a barrier). A target may run it asynchronously: it belongs
     to the group the next ``StageCommit`` closes and is visible to the block after the
-    ``StageWait`` that completes that group and a barrier (``specs/ir.md``)."""
+    ``StageWait`` that completes that group and a barrier (``specs/ir.md``). With ``bulk`` a
+    target that has bulk tensor copies may issue the tile as such copies from one invocation
+    (CUDA: ``backends.cuda.tma``); the copy means the same either way."""
 
     kind: Literal["stage_copy"] = "stage_copy"
     dst: str
@@ -469,6 +471,7 @@ class StageCopy(_Stmt):
     col_limit: Expr
     fill: Const
     part: CopyPart | None = None
+    bulk: bool = Field(default=False, exclude_if=lambda v: not v)
 
 
 class StageCommit(_Stmt):
@@ -498,6 +501,78 @@ class CpAsync(_Stmt):
     src_index: Expr
 
 
+class MbarrierInit(_Stmt):
+    """``mbarrier.init.shared::cta.b64``: mbarrier ``index`` of ``barriers`` (a shared array of
+    u64 that only the mbarrier statements and bulk copies touch, one mbarrier per element)
+    starts phase 0, which completes once ``arrivals`` arrivals are in and every byte expected
+    of it has landed; later phases likewise. Each invocation that runs it initializes the
+    mbarrier (a kernel runs it in one invocation, then fences the initialization toward the
+    asynchronous proxy and passes a ``Barrier`` before any other use)."""
+
+    kind: Literal["mbarrier_init"] = "mbarrier_init"
+    barriers: str
+    index: Expr
+    arrivals: int = Field(ge=1)
+
+
+class MbarrierArrive(_Stmt):
+    """``mbarrier.arrive.expect_tx.shared::cta.b64`` by each invocation that runs it: the bytes
+    the current phase of mbarrier ``index`` of ``barriers`` waits for grow by ``tx_bytes`` (an
+    i32, 0 or more), then the invocation arrives; the phase completes when all its arrivals
+    are in and all its expected bytes have landed (``BulkTensorCopy``)."""
+
+    kind: Literal["mbarrier_arrive"] = "mbarrier_arrive"
+    barriers: str
+    index: Expr
+    tx_bytes: Expr
+
+
+class MbarrierWait(_Stmt):
+    """``mbarrier.try_wait.parity.shared::cta.b64``, retried until it succeeds: the invocation
+    waits until the phase of mbarrier ``index`` of ``barriers`` whose parity is ``parity`` (an
+    i32, 0 or 1) has completed, which the hardware tells by the current phase's parity being
+    the other one; the bulk copies that completed that phase are then visible to the
+    invocation."""
+
+    kind: Literal["mbarrier_wait"] = "mbarrier_wait"
+    barriers: str
+    index: Expr
+    parity: Expr
+
+
+class BulkTensorCopy(_Stmt):
+    """``cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes`` by each
+    invocation that runs it, through a tensor map of the global array ``src`` viewed as a
+    2-D tensor whose element ``(r, c)`` is ``src[origin + r * row_stride + c]`` for ``r <
+    extent_rows`` and ``c < extent_cols``: the ``rows`` x ``cols`` box at (``row``, ``col``)
+    lands in the shared array ``dst`` (of ``src``'s type) from element ``dst_offset``, its
+    element ``(r, c)`` at ``dst_offset + r * cols + c``, with ``swizzle`` 128 at that index's
+    byte address permuted by ``sarek.atoms.TMA_SWIZZLE[128]``; box elements outside the
+    tensor land as zero (+0.0). ``origin``, ``row_stride`` and the extents are i32
+    expressions of the kernel's scalar parameters and constants (the launch builds the tensor
+    map from them); ``row``, ``col`` and ``dst_offset`` are i32. The copy's ``rows * cols``
+    element bytes complete the current phase of mbarrier ``index`` of ``barriers``
+    (``MbarrierArrive`` expects them); its elements may be read only by an invocation that
+    has waited for that phase (``MbarrierWait``), and it must not overwrite elements another
+    invocation read since the last ``Barrier``, nor ones a ``wgmma`` in flight reads."""
+
+    kind: Literal["bulk_tensor_copy"] = "bulk_tensor_copy"
+    dst: str
+    dst_offset: Expr
+    src: str
+    origin: Expr
+    row_stride: Expr
+    extent_rows: Expr
+    extent_cols: Expr
+    row: Expr
+    col: Expr
+    rows: int = Field(ge=1, le=256)
+    cols: int = Field(ge=1, le=256)
+    swizzle: Literal[0, 128] = 0
+    barriers: str
+    index: Expr
+
+
 PlainStmt: TypeAlias = (Let | Assign | Store | StorePacked | For | While | If | Barrier | Return
                         | ArrayDecl)
 """Scalar code, control flow, memory and barriers: what every target prints."""
@@ -515,16 +590,21 @@ WarpStmt: TypeAlias = Ldmatrix | Stmatrix | LaneTile | Mma | CpAsync
 """NVIDIA's per-lane warp instructions: what CUDA's lowering produces for ``mma.sync``."""
 WarpgroupStmt: TypeAlias = Wgmma | WgmmaWait | AsyncProxyFence
 """NVIDIA's warpgroup instructions (sm_90a): what CUDA's lowering produces for ``wgmma``."""
+BulkStmt: TypeAlias = MbarrierInit | MbarrierArrive | MbarrierWait | BulkTensorCopy
+"""NVIDIA's bulk tensor copies and the mbarriers that complete them (sm_90): what CUDA's
+lowering produces for staged copies marked ``bulk``."""
 
 Stmt: TypeAlias = Annotated[
-    PlainStmt | StagingStmt | FragmentStmt | TileStmt | WarpStmt | WarpgroupStmt,
+    PlainStmt | StagingStmt | FragmentStmt | TileStmt | WarpStmt | WarpgroupStmt
+    | BulkStmt,
     Field(discriminator="kind"),
 ]
 
 STATEMENT_FAMILIES: dict[str, tuple[type[_Stmt], ...]] = {
     "plain": get_args(PlainStmt), "staging": get_args(StagingStmt),
     "fragment": get_args(FragmentStmt), "tile": get_args(TileStmt),
-    "warp": get_args(WarpStmt), "warpgroup": get_args(WarpgroupStmt)}
+    "warp": get_args(WarpStmt), "warpgroup": get_args(WarpgroupStmt),
+    "bulk": get_args(BulkStmt)}
 """Each statement family by name; every statement type is in exactly one."""
 FAMILY_OF: dict[type[_Stmt], str] = {t: name for name, types in STATEMENT_FAMILIES.items()
                                      for t in types}
@@ -555,7 +635,8 @@ class Kernel(Node):
         raise KeyError(name)
 
 
-for _model in (For, While, If, Ldmatrix, Stmatrix, LaneTile, StageCopy, CpAsync, Kernel):
+for _model in (For, While, If, Ldmatrix, Stmatrix, LaneTile, StageCopy, CpAsync, MbarrierInit,
+               MbarrierArrive, MbarrierWait, BulkTensorCopy, Kernel):
     _model.model_rebuild()
 
 
@@ -567,11 +648,12 @@ def schema() -> dict[str, object]:
 __all__ = [
     "BITWISE", "COMPARISONS", "FAMILY_OF", "LOGICAL", "MATH_ARITY", "STATEMENT_FAMILIES",
     "ArrayDecl", "ArrayParam", "Assign", "Barrier", "BinOp", "Binary", "Bitcast", "Builtin",
-    "BuiltinValue", "Call", "Cast", "Const", "CopyPart", "CpAsync", "ElemType", "Expr", "For",
-    "FragAdd", "FragDecl", "FragFill", "FragLayout", "FragLoad", "FragMulAdd", "FragShape",
-    "FragStore", "FragUse", "FragmentStmt", "If", "Kernel", "LaneTile", "Ldmatrix", "Let", "Load",
-    "MathFn", "MatrixDescriptor", "MemSpace", "Mma", "MmaAtom", "Param", "PlainStmt",
-    "ProvidedRows", "Return", "ScalarParam", "Select", "StageCommit", "StageCopy", "StageWait",
-    "StagingStmt", "Stmatrix", "Stmt", "Store", "TensorView", "TileApply", "TileOp", "TileStmt",
-    "UnOp", "Unary", "Var", "WarpStmt", "WarpgroupStmt", "While", "family", "schema",
+    "BuiltinValue", "BulkStmt", "BulkTensorCopy", "Call", "Cast", "Const", "CopyPart", "CpAsync",
+    "ElemType", "Expr", "For", "FragAdd", "FragDecl", "FragFill", "FragLayout", "FragLoad",
+    "FragMulAdd", "FragShape", "FragStore", "FragUse", "FragmentStmt", "If", "Kernel", "LaneTile",
+    "Ldmatrix", "Let", "Load", "MathFn", "MatrixDescriptor", "MbarrierArrive", "MbarrierInit",
+    "MbarrierWait", "MemSpace", "Mma", "MmaAtom", "Param", "PlainStmt", "ProvidedRows", "Return",
+    "ScalarParam", "Select", "StageCommit", "StageCopy", "StageWait", "StagingStmt", "Stmatrix",
+    "Stmt", "Store", "TensorView", "TileApply", "TileOp", "TileStmt", "UnOp", "Unary", "Var",
+    "WarpStmt", "WarpgroupStmt", "While", "family", "schema",
 ]

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from sarek import atoms, ir
 from sarek.errors import IRError
 from sarek.ir import ElemType, MemSpace
+from sarek.ir_check_bulk import BulkRules
 from sarek.ir_check_expr import (
     MAX_ARRAY_SIZE,
     MAX_EXPR_DEPTH,
@@ -39,7 +40,7 @@ from sarek.ir_walk import walk
 from sarek.memo import ByIdentity
 
 
-class _Checker(FragmentRules):
+class _Checker(FragmentRules, BulkRules):
     """The whole pass: statements and control flow on the layered rules."""
 
     def block(self, stmts: tuple[ir.Stmt, ...], scope: Scope, path: str, divergent: bool) -> bool:
@@ -207,6 +208,9 @@ class _Checker(FragmentRules):
                             sym.elem is not elem:
                         self.report(path, f"wgmma reads {use} from a shared array of {elem}; "
                                     f"{name!r} is not one")
+            case ir.MbarrierInit() | ir.MbarrierArrive() | ir.MbarrierWait() | \
+                    ir.BulkTensorCopy():
+                self._bulk(s, scope, path)
             case ir.CpAsync(dst=dst, dst_index=di, src=src, src_index=si):
                 for x in (di, si):
                     self.expr(x, scope, path)

@@ -48,3 +48,19 @@ def _format(e: ir.Expr, outer_precedence: int) -> str:
             text = f"{_format(a, precedence)} {symbol} {_format(b, precedence + 1)}"
             return f"({text})" if precedence < outer_precedence else text
     return "?"
+
+
+def format_bulk(s: ir.BulkStmt) -> str:
+    """A bulk tensor copy or mbarrier statement on one line, like the DSL, for reports."""
+    bar = f"{s.barriers}[{_format(s.index, 0)}]"
+    match s:
+        case ir.MbarrierInit(arrivals=arrivals):
+            return f"mbarrier_init({bar}, arrivals={arrivals})"
+        case ir.MbarrierArrive(tx_bytes=tx):
+            return f"mbarrier_arrive({bar}, tx_bytes={_format(tx, 0)})"
+        case ir.MbarrierWait(parity=parity):
+            return f"mbarrier_wait({bar}, parity={_format(parity, 0)})"
+        case ir.BulkTensorCopy():
+            return (f"bulk_tensor_copy({s.dst}[{_format(s.dst_offset, 0)}] <- {s.src} box "
+                    f"{s.rows}x{s.cols} at ({_format(s.row, 0)}, {_format(s.col, 0)}), "
+                    f"swizzle={s.swizzle}, {bar})")

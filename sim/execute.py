@@ -10,7 +10,8 @@ statement with no active invocation is skipped).
 Each statement family compiles in its own module: ``sim.exec_expr`` (expressions),
 ``sim.exec_memory`` (loads, stores, arrays), ``sim.exec_control`` (control flow, barriers,
 limits), ``sim.exec_loops`` (loops that accumulate products of loads),
-``sim.exec_fragments``, ``sim.exec_tiles`` and ``sim.exec_copies``; this module puts them
+``sim.exec_fragments``, ``sim.exec_tiles``, ``sim.exec_copies`` and ``sim.exec_barriers``;
+this module puts them
 together and dispatches statements.
 """
 
@@ -23,6 +24,7 @@ import numpy as np
 
 from sarek import ir
 from sim import fragments
+from sim.exec_barriers import Barriers
 from sim.exec_control import Control
 from sim.exec_copies import Copies
 from sim.exec_expr import Expressions
@@ -47,7 +49,7 @@ def compile_kernel(kernel: ir.Kernel, geo: Geometry, arrays: dict[str, np.ndarra
     return _Compiler(kernel, geo, arith, limits or Limits()).program(arrays, scalars)
 
 
-class _Compiler(Expressions, Memory, Control, Loops, Fragments, Tiles, Copies):
+class _Compiler(Expressions, Memory, Control, Loops, Fragments, Tiles, Copies, Barriers):
     def program(self, arrays: dict[str, np.ndarray], scalars: dict[str, np.generic]
                 ) -> Callable[[], None]:
         scope: Scope = ChainMap()
@@ -173,6 +175,14 @@ class _Compiler(Expressions, Memory, Control, Loops, Fragments, Tiles, Copies):
                 return self.stage_copy(s, scope, path), False
             case ir.CpAsync():
                 return self.cp_async(s, scope, site), False
+            case ir.MbarrierInit():
+                return self.mbarrier_init(s, scope, site), False
+            case ir.MbarrierArrive():
+                return self.mbarrier_arrive(s, scope, site), False
+            case ir.MbarrierWait():
+                return self.mbarrier_wait(s, scope, site), False
+            case ir.BulkTensorCopy():
+                return self.bulk_tensor_copy(s, scope, site), False
             case ir.StageCommit():
                 return self.stage_commit(), False
             case ir.StageWait():

@@ -186,6 +186,13 @@ class SharedArray:
         self.held: np.ndarray | None = None
         self.held_owner: np.ndarray | None = None
         self._holding = False
+        # Bulk tensor copies (``BulkTensorCopy``): per element the mbarrier whose phase
+        # ``bulk_phase`` its last bulk copy completes (``NOBODY``: none), and the phases each
+        # invocation has seen complete (``Mbarriers.observed``, shared with the mbarriers).
+        self.bulk_barrier: np.ndarray | None = None
+        self.bulk_phase: np.ndarray | None = None
+        self.bulk_observed: np.ndarray | None = None
+        self._bulk = False
 
     @property
     def writer(self) -> np.ndarray:
@@ -229,7 +236,7 @@ class SharedArray:
         """Whether anything accessed the array since the barrier (or a copy is in flight, or
         a ``wgmma`` in flight reads it)."""
         return self._written or self._read or bool(self._reads) or self._flying or \
-            self._holding
+            self._holding or self._bulk
 
     def barrier(self, blocks: np.ndarray | None) -> None:
         """Forgets the accesses of ``blocks`` (a mask over blocks; None: every block)."""
@@ -258,6 +265,8 @@ class SharedArray:
             self._cross(flat, threads, None, False, site)
         if self._flying:
             self._landed(flat, None, "reads", site)
+        if self._bulk:
+            self.seen(flat, threads, None, "reads", site)
         if self._written:
             writer = self.writer[flat]
             conflict = (writer != NOBODY) & (writer != threads)
@@ -274,6 +283,8 @@ class SharedArray:
             self._cross(flat, threads, mask, False, site)
         if self._flying:
             self._landed(flat, mask, "reads", site)
+        if self._bulk:
+            self.seen(flat, threads, mask, "reads", site)
         if self._written:
             writer = self.writer[flat]
             conflict = (writer != NOBODY) & (writer != threads)
@@ -297,6 +308,8 @@ class SharedArray:
             self._cross(at, threads, mask, False, site)
         if self._flying:
             self._landed(at.flat(self.geo, self.size), mask, "reads", site)
+        if self._bulk:
+            self.seen(at.flat(self.geo, self.size), threads, mask, "reads", site)
         if self._written:
             writer = at.view(self.writer, self.geo, self.size)
             conflict = (writer != NOBODY) & (writer != threads)
@@ -310,7 +323,7 @@ class SharedArray:
         """Whether every invocation can read the elements ``at`` without a race: no copy to
         any element is in flight and no other thread wrote one since the barrier (nor any
         thread touched its bytes through another name)."""
-        if self._flying or any(other.touched for other in self.overlaps):
+        if self._flying or self._bulk or any(other.touched for other in self.overlaps):
             return False
         if not self._written:
             return True
@@ -352,6 +365,8 @@ class SharedArray:
             self._cross(flat, threads, None, True, site)
         if self._flying:
             self._landed(flat, None, "writes", site)
+        if self._bulk:
+            self.seen(flat, threads, None, "writes", site)
         if self._holding:
             self._unheld(flat, None, site)
         self._fold()
@@ -383,6 +398,8 @@ class SharedArray:
             self._cross(flat, threads, None, True, site)
         if self._flying:
             self._landed(flat, None, "writes", site)
+        if self._bulk:
+            self.seen(flat, threads, None, "writes", site)
         if self._holding:
             self._unheld(flat, None, site)
         self._fold()
@@ -407,6 +424,8 @@ class SharedArray:
             self._cross(at, threads, mask, True, site)
         if self._flying:
             self._landed(at.flat(self.geo, self.size), mask, "writes", site)
+        if self._bulk:
+            self.seen(at.flat(self.geo, self.size), threads, mask, "writes", site)
         if self._holding:
             self._unheld(at.flat(self.geo, self.size), mask, site)
         self._fold()
@@ -432,6 +451,56 @@ class SharedArray:
             return
         self._pending.append((at, threads, mask))  # recorded when something needs it
         self._written = True
+
+    def bulk_copy(self, flat: np.ndarray, thread: int, barrier: int, phase: int,
+                  observed: np.ndarray, site: Site) -> None:
+        """Elements ``flat`` of one block are written by a bulk tensor copy that thread
+        ``thread`` issued and that completes phase ``phase`` of mbarrier ``barrier`` (whose
+        per-invocation record of seen phases is ``observed``): ``SharedRace`` where another
+        thread read or wrote one since the barrier, a ``wgmma`` in flight reads one, or an
+        earlier copy to one has not been seen complete by the issuer; then each element may
+        be read only by an invocation that has seen that phase complete (``seen``)."""
+        threads = np.full(flat.size, thread, np.int32)
+        self.write(flat, threads, None, site)
+        self.writer[flat] = NOBODY  # ordered by the mbarrier, not by the issuing thread
+        if self.bulk_barrier is None or self.bulk_phase is None:
+            self.bulk_barrier = np.full(self.data.size, NOBODY, np.int32)
+            self.bulk_phase = np.zeros(self.data.size, np.int64)
+        self.bulk_barrier[flat], self.bulk_phase[flat] = barrier, phase
+        self.bulk_observed, self._bulk = observed, True
+
+    def seen(self, flat: Value, threads: np.ndarray, mask: np.ndarray | None, verb: str,
+             site: Site) -> None:
+        """``SharedRace`` when an invocation of ``mask`` (None: all) accesses one of ``flat``
+        (its thread ``threads``) before it has seen complete the mbarrier phase that the bulk
+        copy last written there completes."""
+        assert self.bulk_barrier is not None and self.bulk_phase is not None
+        assert self.bulk_observed is not None
+        if mask is None:
+            elements, thread = np.broadcast_arrays(flat, threads)
+        else:
+            elements, thread, active = np.broadcast_arrays(flat, threads, mask)
+            elements, thread = elements[active], thread[active]
+        elements, thread = elements.ravel().astype(np.int64), thread.ravel()
+        barrier = self.bulk_barrier[elements]
+        copied = np.flatnonzero(barrier != NOBODY)
+        if not copied.size:
+            return
+        elements, thread, barrier = elements[copied], thread[copied], barrier[copied]
+        block = elements // self.size
+        invocation = block * self.geo.block_size + thread
+        early = self.bulk_observed[invocation, barrier] <= self.bulk_phase[elements]
+        if not early.any():
+            return
+        first = int(np.flatnonzero(early)[0])
+        element, who = int(elements[first]), int(invocation[first])
+        raise SharedRace(
+            f"shared array {self.name!r} element {element % self.size} in block "
+            f"{self.geo.block_of(int(block[first]))} is still being copied by a bulk tensor copy "
+            f"(thread {self.geo.thread(int(thread[first]))} has not waited for phase "
+            f"{int(self.bulk_phase[element])} of mbarrier {int(barrier[first])}, which the copy "
+            f"completes) when an access {verb} it", site.path, site.line,
+            self.geo.describe(np.array([who])))
 
     def issue(self, flat: np.ndarray, owners: np.ndarray, groups: np.ndarray) -> None:
         """Marks elements ``flat`` in flight: copied by invocations ``owners`` (one per

@@ -47,6 +47,7 @@ class State:
         self.trips = 0  # loop trips run so far by the whole launch (Limits.trips)
         self.copy_groups: np.ndarray | None = None  # committed copy groups, per invocation
         self.wgmma_groups: np.ndarray | None = None  # committed wgmma groups, per invocation
+        self.mbarriers: dict[int, Any] = {}  # by slot: sim.exec_barriers.Mbarriers
         self.buffers = Buffers()  # storage of large values, reused
 
 

@@ -1,0 +1,182 @@
+"""Bulk tensor copies and the mbarriers that complete them, compiled to closures
+(``ir.BulkStmt``).
+
+Each mbarrier of a block keeps the arrivals a phase expects, the arrivals still missing, the
+bytes still expected (``MbarrierArrive`` adds, each landed ``BulkTensorCopy`` takes away) and
+how many phases have completed; each invocation, how many phases of each mbarrier it has seen
+complete (``MbarrierWait``). A bulk copy moves its box at once but tags the elements with the
+phase it completes (``SharedArray.bulk_copy``): an invocation that accesses one before it has
+waited for that phase races with the copy, and the copy races with every access of another
+thread since the last barrier, as a write does. A phase completes as soon as its arrivals and
+bytes are in, so a wait whose phase is still open never completes (every invocation runs in
+lockstep here): it is reported, as is a parity that names a phase other than the one the
+invocation waits for next.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sarek import atoms, dtypes, ir
+from sarek.errors import MbarrierMisuse, OutOfBounds
+from sarek.ir_format import format_bulk
+from sim.compiler import Core
+from sim.launch import Geometry
+from sim.memory import SharedArray, Site
+from sim.state import Mask, Scope, State, StmtFn
+
+
+class Mbarriers:
+    """The mbarriers of one shared u64 array, ``size`` per block."""
+
+    def __init__(self, size: int, geo: Geometry) -> None:
+        shape = (geo.num_blocks, size)
+        self.arrivals = np.zeros(shape, np.int64)  # expected per phase; 0: not initialized
+        self.missing = np.zeros(shape, np.int64)  # arrivals the current phase still needs
+        self.tx = np.zeros(shape, np.int64)  # bytes expected and not yet landed
+        self.phase = np.zeros(shape, np.int64)  # completed phases
+        self.observed = np.zeros((geo.invocations, size), np.int64)  # seen complete
+
+    def complete(self, blocks: np.ndarray, index: np.ndarray) -> None:
+        """Completes the current phase of each mbarrier (``blocks``, ``index``) whose arrivals
+        and bytes are all in."""
+        done = (self.missing[blocks, index] == 0) & (self.tx[blocks, index] == 0)
+        b, i = blocks[done], index[done]
+        pairs = np.unique(np.stack([b, i]), axis=1)
+        self.phase[pairs[0], pairs[1]] += 1
+        self.missing[pairs[0], pairs[1]] = self.arrivals[pairs[0], pairs[1]]
+
+
+class Barriers(Core):
+    def _targets(self, st: State, m: Mask, s: ir.BulkStmt, scope: Scope, site: Site,
+                 initialized: bool = True) -> tuple[Mbarriers, np.ndarray, np.ndarray,
+                                                    np.ndarray]:
+        """The mbarriers ``s`` names, and the active invocations, their blocks and the index
+        each names (``OutOfBounds`` past the array, ``MbarrierMisuse`` on one not
+        initialized when ``initialized``)."""
+        arr = self._array(scope, s.barriers)
+        bars = st.mbarriers.get(arr.slot)
+        if bars is None:
+            bars = st.mbarriers[arr.slot] = Mbarriers(arr.size, self.geo)
+        lanes = np.arange(self.n) if m is None else np.flatnonzero(self.spread(m))
+        index = self.spread(self.expr(s.index, scope, site)(st, m)).astype(np.int64)[lanes]
+        where = np.zeros(self.n, bool)
+        bad = (index < 0) | (index >= arr.size)
+        if bad.any():
+            where[lanes[bad]] = True
+            self._fail(OutOfBounds, f"{format_bulk(s)} names mbarrier {int(index[bad][0])} of "
+                       f"{arr.size}", site, where)
+        blocks = lanes // self.geo.block_size
+        if initialized:
+            bad = bars.arrivals[blocks, index] == 0
+            if bad.any():
+                where[lanes[bad]] = True
+                self._fail(MbarrierMisuse, f"{format_bulk(s)} uses an mbarrier no "
+                           "mbarrier_init has initialized", site, where)
+        return bars, lanes, blocks, index
+
+    def mbarrier_init(self, s: ir.MbarrierInit, scope: Scope, site: Site) -> StmtFn:
+        def run(st: State, m: Mask) -> None:
+            bars, _, blocks, index = self._targets(st, m, s, scope, site, initialized=False)
+            bars.arrivals[blocks, index] = bars.missing[blocks, index] = s.arrivals
+            bars.tx[blocks, index] = bars.phase[blocks, index] = 0
+            size = self.geo.block_size
+            for b, i in {(int(b), int(i)) for b, i in zip(blocks, index, strict=True)}:
+                bars.observed[b * size:(b + 1) * size, i] = 0
+
+        return run
+
+    def mbarrier_arrive(self, s: ir.MbarrierArrive, scope: Scope, site: Site) -> StmtFn:
+        f_tx = self.expr(s.tx_bytes, scope, site)
+
+        def run(st: State, m: Mask) -> None:
+            bars, lanes, blocks, index = self._targets(st, m, s, scope, site)
+            tx = self.spread(f_tx(st, m)).astype(np.int64)[lanes]
+            if (tx < 0).any():
+                self._fail(MbarrierMisuse, f"{format_bulk(s)} expects {int(tx.min())} bytes",
+                           site, m)
+            np.add.at(bars.tx, (blocks, index), tx)
+            np.subtract.at(bars.missing, (blocks, index), 1)
+            over = bars.missing[blocks, index] < 0
+            if over.any():
+                where = np.zeros(self.n, bool)
+                where[lanes[over]] = True
+                self._fail(MbarrierMisuse, f"{format_bulk(s)}: more invocations arrive than the "
+                           "phase expects", site, where)
+            bars.complete(blocks, index)
+
+        return run
+
+    def mbarrier_wait(self, s: ir.MbarrierWait, scope: Scope, site: Site) -> StmtFn:
+        f_parity = self.expr(s.parity, scope, site)
+
+        def run(st: State, m: Mask) -> None:
+            bars, lanes, blocks, index = self._targets(st, m, s, scope, site)
+            parity = self.spread(f_parity(st, m)).astype(np.int64)[lanes]
+            current = bars.phase[blocks, index]  # the phase in progress
+            seen = bars.observed[lanes, index]
+            where = np.zeros(self.n, bool)
+            bad = (parity != 0) & (parity != 1)
+            open_ = current % 2 == parity  # the parity names the phase still in progress
+            for wrong, why in (
+                    (bad, "a phase parity is 0 or 1"),
+                    (open_ & (current > seen), "its parity names the phase in progress, not "
+                     "the earliest one this invocation has not waited for, which is complete "
+                     "(a parity names one of the last two phases only)"),
+                    (open_, "it waits for the phase in progress, which no arrival or copy "
+                     "issued before it completes (it would never return)")):
+                if wrong.any():
+                    first = int(np.flatnonzero(wrong)[0])
+                    where[lanes[wrong]] = True
+                    self._fail(MbarrierMisuse, f"{format_bulk(s)}: {why}; mbarrier "
+                               f"{int(index[first])} has completed {int(current[first])} "
+                               f"phases, this invocation has waited for "
+                               f"{int(seen[first])}", site, where)
+            bars.observed[lanes, index] = np.maximum(seen, current)
+
+        return run
+
+    def bulk_tensor_copy(self, s: ir.BulkTensorCopy, scope: Scope, site: Site) -> StmtFn:
+        dst, src = self._array(scope, s.dst), self._array(scope, s.src)
+        data = src.data
+        assert data is not None
+        fns = [self.expr(e, scope, site) for e in (s.dst_offset, s.row, s.col)]
+        tensor = [self.expr(e, scope, site) for e in (s.origin, s.row_stride, s.extent_rows,
+                                                      s.extent_cols)]
+        size = dtypes.numpy_dtype(src.elem).itemsize
+        box = np.arange(s.rows, dtype=np.int64)[:, None], np.arange(s.cols, dtype=np.int64)
+        within = (box[0] * s.cols + box[1]).ravel()
+        if s.swizzle:
+            within = np.asarray(atoms.TMA_SWIZZLE[s.swizzle](within * size)) // size
+        align = 1024 if s.swizzle else 128
+
+        def run(st: State, m: Mask) -> None:
+            bars, lanes, blocks, index = self._targets(st, m, s, scope, site)
+            offset, row, col = (self.spread(f(st, m)).astype(np.int64)[lanes] for f in fns)
+            origin, stride, rows, cols = (int(np.asarray(f(st, m)).flat[0]) for f in tensor)
+            mem = st.arrays[dst.slot]
+            assert isinstance(mem, SharedArray)
+            for j, lane in enumerate(lanes):
+                where = np.zeros(self.n, bool)
+                where[lane] = True
+                if offset[j] * size % align or offset[j] < 0 or \
+                        offset[j] + s.rows * s.cols > dst.size:
+                    self._fail(OutOfBounds, f"{format_bulk(s)} lands at element {offset[j]}, "
+                               f"not {align}-byte aligned inside the {dst.size} elements of "
+                               f"{dst.name!r}", site, where)
+                r, c = row[j] + box[0], col[j] + box[1]
+                inside = (r >= 0) & (r < rows) & (c >= 0) & (c < cols)
+                at = origin + r * stride + c
+                if inside.any() and (at[inside].min() < 0 or at[inside].max() >= data.size):
+                    self._fail(OutOfBounds, f"{format_bulk(s)}: the tensor reaches outside the "
+                               f"{data.size} elements of {src.name!r}", site, where)
+                values = np.where(inside, data[np.where(inside, at, 0)], 0).astype(data.dtype)
+                b, i = blocks[j:j + 1], index[j:j + 1]
+                flat = int(b[0]) * dst.pitch + offset[j] + within
+                mem.bulk_copy(flat, int(self.geo.lane_thread[lane]), int(i[0]),
+                              int(bars.phase[b, i][0]), bars.observed, site)
+                mem.data[flat] = values.ravel()
+                bars.tx[b, i] -= s.rows * s.cols * size
+                bars.complete(b, i)
+
+        return run
