@@ -24,7 +24,11 @@ as each variant ``--variant`` names (those that do not apply to a case are left 
   bound before its later steps (bits unchanged where the trip count divides);
 * ``partial unroll 2``, ``unroll``: the reduction loop's ``OpLoopMerge`` asking the driver to
   unroll it twice, or as it sees fit;
-* ``spirv-opt -O``: the module after ``spirv-opt -O``.
+* ``spirv-opt -O``: the module after ``spirv-opt -O``;
+* ``one loop``: each loop printed once, every trip's copies tested against their limits (the
+  printing before loops were printed twice, their trips inside the limits first unchecked);
+* ``land at once``: each copy's words stored into workgroup memory right after their loads
+  instead of held in registers until the wait (a copy complete when issued).
 
 The stripped variants compute garbage; only their times mean something. The others must give
 the printed module's bits. Each case's output is compared bit for bit with the lowering's
@@ -56,7 +60,7 @@ from backends.registry import target
 from backends.spirv import lower as spirv_lower
 from backends.spirv.converting import converting_copies
 from backends.spirv.device import device, device_name, runnable
-from backends.spirv.emit import print_kernel
+from backends.spirv.emit import _Module, print_kernel
 from backends.spirv.run import time_kernel
 from backends.spirv.tools import TARGET_ENV, tool
 from bench.backends_speed_h200 import EXAMPLES
@@ -209,9 +213,38 @@ def lowered(kernel: ir.Kernel, refills_first: bool = True) -> ir.Kernel:
     return packed_store.elements(spirv_lower.unsigned_accumulators(kernel))
 
 
+class _OneLoop(_Module):
+    """The printer with no loop printed twice: every trip's copies tested."""
+
+    def hoisted(self, loop: ir.For) -> list[tuple[ir.StageCopy, ir.Expr]]:
+        return []
+
+
+class _LandAtOnce(_Module):
+    """The printer with each copy's words stored into workgroup memory right after their
+    loads (a copy complete when issued), instead of held until the wait."""
+
+    last: tuple[str, int, int] | None = None
+
+    def copy_key(self, s: ir.StageCopy) -> tuple[str, int, int] | None:
+        self.last = super().copy_key(s)
+        return self.last
+
+    def stage_copy(self, s: ir.StageCopy) -> None:
+        self.last = None
+        super().stage_copy(s)
+        if self.last is not None:
+            self.land(self.held[self.last][self.commits % self.depth])
+
+
+PRINTERS: dict[str, type[_Module]] = {"one loop": _OneLoop, "land at once": _LandAtOnce}
+
+
 def kernel_variant(kernel: ir.Kernel, name: str) -> str | None:
     """The module of variant ``name`` built from the kernel (None where it is a text
     variant, or changes nothing)."""
+    if name in PRINTERS:
+        return PRINTERS[name](spirv_lower.lower(kernel)).render()
     if name == "lazy fragment loads":
         low = spirv_lower.lower(kernel)
         return print_kernel(low.model_copy(update={"body": lazy_fragment_loads(low.body)}))

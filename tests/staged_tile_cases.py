@@ -63,3 +63,55 @@ def staged_tile_args(elem: ElemType, case: tuple[int, int, int, int, int],
             "out": np.zeros(rows * cols * elem.bits // 32, np.uint32), "off": offset,
             "pitch": pitch, "stride": stride, "rl": max(rows - rows_cut, 0),
             "cl": max(cols - cols_cut, 0)}
+
+
+TRIPS = 4
+LOOP_LIMITS = ((0, 1, 0, 4.0), (0, 1, 0, 2.5), (0, 1, 0, 1.0), (1, 1, 0, 4.0), (0, 2, 3, 4.0),
+               (0, 1, 0, 0.0))
+"""Cases of ``staged_loop_kernel`` (source offset, extra row pitch in words, rows cut, column
+limit in tiles): every trip inside, two trips inside then one across and one outside, one
+inside then outside, misaligned (no trip inside), rows cut (none inside), no column inside."""
+
+
+def staged_loop_kernel(elem: ElemType) -> ir.Kernel:
+    """``TRIPS`` tiles of ``src`` (``TILES``), trip ``t`` the one ``t * cols`` columns on,
+    each staged by a loop's copy into one workgroup array and written out at ``out[t *
+    words + ...]``: the copy's test of its limits reads only the loop variable and
+    parameters, so that a trip can be known inside its limits before it runs."""
+    rows, cols = TILES[elem]
+    words = rows * cols * elem.bits // 32
+    tid, i32 = ir.BuiltinValue(which=Builtin.THREAD_IDX_X), ElemType.I32
+    at = add(mul(var("q"), const(THREADS)), tid)
+    first = mul(var("t"), const(cols))
+    return ir.Kernel(name=f"staged_loop_{elem}", block=(THREADS, 1, 1), params=(
+        ir.ArrayParam(name="src", elem=elem, readonly=True),
+        ir.ArrayParam(name="out", elem=ElemType.U32),
+        *(ir.ScalarParam(name=n, elem=i32) for n in ("off", "pitch", "rl", "cl"))),
+        body=(
+        ir.ArrayDecl(name="tile", elem=elem, size=rows * cols, space=MemSpace.SHARED),
+        ir.ArrayDecl(name="view", elem=ElemType.U32, size=words, space=MemSpace.SHARED,
+                     shares="tile"),
+        ir.For(var="t", start=const(0), stop=const(TRIPS), step=const(1), body=(
+            ir.StageCopy(dst="tile", dst_offset=const(0), dst_pitch=cols, src="src",
+                         src_offset=add(var("off"), first), src_row_stride=var("pitch"),
+                         src_col_stride=const(1), rows=rows, cols=cols, row_limit=var("rl"),
+                         col_limit=ir.Binary(op=ir.BinOp.SUB, a=var("cl"), b=first, type=i32),
+                         fill=ir.Const(value=-0.0 if elem.is_float else 7, type=elem)),
+            ir.StageCommit(), ir.StageWait(pending=0), ir.Barrier(),
+            ir.For(var="q", start=const(0), stop=const(words // THREADS), step=const(1),
+                   body=(ir.Store(array="out", index=add(mul(var("t"), const(words)), at),
+                                  value=ir.Load(array="view", index=at, type=ElemType.U32)),)),
+            ir.Barrier())),))
+
+
+def staged_loop_args(elem: ElemType, case: tuple[int, int, int, float],
+                     rng: np.random.Generator) -> dict[str, object]:
+    """Random source bits and the offset, pitch and limits of ``case`` (``LOOP_LIMITS``)."""
+    rows, cols = TILES[elem]
+    offset, extra, rows_cut, col_limit = case
+    pitch = TRIPS * cols + extra * (128 // elem.bits)
+    dt = numpy_dtype(elem)
+    size = offset + rows * pitch
+    return {"src": rng.integers(0, 256, size * dt.itemsize, dtype=np.uint8).view(dt),
+            "out": np.zeros(TRIPS * rows * cols * elem.bits // 32, np.uint32), "off": offset,
+            "pitch": pitch, "rl": rows - rows_cut, "cl": int(col_limit * cols)}

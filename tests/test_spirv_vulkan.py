@@ -13,7 +13,16 @@ import numpy as np
 import pytest
 from arith_cases import FLOATS, INTS, N, binary_kernel, cast_kernel, edge_values, mismatches
 from conftest import GEMM_EXAMPLES, example
-from staged_tile_cases import LIMITS, THREADS, TILES, staged_tile_args, staged_tile_kernel
+from staged_tile_cases import (
+    LIMITS,
+    LOOP_LIMITS,
+    THREADS,
+    TILES,
+    staged_loop_args,
+    staged_loop_kernel,
+    staged_tile_args,
+    staged_tile_kernel,
+)
 
 import backends.spirv.target as spirv_target
 import sarek
@@ -172,6 +181,20 @@ def test_staged_copies_give_the_simulators_words_inside_across_and_outside_the_l
     kernel = staged_tile_kernel(elem, strided)
     for case in LIMITS:
         args = staged_tile_args(elem, case, rng)
+        want = sarek.simulate(kernel, dict(args), grid=1, block=THREADS, target="spirv")
+        got = vulkan.run(kernel, dict(args), (1,), (THREADS,))
+        assert np.array_equal(got["out"], want["out"]), case
+
+
+@needs_vulkan
+@pytest.mark.parametrize("elem", list(TILES), ids=str)
+def test_a_loops_copies_give_the_simulators_words_in_trips_inside_and_past_the_limits(
+        elem: ElemType) -> None:
+    # the loop is printed twice: its trips inside the limits unchecked, then the rest
+    rng = np.random.default_rng(22)
+    kernel = staged_loop_kernel(elem)
+    for case in LOOP_LIMITS:
+        args = staged_loop_args(elem, case, rng)
         want = sarek.simulate(kernel, dict(args), grid=1, block=THREADS, target="spirv")
         got = vulkan.run(kernel, dict(args), (1,), (THREADS,))
         assert np.array_equal(got["out"], want["out"]), case

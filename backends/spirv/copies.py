@@ -10,13 +10,13 @@ import math
 from dataclasses import dataclass
 
 from backends.cuda.lower import divisor
-from backends.spirv.builder import ArraySym, T, memory_type
+from backends.spirv.builder import ArraySym, T, may_fault, memory_type
 from backends.spirv.expressions import ExpressionPrinter
 from backends.spirv.lower import per_quad, quad_arrays
 from sarek import ir, stage_copy
 from sarek.ir import BinOp, ElemType
 from sarek.ir_build import add, binary, const, is_literal, mul, var
-from sarek.ir_walk import walk
+from sarek.ir_walk import subexpressions, walk
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,23 @@ def landed_per_word(s: ir.StageCopy) -> int:
 def loaded_per_word(s: ir.StageCopy) -> int:
     """Elements of ``s``'s source in one 16-byte word."""
     return per_quad(memory_type(s.fill.type))
+
+
+def whole_tile(s: ir.StageCopy) -> ir.Expr | None:
+    """Whether the whole tile of ``s`` lies inside its limits with its source rows of
+    consecutive elements starting at 16-byte words (its source offset and row stride whole
+    words): the test, uniform over the block, under which each of its words is one 16-byte
+    load. None where its column stride is not 1 (each word is then tested alone)."""
+    if not is_literal(s.src_col_stride, 1):
+        return None
+    per = loaded_per_word(s)
+    whole = binary(BinOp.LAND, binary(BinOp.LE, const(s.rows), s.row_limit),
+                   binary(BinOp.LE, const(s.cols), s.col_limit))
+    for start in (s.src_offset, s.src_row_stride):
+        if divisor(start) % per:
+            whole = binary(BinOp.LAND, whole, binary(
+                BinOp.EQ, binary(BinOp.AND, start, const(per - 1)), const(0)))
+    return whole
 
 
 def _loads(s: ir.StageCopy) -> ir.StageCopy:
@@ -88,6 +105,9 @@ class CopyPrinter(ExpressionPrinter):
         # being printed runs: so until a loop printed ``depth`` trips at a time ends, since
         # it may end after any trip.
         self.in_step = True
+        # The copies printed without their tests (by id): those of a loop's trips that
+        # ``hoisted`` found inside their limits, while such a trip is printed.
+        self.unchecked: frozenset[int] = frozenset()
 
     def quad_type(self) -> str:
         """``uvec4``: the 16-byte word staged tiles move in."""
@@ -204,7 +224,8 @@ class CopyPrinter(ExpressionPrinter):
 
     def tile_words(self, s: ir.StageCopy, places: list[tuple[str, str]], per: int
                    ) -> list[str]:
-        """The words at ``places`` (row, column ids) of ``s``'s tile (see ``stage_copy``)."""
+        """The words at ``places`` (row, column ids) of ``s``'s tile (see ``stage_copy``):
+        where ``s`` is one of ``unchecked``, the 16-byte loads alone."""
         def each_alone() -> list[str]:
             out = []
             for row, col in places:
@@ -212,21 +233,31 @@ class CopyPrinter(ExpressionPrinter):
                 out.append(self.word(s, var("sk copy row"), var("sk copy col"), per))
             return out
 
-        if not is_literal(s.src_col_stride, 1):
+        whole = whole_tile(s)
+        if whole is None:
             return each_alone()
-        mask = const(per - 1)
-        whole = binary(BinOp.LAND, binary(BinOp.LE, const(s.rows), s.row_limit),
-                       binary(BinOp.LE, const(s.cols), s.col_limit))
-        for start in (s.src_offset, s.src_row_stride):
-            if divisor(start) % per:
-                whole = binary(BinOp.LAND, whole, binary(
-                    BinOp.EQ, binary(BinOp.AND, start, mask), const(0)))
+        if id(s) in self.unchecked:
+            return self.whole_words(s, places, per)
         cond = self.value(whole)
         v4 = self.quad_type()
         fast, slow, merge = self.fresh("tile"), self.fresh("tile_edge"), self.fresh("tile_end")
         self.do("OpSelectionMerge", merge, "None")
         self.do("OpBranchConditional", cond, fast, slow)
         self.start(fast)
+        loaded, end_fast = self.whole_words(s, places, per), self.label
+        self.branch(merge)
+        self.start(slow)
+        edge, end_slow = each_alone(), self.label
+        self.branch(merge)
+        self.start(merge)
+        return [self.op(v4, "OpPhi", a, end_fast, b, end_slow)
+                for a, b in zip(loaded, edge, strict=True)]
+
+    def whole_words(self, s: ir.StageCopy, places: list[tuple[str, str]], per: int
+                    ) -> list[str]:
+        """The words at ``places`` of a tile that ``whole_tile`` holds for: one 16-byte load
+        each, through the source's view as words."""
+        v4 = self.quad_type()
         view = self.quad_view(s.src)
         loaded = []
         for row, col in places:
@@ -235,14 +266,28 @@ class CopyPrinter(ExpressionPrinter):
             ptr = self.op(self.pointer("StorageBuffer", v4), "OpAccessChain", view,
                           self.const(0, T.I32), self.in_quads(first, per))
             loaded.append(self.op(v4, "OpLoad", ptr))
-        end_fast = self.label
-        self.branch(merge)
-        self.start(slow)
-        edge, end_slow = each_alone(), self.label
-        self.branch(merge)
-        self.start(merge)
-        return [self.op(v4, "OpPhi", a, end_fast, b, end_slow)
-                for a, b in zip(loaded, edge, strict=True)]
+        return loaded
+
+    def hoisted(self, loop: ir.For) -> list[tuple[ir.StageCopy, ir.Expr]]:
+        """The copies in ``loop``'s body (not in blocks inside it) with their ``whole_tile``
+        test, where that reads only the loop's variable and values set before the loop (no
+        load, nothing that could fault), so that it can be evaluated before each trip:
+        ``emit`` prints such a loop twice, first its trips whose tests all hold, each of those
+        copies as its 16-byte loads alone, then the trips from the first whose tests do not
+        (``for_loop``)."""
+        bound = {s.name for s in walk(loop.body) if isinstance(s, ir.Let | ir.Assign)}
+        bound |= {s.var for s in walk(loop.body) if isinstance(s, ir.For)}
+        out = []
+        for s in loop.body:
+            if not isinstance(s, ir.StageCopy):
+                continue
+            whole = whole_tile(s)
+            if whole is None or may_fault(whole):
+                continue
+            names = {x.name for x in subexpressions(whole) if isinstance(x, ir.Var)}
+            if not names & bound:
+                out.append((s, whole))
+        return out
 
     def copy_key(self, s: ir.StageCopy) -> tuple[str, int, int] | None:
         """Which held registers copy ``s`` uses: its destination, its place among the copies

@@ -139,15 +139,38 @@ class _Module(CopyPrinter):
         """``s`` as a structured loop. A loop whose body commits groups of copies held several
         groups deep is printed unrolled ``depth`` times (each later trip behind its own test
         of the bound), so that each copy printed takes one set of registers
-        (``backends.spirv.copies``)."""
+        (``backends.spirv.copies``). A loop with copies whose tests of the limits can be
+        evaluated before a trip (``hoisted``) is printed twice over one variable: first the
+        trips (``depth`` at a time) that lie within the bound and whose copies all lie
+        inside their limits, each such copy printed as its 16-byte loads alone, then, from
+        the first trip that does not, the loop as it is (its copies tested one by one), so
+        that the code for tiles crossing the limits is out of the way of the trips inside
+        them."""
         start, stop, step = (self.value(x) for x in (s.start, s.stop, s.step))
         self.type_of(T.BOOL)  # declared before i32, as loops always declared them
-        i32 = self.type_of(T.I32)
         unroll = self.depth if self.depth > 1 and any(
             isinstance(x, ir.StageCommit) for x in s.body) else 1
         self.scope = self.scope.new_child()
         var = self.local(s.var, T.I32)
         self.do("OpStore", var, start)
+        hoisted = self.hoisted(s)
+        if hoisted:
+            issued, loading, commits = dict(self.issued), dict(self.loading), self.commits
+            self.trips(s, var, stop, step, unroll, hoisted)
+            # the loop leaves after whole rounds of ``unroll`` trips: the commits it ran are
+            # a multiple of ``depth``, and the loop below is printed as if it came first
+            self.issued, self.loading, self.commits = issued, loading, commits
+        self.trips(s, var, stop, step, unroll, [])
+        self.scope = self.scope.parents
+        if unroll > 1:
+            self.in_step = False  # the loop may end after any of its trips
+
+    def trips(self, s: ir.For, var: str, stop: str, step: str, unroll: int,
+              inside: list[tuple[ir.StageCopy, ir.Expr]]) -> None:
+        """The loop ``s`` from the trip at ``var``, ``unroll`` trips a round; where ``inside``
+        names copies, only while a whole round lies within the bound and every one of those
+        copies inside its limits in each of its trips (each printed unchecked)."""
+        i32 = self.type_of(T.I32)
         header, check, body = self.fresh("for"), self.fresh("for_check"), self.fresh("for_body")
         cont, merge = self.fresh("for_next"), self.fresh("for_end")
         self.branch(header)
@@ -155,22 +178,33 @@ class _Module(CopyPrinter):
         self.do("OpLoopMerge", merge, cont, "Unroll" if short_loop(s) else "None")
         self.branch(check)
         self.start(check)
-        going = self.within(s, self.op(i32, "OpLoad", var), stop, step)
+        i = self.op(i32, "OpLoad", var)
+        trip_vars = [i, *(self.op(i32, "OpIAdd", i, self.op(i32, "OpIMul", step,
+                                                            self.const(trip, T.I32)))
+                          for trip in range(1, unroll if inside else 1))]
+        going = self.within(s, trip_vars[-1], stop, step)
+        for at in trip_vars if inside else []:
+            self.scope = self.scope.new_child()
+            self.scope[s.var] = at
+            for _, whole in inside:
+                going = self.op(self.type_of(T.BOOL), "OpLogicalAnd", going,
+                                self.value(whole))
+            self.scope = self.scope.parents
         self.do("OpBranchConditional", going, body, merge)
         self.terminated = True
         self.start(body)
+        outer = self.unchecked
+        self.unchecked = outer | {id(c) for c, _ in inside}
         self.block(s.body)
         if unroll > 1 and not self.terminated:
             self.later_trips(s, var, stop, step, unroll)
             step = self.op(i32, "OpIMul", step, self.const(unroll, T.I32))
+        self.unchecked = outer
         self.branch(cont)
         self.start(cont)
         self.do("OpStore", var, self.op(i32, "OpIAdd", self.op(i32, "OpLoad", var), step))
         self.branch(header)
         self.start(merge)
-        self.scope = self.scope.parents
-        if unroll > 1:
-            self.in_step = False  # the loop may end after any of its trips
 
     def within(self, s: ir.For, i: str, stop: str, step: str) -> str:
         """Whether ``i`` is a trip of ``s`` (below ``stop``, or above it for a negative
