@@ -1,14 +1,15 @@
 """The portable OpenCL lowering, executed as printed: fragments emulated lane by lane in local
 memory give, in the simulator, the bits the neutral kernel gives under the ``sequential`` model
 (the target's arithmetic model), for every example, lowering, subgroup and fragment. Planted
-errors in the lowering (a missing barrier, a wrong element, products out of k order, a run loop
-off by one fragment) are caught without any OpenCL device."""
+errors in the lowering (a missing barrier, a wrong element, products out of k order, an operand
+read in place after its tile changed) are caught without any OpenCL device."""
 
 from __future__ import annotations
 
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -77,13 +78,20 @@ def test_the_lowered_kernel_is_plain_lane_explicit_ir() -> None:
     assert not kinds & {"frag_decl", "frag_fill", "frag_load", "frag_store", "frag_mul_add",
                         "frag_add", "ldmatrix", "mma"}
     assert ir.Kernel.model_validate_json(lowered.model_dump_json()) == lowered
-    shared = [s for s in lowered.body if isinstance(s, ir.ArrayDecl)
-              and s.space is ir.MemSpace.SHARED]
-    assert any(s.name.startswith("sk_fa_") for s in shared)  # operands: local memory
-    private = [s for s in walk(lowered.body) if isinstance(s, ir.ArrayDecl)
-               and s.space is ir.MemSpace.LOCAL and s.name.startswith("sk_facc_")]
+    arrays = [s for s in walk(lowered.body) if isinstance(s, ir.ArrayDecl)]
+    # accumulators are variables, not private arrays; operands are read from the staged
+    # tiles (held as f32, what they are multiplied in), not copied into matrices of their own
+    assert all(s.space is ir.MemSpace.SHARED for s in arrays)
+    assert not any(s.name.startswith(("sk_fa_", "sk_fb_")) for s in arrays)
+    tiles = {s.name: s.elem for s in arrays if s.name != "sk_cs"}
+    neutral = {s.name: s.elem for s in walk(rw.kernel.body) if isinstance(s, ir.ArrayDecl)}
+    assert tiles and all(neutral[n] is ir.ElemType.BF16 and t is ir.ElemType.F32
+                         for n, t in tiles.items())
+    accumulators = [s for s in rw.kernel.body if isinstance(s, ir.FragDecl)
+                    and s.use is ir.FragUse.ACCUMULATOR]
+    variables = [s for s in lowered.body if isinstance(s, ir.Let) and s.type is ir.ElemType.F32]
     # 16 running and 16 fresh accumulators (Bf16x3 sums each sub-step apart), 1 slot a lane
-    assert [s.size for s in private] == [2 * 16 * 64 // 64]
+    assert len(accumulators) == 2 * 16 and len(variables) == 2 * 16 * (8 * 8 // 64)
 
 
 @pytest.mark.parametrize("subgroup,frag", CONFIGS, ids=lambda v: str(v))
@@ -102,26 +110,28 @@ def _trips(loop: ir.For) -> int:
     return int(loop.stop.value)
 
 
-def test_a_run_of_fragment_adds_is_one_loop_over_the_fragments() -> None:
+def test_fragment_fills_and_adds_are_written_out_slot_by_slot() -> None:
     rw = rewrite("gemm_f32", Lowering.BF16X3_OPERANDS, 32, 8)
     lowered = opencl_lower.lower(rw.kernel)
-    step = _loops(lowered.body, "sk_k0")[0]
-    runs = _loops(step.body, "sk_r")
-    # per sub-step of 8: the fills and the adds, each one loop over the 4x4 fragments
-    assert len(runs) == 2 * (1 + 1)
-    assert all(_trips(r) == 16 for r in runs)
-    assert len(_loops(step.body, "sk_kk")) == 2 * 6  # the six products of each sub-step
+    step, neutral = _loops(lowered.body, "sk_k0")[0], _loops(rw.kernel.body, "sk_k0")[0]
+    fills = [s for s in walk(neutral.body) if isinstance(s, ir.FragFill)]
+    adds = [s for s in walk(neutral.body) if isinstance(s, ir.FragAdd)]
+    # per sub-step of 8: 16 fresh accumulators filled, then added to the 16 running ones; an
+    # 8x8 accumulator over 32 lanes is 2 slots a lane, each an assignment of its own
+    assert len(fills) == 2 * 16 and len(adds) == 2 * 16
+    assigns = [s for s in step.body if isinstance(s, ir.Assign)]
+    filled = [s for s in assigns if isinstance(s.value, ir.Const)]
+    added = [s for s in assigns if isinstance(s.value, ir.Binary)]
+    assert len(filled) == len(added) == 2 * 16 * 2
+    assert not _loops(step.body, "sk_r") and not _loops(step.body, "sk_slot")
 
 
-def _b_values_and_products(run: ir.For) -> tuple[list[ir.Let], list[ir.Store]]:
-    """The loop over a run's B fragments inside its k loop: the B values it reads, the
-    products it adds."""
-    (b_fragments,) = _loops(run.body, "sk_r")
-    lets = [s for s in b_fragments.body if isinstance(s, ir.Let)]
+def _b_values_and_products(run: ir.For) -> tuple[list[ir.Let], list[ir.Assign]]:
+    """What a run's k loop does for one k: the B values it reads, the products it adds."""
+    lets = [s for s in run.body if isinstance(s, ir.Let)]
     return ([s for s in lets if isinstance(v := s.value.x if isinstance(s.value, ir.Cast)
-                                           else s.value, ir.Load)
-             and v.array.startswith("sk_fb_")],
-            [s for s in b_fragments.body if isinstance(s, ir.Store)])
+                                           else s.value, ir.Load)],
+            [s for s in run.body if isinstance(s, ir.Assign)])
 
 
 def test_a_run_of_multiply_accumulates_is_one_k_loop_around_the_fragments() -> None:
@@ -131,25 +141,27 @@ def test_a_run_of_multiply_accumulates_is_one_k_loop_around_the_fragments() -> N
     step = _loops(lowered.body, "sk_k0")[0]
     runs = _loops(step.body, "sk_kk")
     assert len(runs) == products
-    for run in runs:  # k in order outside; inside, a loop over the 4 B fragments of 4x4
+    for run in runs:  # k in order outside; inside, every product of the 4x4 fragments
         assert _trips(run) == 8
-        assert _trips(_loops(run.body, "sk_r")[0]) == 4
         b_values, updates = _b_values_and_products(run)
-        # an 8x8 accumulator over 32 lanes: 2 rows of one column a lane; 4 A fragments
-        assert len(b_values) == 1 and len(updates) == 4 * 2
+        # an 8x8 accumulator over 32 lanes: 2 rows of one column a lane; 4 B fragments
+        assert len(b_values) == 4 and len(updates) == 16 * 2
+        assert not [s for s in run.body if isinstance(s, ir.For)]
 
 
-def test_a_lane_reads_each_b_value_once_per_k_and_its_rows_of_a_written_out() -> None:
+def test_a_lane_reads_each_b_value_once_per_k_and_its_rows_of_a_in_place() -> None:
     rw = rewrite("gemm_f16", Lowering.F16_OPERANDS, 32, 16)
     lowered = opencl_lower.lower(rw.kernel)
     (run,) = _loops(_loops(lowered.body, "sk_k0")[0].body, "sk_kk")
     b_values, updates = _b_values_and_products(run)
-    # a 16x16 accumulator over 32 lanes: each lane 8 rows of one column, so one B value and
-    # 2 x 8 products (2 A fragments) per k and B fragment, from operands converted to f32
-    assert len(b_values) == 1 and len(updates) == 2 * 8
-    operands = {s.name: s.elem for s in lowered.body if isinstance(s, ir.ArrayDecl)
-                and s.name.startswith(("sk_fa_", "sk_fb_"))}
-    assert set(operands.values()) == {ir.ElemType.F32}
+    # a 16x16 accumulator over 32 lanes: each lane 8 rows of one column, so one B value per
+    # k and B fragment (2), and 2 x 2 x 8 products (2x2 fragments a wave), reading A from the
+    # staged tile, held as f32 (each f16 converted once, as it is staged)
+    assert len(b_values) == 2 and len(updates) == 2 * 2 * 8
+    tiles = {s.name: s.elem for s in lowered.body if isinstance(s, ir.ArrayDecl)}
+    loads = {n.array for u in updates for n in opencl_lower._nodes(u) if isinstance(n, ir.Load)}
+    assert loads == {"sk_a"} and tiles["sk_a"] is ir.ElemType.F32
+    assert not any(name.startswith(("sk_fa_", "sk_fb_")) for name in tiles)
 
 
 def shapes_kernel(m: int, n: int, k: int, subgroup: int) -> ir.Kernel:
@@ -259,16 +271,110 @@ def test_tile_patterns_are_refused_with_the_reason() -> None:
 PLANT = ("gemm_f16", Lowering.F16_OPERANDS, 32, 8)
 
 
+def own_tiles_kernel(restage_first: bool) -> ir.Kernel:
+    """One wave of 32 lanes, 16x16x16 f16 fragments loaded from shared tiles that each lane
+    fills with the elements it owns (element f by lane f % 32, so the neutral kernel needs no
+    barrier): ``out = a0 @ b + a1 @ b``, the A tile refilled with ``a1`` after the first
+    product; with ``restage_first``, ``out = a0 @ b`` with the A tile refilled with ``a1``
+    between the load of ``a0`` and its product."""
+    f16, f32, i32 = ir.ElemType.F16, ir.ElemType.F32, ir.ElemType.I32
+    shape = ir.FragShape(m=16, n=16, k=16)
+    lane = ir.BuiltinValue(which=ir.Builtin.THREAD_IDX_X)
+
+    def at(x: int) -> ir.Const:
+        return ir.Const(value=x, type=i32)
+
+    def stage(tile: str, src: str, start: int) -> ir.For:
+        own = ir.Binary(op=ir.BinOp.ADD, type=i32, a=lane, b=ir.Binary(
+            op=ir.BinOp.MUL, type=i32, a=ir.Var(name="slot", type=i32), b=at(32)))
+        value = ir.Load(array=src, type=f16, index=ir.Binary(op=ir.BinOp.ADD, type=i32,
+                                                             a=own, b=at(start)))
+        return ir.For(var="slot", start=at(0), stop=at(8), step=at(1),
+                      body=(ir.Store(array=tile, index=own, value=value),))
+
+    def load(frag: str, tile: str) -> ir.FragLoad:
+        return ir.FragLoad(frag=frag, array=tile, offset=at(0), stride=at(16))
+
+    product = ir.FragMulAdd(d="fc", a="fa", b="fb", c="fc")
+    staged = (stage("ta", "a", 0), stage("tb", "b", 0), load("fa", "ta"), load("fb", "tb"))
+    steps = (stage("ta", "a", 256), product) if restage_first else (
+        product, stage("ta", "a", 256), load("fa", "ta"), product)
+    body = (ir.ArrayDecl(name="ta", elem=f16, size=256, space=ir.MemSpace.SHARED),
+            ir.ArrayDecl(name="tb", elem=f16, size=256, space=ir.MemSpace.SHARED),
+            ir.FragDecl(name="fa", use=ir.FragUse.A, shape=shape, elem=f16),
+            ir.FragDecl(name="fb", use=ir.FragUse.B, shape=shape, elem=f16),
+            ir.FragDecl(name="fc", use=ir.FragUse.ACCUMULATOR, shape=shape, elem=f32),
+            ir.FragFill(frag="fc", value=ir.Const(value=0.0, type=f32)), *staged, *steps,
+            ir.FragStore(frag="fc", array="out", offset=at(0), stride=at(16)))
+    params = (ir.ArrayParam(name="a", elem=f16), ir.ArrayParam(name="b", elem=f16),
+              ir.ArrayParam(name="out", elem=f32))
+    return ir.Kernel(name="own_tiles", params=params, body=body, subgroup=32, block=(32, 1, 1))
+
+
+def own_tiles(restage_first: bool, target: str | None = None) -> np.ndarray:
+    rng = np.random.default_rng(7)
+    args = {"a": rng.standard_normal(512).astype(np.float16),
+            "b": rng.standard_normal(256).astype(np.float16), "out": np.zeros(256, np.float32)}
+    arith = {} if target else {"arith": "sequential"}
+    return sarek.simulate(own_tiles_kernel(restage_first), args, (1, 1, 1), (32, 1, 1),
+                          target=target, **arith)["out"]
+
+
+def own_tiles_expected(restage_first: bool) -> np.ndarray:
+    """The products added in k order, each sum rounded to f32."""
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal(512).astype(np.float16).astype(np.float32).reshape(2, 16, 16)
+    b = rng.standard_normal(256).astype(np.float16).astype(np.float32).reshape(16, 16)
+    want = np.zeros((16, 16), np.float32)
+    for tile in (0,) if restage_first else (0, 1):
+        for kk in range(16):
+            want = want + np.outer(a[tile, :, kk], b[kk])
+    return want.ravel()
+
+
+def test_operands_read_in_place_get_the_barriers_their_tiles_need() -> None:
+    """Read where they lie, the tiles are read by every lane: a barrier before each product
+    (its tiles were written by their owners only) and before the A tile is refilled."""
+    lowered = opencl_lower.lower(own_tiles_kernel(False))
+    arrays = {s.name for s in lowered.body if isinstance(s, ir.ArrayDecl)}
+    assert arrays == {"ta", "tb"}  # no copies of the operands
+    assert sum(isinstance(s, ir.Barrier) for s in lowered.body) == 3
+    assert np.array_equal(own_tiles(False), own_tiles_expected(False))
+    assert same_bits({"out": own_tiles(False, "opencl")}, {"out": own_tiles(False)})
+
+
+def test_an_operand_whose_tile_changes_before_its_product_is_copied() -> None:
+    lowered = opencl_lower.lower(own_tiles_kernel(True))
+    arrays = {s.name for s in lowered.body if isinstance(s, ir.ArrayDecl)}
+    assert any(name.startswith("sk_fa_") for name in arrays)
+    assert not any(name.startswith("sk_fb_") for name in arrays)
+    assert np.array_equal(own_tiles(True), own_tiles_expected(True))
+    assert same_bits({"out": own_tiles(True, "opencl")}, {"out": own_tiles(True)})
+
+
+def test_an_operand_read_in_place_after_its_tile_changed_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def everything(body: tuple[ir.Stmt, ...], frags: dict[str, ir.FragDecl],
+                   shared: dict[str, ir.ArrayDecl]) -> set[str]:
+        return {n for n, d in frags.items() if d.use is not ir.FragUse.ACCUMULATOR}
+
+    monkeypatch.setattr(opencl_lower, "_viewable", everything)
+    assert not same_bits({"out": own_tiles(True, "opencl")}, {"out": own_tiles(True)})
+
+
 def test_a_missing_barrier_is_a_shared_race(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = opencl_lower._Lowering.run_stmts
+    real_run, real_stmt = opencl_lower._Lowering.run_stmts, opencl_lower._Lowering.stmt
 
-    def no_barrier(self: opencl_lower._Lowering, *args: object) -> object:
-        out, state = real(self, *args)  # type: ignore[arg-type]
-        return [s for s in out if not isinstance(s, ir.Barrier)], state
+    def no_barrier(real: Any) -> Any:
+        def lowered(self: opencl_lower._Lowering, *args: Any) -> Any:
+            out, state = real(self, *args)
+            return [s for s in out if not isinstance(s, ir.Barrier)], state
+        return lowered
 
-    monkeypatch.setattr(opencl_lower._Lowering, "run_stmts", no_barrier)
+    monkeypatch.setattr(opencl_lower._Lowering, "run_stmts", no_barrier(real_run))
+    monkeypatch.setattr(opencl_lower._Lowering, "stmt", no_barrier(real_stmt))
     with pytest.raises(sarek.SharedRace, match="read-after-write"):
-        rewrite(*PLANT).simulate(target="opencl")
+        own_tiles(False, "opencl")
 
 
 def test_an_operand_loaded_transposed_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -311,27 +417,12 @@ def test_a_fragment_add_of_the_wrong_accumulator_is_caught(
         monkeypatch: pytest.MonkeyPatch) -> None:
     real = opencl_lower._Lowering.frag_add
 
-    def doubled(self: opencl_lower._Lowering, s: ir.FragAdd, d: ir.Expr, a: ir.Expr,
-                b: ir.Expr) -> list[ir.Stmt]:
-        return real(self, s, d, a, a)  # the running sum added to itself, not the fresh one
+    def doubled(self: opencl_lower._Lowering, s: ir.FragAdd) -> list[ir.Stmt]:
+        # the running sum added to itself, not the fresh one
+        return real(self, s.model_copy(update={"b": s.a}))
 
     monkeypatch.setattr(opencl_lower._Lowering, "frag_add", doubled)
     assert not lowered_matches_neutral(rewrite("gemm_f32", Lowering.BF16X3_OPERANDS))
-
-
-def test_a_run_loop_pairing_the_wrong_accumulators_is_caught(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    real = opencl_lower._fit_all
-
-    def transposed(columns: list[list[int]]) -> list[opencl_lower._Affine] | None:
-        forms = real(columns)
-        if forms is None:
-            return None
-        d, *rest = forms  # the accumulator's index: row and column of the 4x4 grid swapped
-        return [opencl_lower._Affine(d.base, d.inner, d.outer, d.width), *rest]
-
-    monkeypatch.setattr(opencl_lower, "_fit_all", transposed)
-    assert not lowered_matches_neutral(rewrite(*PLANT))
 
 
 def test_the_byte_planes_multiply_whole_int32_words_with_the_planes_bits() -> None:

@@ -6,44 +6,46 @@ exchange data through local memory and work-group barriers.
 
 * Element ``f`` of an ``R x C`` fragment (row-major, ``f = i*C + j``) belongs to lane
   ``f % subgroup``, as slot ``f / subgroup``: the lane map the neutral simulator uses for race
-  attribution, so the lowered kernel touches shared memory from the same lanes.
-* Fragments of one use, element type and shape are packed into one array, fragment ``n`` of
-  the group at index ``n``, so that a run of statements over many fragments is one loop.
-  Accumulators are private (``local`` space): ``R*C/subgroup`` slots per lane and fragment, and
-  every lane loads, fills, stores and updates only its own elements, so they never need a
-  barrier. A and B operands are shared (``__local``, declared at the top level of the body):
-  one ``R x C`` matrix per fragment and wave, filled by per-lane element copies of each lane's
-  own elements, and read whole (rows of A, columns of B) by a multiply-accumulate. Operands
-  are held converted to the accumulator type they are multiplied in (exact: f16, bf16 and
-  8-bit values fit it) when every fragment of the group is multiplied into one accumulator
-  type, never stored, and the kernel's local memory stays within ``LOCAL_BYTES``: each element
-  is then converted once as it is copied in, not once per product.
-* A run of consecutive multiply-accumulates into distinct accumulators is register-blocked:
-  a lane's slots of an accumulator are a grid of rows by columns (``_Grid``; 16x16 over 32
-  lanes: 8 rows of one column). For each ``k`` in order and each B fragment of the run, the
-  lane reads each of its B values once into a private scalar and multiplies it by its A
-  values of its rows, in every A fragment the run pairs with that B fragment, adding each
-  product ``a[i,k] * b[k,j]`` (exact: f16 and bf16 products fit f32) to its slot, rounded
-  after every addition. Every element still receives its statement's products in k order from
-  its initial value, the simulator's ``sequential`` model (integers wrap, exactly as the
-  integer model does); an A or B value is read once per k for all the products it takes part
-  in (where the compiler keeps the unrolled run's loads, as NVIDIA's does), not once per
-  product. ``FragAdd`` makes each lane add its slots of one accumulator to the same slots of
-  the other. A run of consecutive fills, or adds, whose fragment indices are affine in the
-  position in the run becomes one loop, in the statements' order, so it computes exactly
-  what the statements do one after another.
+  attribution, so the lowered kernel touches shared memory from the same lanes. Where ``C``
+  divides into the subgroup or the subgroup into ``C`` (every shape the rewrite makes), slot
+  ``s`` is row ``lane / C + s*subgroup / C`` and column ``lane % C + s*subgroup % C``: the
+  lane's part computed once, each slot at constant offsets from it.
+* Accumulators are private scalars, one a slot (a lane updates only its own elements, so they
+  never need a barrier), and every statement that touches one is written out slot by slot,
+  so that each is a variable, not an element of an array: a compiler that does not optimize
+  (PoCL's default build) keeps a variable in a register inside a loop, and an array element
+  in memory, its address computed at every access.
+* An A or B operand is read where it lies in local memory when it can be (a *view*): loaded
+  from a shared array (a staged tile) at a constant stride, used only by the
+  multiply-accumulates that follow its load in the same block with no write to that array
+  in between, and held there in the type it is multiplied in (or an integer type). Otherwise
+  it is copied lane by lane into one ``R x C`` matrix per fragment and wave (``__local``,
+  declared at the top level of the body; fragments of one use, element type and shape share
+  an array). Operands are held converted to the accumulator type they are multiplied in
+  (exact: f16, bf16 and 8-bit values fit it) when every fragment of their group is
+  multiplied into that one type and none is stored, and so are the staged tiles they are
+  loaded from when nothing else reads those (each element converted as it is staged, not
+  once per product), while the kernel's local memory stays within ``LOCAL_BYTES``.
+* A run of consecutive multiply-accumulates into distinct accumulators, none another's ``c``,
+  is register-blocked: for each ``k`` in order, the lane reads each of its B values once into
+  a private scalar and adds to each of its slots the product ``a[i,k] * b[k,j]`` of its
+  row's A value and its column's B value (exact: f16 and bf16 products fit f32), rounded
+  after every addition. Every element still receives its statement's products in k order
+  from its initial value, the simulator's ``sequential`` model (integers wrap, exactly as the
+  integer model does). ``FragAdd`` makes each lane add its slots of one accumulator to the
+  same slots of the other.
 * A barrier is inserted where lanes exchange data and nothing else orders it: before a
-  multiply-accumulate that reads an operand written since the last barrier, and before a write
-  of an operand that a multiply-accumulate read since the last barrier (followed around loops).
+  multiply-accumulate that reads an operand (or the array a view reads) written since the
+  last barrier, and before a write of an operand (or of such an array) that a
+  multiply-accumulate read since the last barrier (followed around loops).
 
-Everything is loops (over runs, slots and k) but the products of one B value, written out (at
-most ``UNROLL``): the printed kernel stays small, which is what keeps PoCL's compile time
-short (``specs/backends.md``), and an unoptimized build does not pay for a loop per product.
+The products of a run are written out for one k inside a loop over k, and index arithmetic
+that does not change with k is computed before that loop (``specs/backends.md``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from backends.cstyle import EmitError
@@ -52,6 +54,7 @@ from sarek.coopmat import DeviceSupport
 from sarek.errors import IRError
 from sarek.ir import BinOp, Builtin, ElemType, FragLayout, FragUse, MemSpace
 from sarek.ir_build import add, binary, const, mul, var
+from sarek.ir_expr import Node
 from sarek.ir_walk import walk
 from sarek.matrix_scheme import Lowering
 from sarek.memo import remembered
@@ -60,26 +63,21 @@ from sarek.staging import Staging
 SUBGROUPS = (32, 64)
 FRAGMENTS = (16, 8)
 STAGING = Staging(whole_int32=True)
-"""Dense tiles (the emulation copies element by element, so no row layout helps or hinders
-it), and the byte planes multiplied as whole int32 words: an emulated product of two words
-costs what a product of two planes does, and the ten plane products sum to the same bits."""
+"""Dense tiles (the emulation reads a lane's elements one by one, so no row layout helps or
+hinders it), and the byte planes multiplied as whole int32 words: an emulated product of two
+words costs what a product of two planes does, and the ten plane products sum to the same
+bits."""
 UNSELECTED = {Lowering.BF16X3_OPERANDS: (
     "without a matrix unit, Bf16x3's six emulated bf16 products for each of the kernel's f32 "
     "products run slower than its own f32 arithmetic, which Bf16x3 only approximates; "
     "lowering=Bf16x3_operands rewrites it anyway")}
 """What the portable target does not pick on its own (``Target.unselected``)."""
 I32 = ElemType.I32
-UNROLL = 16
-"""The products of one B value a lane computes for one k are written out, not looped over, up
-to this many (16 for 16x16 fragments over 32 lanes, 2 A fragments of 8 rows): an unoptimized
-build (PoCL's) pays for every loop trip and every read of a loop variable."""
 LOCAL_BYTES = 48 * 1024
-"""The local memory a work-group may declare that operands are widened within: what NVIDIA's
-OpenCL gives one (PoCL gives more)."""
+"""The local memory a work-group may declare that operands and staged tiles are widened
+within: what NVIDIA's OpenCL gives one (PoCL gives more)."""
 
 _FRAGMENT_STMTS = ir.STATEMENT_FAMILIES["fragment"]
-_ElementBody = Callable[["_Element"], list[ir.Stmt]]
-"""What runs for one of a lane's elements of a fragment."""
 
 
 def support() -> DeviceSupport:
@@ -114,8 +112,9 @@ def lower(kernel: ir.Kernel) -> ir.Kernel:
 
 @dataclass
 class _Hazards:
-    """Operand fragments touched since the last barrier: written lane by lane (``written``)
-    and read whole by a multiply-accumulate (``read``)."""
+    """What lanes exchange through local memory since the last barrier: operand fragments
+    copied lane by lane and arrays that views read (``written``), and those a
+    multiply-accumulate read whole (``read``)."""
 
     written: set[str] = field(default_factory=set)
     read: set[str] = field(default_factory=set)
@@ -128,19 +127,8 @@ class _Hazards:
 
 
 @dataclass(frozen=True)
-class _Element:
-    """One of a lane's elements of an ``R x C`` fragment: its row ``i`` and column ``j``, the
-    lane's slot holding it and its row-major index ``flat``."""
-
-    i: ir.Expr
-    j: ir.Expr
-    slot: ir.Expr
-    flat: ir.Expr
-
-
-@dataclass(frozen=True)
 class _Group:
-    """The array holding every fragment of one use, element type and shape."""
+    """The array holding every copied fragment of one operand use, element type and shape."""
 
     array: str
     use: FragUse
@@ -153,80 +141,28 @@ class _Group:
 
 
 @dataclass(frozen=True)
-class _Grid:
-    """A lane's ``slots`` of an accumulator with ``width`` columns as a grid of ``rows`` rows
-    by ``cols`` columns: slot ``ri * cols + cj`` is row ``lane / width + ri * row_step`` and
-    column ``lane % width + cj * subgroup``. Where the width divides into the subgroup (16x16
-    fragments over 32 lanes: each lane 8 rows, 2 apart, of one column) or the subgroup into
-    the width, the slots make such a grid; otherwise (``diagonal``) each slot is a row and
-    column of its own (``row_of``, ``col_of``)."""
+class _Operand:
+    """Where a lane reads element ``(i, j)`` of an operand fragment: ``array[base + i*row_step
+    + j*col_step]``, a value of type ``held``."""
 
-    subgroup: int
-    width: int
-    slots: int
-    lane: ir.Expr
+    array: str
+    base: ir.Expr
+    row_step: int
+    col_step: int
+    held: ElemType
 
-    @property
-    def diagonal(self) -> bool:
-        return self.subgroup % self.width != 0 and self.width % self.subgroup != 0
-
-    @property
-    def cols(self) -> int:
-        return self.width // self.subgroup if self.width % self.subgroup == 0 else 1
-
-    @property
-    def rows(self) -> int:
-        return self.slots // self.cols
-
-    @property
-    def row_step(self) -> int:
-        return max(self.subgroup // self.width, 1)
-
-    def row_of(self, slot: ir.Expr) -> ir.Expr:
-        """The row of the lane's element in ``slot``."""
-        return binary(BinOp.DIV, _plus(_times(slot, self.subgroup), self.lane), const(self.width))
-
-    def col_of(self, slot: ir.Expr) -> ir.Expr:
-        """The column of the lane's element in ``slot``."""
-        return binary(BinOp.REM, _plus(_times(slot, self.subgroup), self.lane), const(self.width))
+    def at(self, index: ir.Expr) -> ir.Expr:
+        return ir.Load(array=self.array, index=index, type=self.held)
 
 
 @dataclass(frozen=True)
-class _Affine:
-    """``base + outer * (r / width) + inner * (r % width)`` over a run position ``r``."""
+class _Plan:
+    """What the lowering holds where: the fragments read as views, the operand groups held in
+    the accumulator type (by first member) and the staged tiles held so (by name)."""
 
-    base: int
-    outer: int
-    inner: int
-    width: int
-
-    def expr(self, q: ir.Expr, p: ir.Expr) -> ir.Expr:
-        """The form at ``r / width = q`` and ``r % width = p`` (the run loop's two
-        variables, so that no index divides)."""
-        return _plus(_plus(_times(q, self.outer), _times(p, self.inner)), const(self.base))
-
-
-def _fit(values: Sequence[int], width: int) -> _Affine | None:
-    """The affine form of ``values`` with ``width``, if there is one."""
-    base = values[0]
-    inner = values[1] - base if width > 1 and len(values) > 1 else 0
-    outer = values[width] - base if len(values) > width else 0
-    form = _Affine(base, outer, inner, width)
-    if all(base + outer * (r // width) + inner * (r % width) == v
-           for r, v in enumerate(values)):
-        return form
-    return None
-
-
-def _fit_all(columns: Sequence[Sequence[int]]) -> list[_Affine] | None:
-    """One width that makes every column affine, and the forms; None when none does."""
-    n = len(columns[0])
-    for width in range(1, n + 1):
-        if n % width == 0:
-            forms = [_fit(c, width) for c in columns]
-            if all(f is not None for f in forms):
-                return [f for f in forms if f is not None]
-    return None
+    views: frozenset[str]
+    groups: dict[str, ElemType]
+    tiles: dict[str, ElemType]
 
 
 class _Lowering:
@@ -248,9 +184,15 @@ class _Lowering:
         self.waves = threads // self.subgroup
         self.frags: dict[str, ir.FragDecl] = {}
         self.place: dict[str, tuple[_Group, int]] = {}
+        self.acc: dict[str, tuple[str, ...]] = {}
+        self.plan = _Plan(frozenset(), {}, {})
+        self.shared: dict[str, ir.ArrayDecl] = {}
+        self.views: dict[str, _Operand] = {}
+        self.sources: set[str] = set()
         self.taken = _names(kernel)
         self.lane = self.fresh("lane")
         self.wave = self.fresh("wave")
+        self.lane_parts: dict[int, tuple[str, str]] = {}
 
     # ---------------------------------------------------------------- names and places
 
@@ -271,23 +213,51 @@ class _Lowering:
         self.frag(name)
         return self.place[name]
 
-    def slots(self, g: _Group) -> int:
-        return g.rows * g.cols // self.subgroup
+    def slots(self, d: ir.FragDecl) -> int:
+        return d.rows * d.cols // self.subgroup
 
-    def at(self, g: _Group, index: ir.Expr, slot: ir.Expr, flat: ir.Expr) -> ir.Expr:
-        """Where a lane keeps its element ``flat`` (slot ``slot``) of fragment ``index`` of
-        ``g``."""
+    def grid(self, cols: int) -> bool:
+        """Whether a lane's slots of a fragment ``cols`` wide are at constant offsets from its
+        first row and column."""
+        return self.subgroup % cols == 0 or cols % self.subgroup == 0
+
+    def position(self, cols: int, slot: int) -> tuple[ir.Expr, ir.Expr]:
+        """The row and column of the lane's element in ``slot`` of a fragment ``cols`` wide."""
+        if self.grid(cols):
+            row, col = self.lane_parts[cols]
+            flat = slot * self.subgroup
+            return add(var(row), const(flat // cols)), add(var(col), const(flat % cols))
+        flat_e = add(const(slot * self.subgroup), var(self.lane))
+        return binary(BinOp.DIV, flat_e, const(cols)), binary(BinOp.REM, flat_e, const(cols))
+
+    def offsets(self, cols: int, slot: int) -> tuple[ir.Expr, ir.Expr]:
+        """The row and column of ``slot`` less the lane's first ones (``lane_part``)."""
+        if self.grid(cols):
+            flat = slot * self.subgroup
+            return const(flat // cols), const(flat % cols)
+        return self.position(cols, slot)
+
+    def lane_part(self, cols: int) -> tuple[ir.Expr, ir.Expr]:
+        """The lane's first row and column of a fragment ``cols`` wide (0 where its slots
+        have no grid: ``offsets`` then gives each slot's whole row and column)."""
+        if self.grid(cols):
+            row, col = self.lane_parts[cols]
+            return var(row), var(col)
+        return const(0), const(0)
+
+    def matrix(self, g: _Group, n: int) -> ir.Expr:
+        """Where this wave's matrix of copied operand fragment ``n`` of ``g`` starts."""
+        return _times(_plus(const(n * self.waves), var(self.wave)), g.rows * g.cols)
+
+    def operand(self, name: str) -> _Operand:
+        """Where the lane reads operand fragment ``name``: the view its last load made, or
+        its matrix."""
+        if name in self.plan.views:
+            return self.views[name]
+        g, n = self.where(name)
         if g.use is FragUse.ACCUMULATOR:
-            return self.slot_at(g, index, slot)
-        return add(self.matrix(g, index), flat)
-
-    def slot_at(self, g: _Group, index: ir.Expr, slot: ir.Expr) -> ir.Expr:
-        """Where a lane keeps slot ``slot`` of accumulator ``index`` of ``g``."""
-        return add(mul(index, const(self.slots(g))), slot)
-
-    def matrix(self, g: _Group, index: ir.Expr) -> ir.Expr:
-        """Where this wave's matrix of operand fragment ``index`` of ``g`` starts."""
-        return _times(_plus(_times(index, self.waves), var(self.wave)), g.rows * g.cols)
+            raise EmitError(f"{name!r} is an accumulator, multiplied as an operand")
+        return _Operand(g.array, self.matrix(g, n), g.cols, 1, g.stored)
 
     # ---------------------------------------------------------------- declarations
 
@@ -304,35 +274,50 @@ class _Lowering:
                 raise EmitError(f"fragment {d.name!r} has {d.rows * d.cols} elements, which "
                                 f"{self.subgroup} lanes cannot share evenly")
             self.frags[d.name] = d
+        self.shared = {s.name: s for s in walk(body) if isinstance(s, ir.ArrayDecl)
+                       and s.space is MemSpace.SHARED}
         keys: dict[tuple[FragUse, ElemType, int, int], list[str]] = {}
         for d in decls:
-            keys.setdefault((d.use, d.elem, d.rows, d.cols), []).append(d.name)
-        wide = _widened(body, keys, self.frags, self.waves)
+            if d.use is not FragUse.ACCUMULATOR:
+                keys.setdefault((d.use, d.elem, d.rows, d.cols), []).append(d.name)
+        self.plan = _plan(body, keys, self.frags, self.shared, self.waves)
         for (use, elem, rows, cols), members in keys.items():
-            stem = {FragUse.A: "fa", FragUse.B: "fb", FragUse.ACCUMULATOR: "facc"}[use]
+            stem = {FragUse.A: "fa", FragUse.B: "fb"}[use]
             g = _Group(self.fresh(f"{stem}_{elem.value}_{rows}x{cols}"), use, elem, rows, cols,
-                       tuple(members), wide.get(members[0], elem))
+                       tuple(members), self.plan.groups.get(members[0], elem))
             for n, name in enumerate(members):
                 self.place[name] = (g, n)
-        prologue: tuple[ir.Stmt, ...] = (
+        self.sources = {s.array for s in walk(body) if isinstance(s, ir.FragLoad)
+                        and s.frag in self.plan.views}
+        prologue: list[ir.Stmt] = [
             ir.Let(name=self.lane, type=I32, value=ir.BuiltinValue(which=Builtin.SUBGROUP_LANE)),
             ir.Let(name=self.wave, type=I32, value=ir.BuiltinValue(which=Builtin.SUBGROUP_ID)),
-        )
+        ]
+        for cols in sorted({d.cols for d in decls if self.grid(d.cols)}):
+            row, col = self.fresh(f"row{cols}_"), self.fresh(f"col{cols}_")
+            self.lane_parts[cols] = (row, col)
+            prologue += [ir.Let(name=row, type=I32, value=binary(BinOp.DIV, var(self.lane),
+                                                                 const(cols))),
+                         ir.Let(name=col, type=I32, value=binary(BinOp.REM, var(self.lane),
+                                                                 const(cols)))]
         out, _ = self.block(body, _Hazards())
-        return prologue + out
+        return tuple(prologue) + out
 
     def storage(self, d: ir.FragDecl) -> list[ir.Stmt]:
-        """The group's array, where its first fragment is declared."""
+        """An accumulator's scalars; an operand group's array where its first fragment is
+        declared, unless every member is a view."""
+        if d.use is FragUse.ACCUMULATOR:
+            stem = d.name.removeprefix("sk_")
+            names = tuple(self.fresh(f"{stem}_{slot}") for slot in range(self.slots(d)))
+            self.acc[d.name] = names
+            return [ir.Let(name=n, type=d.elem, value=const(0, d.elem), line=d.line)
+                    for n in names]
         g, n = self.place[d.name]
-        if n:
+        if n or set(g.members) <= self.plan.views:
             return []
-        count = len(g.members)
-        if g.use is FragUse.ACCUMULATOR:
-            return [ir.ArrayDecl(name=g.array, elem=g.elem, size=count * self.slots(g),
-                                 space=MemSpace.LOCAL, line=d.line)]
         return [ir.ArrayDecl(name=g.array, elem=g.stored,
-                             size=count * self.waves * g.rows * g.cols, space=MemSpace.SHARED,
-                             line=d.line)]
+                             size=len(g.members) * self.waves * g.rows * g.cols,
+                             space=MemSpace.SHARED, line=d.line)]
 
     # ---------------------------------------------------------------- blocks and hazards
 
@@ -342,9 +327,9 @@ class _Lowering:
         i = 0
         while i < len(stmts):
             s = stmts[i]
-            if isinstance(s, ir.FragMulAdd | ir.FragFill | ir.FragAdd):
-                run, forms = self.run(stmts, i)
-                lowered, state = self.run_stmts(run, forms, state)
+            if isinstance(s, ir.FragMulAdd):
+                run = self.run(stmts, i)
+                lowered, state = self.run_stmts(run, state)
                 i += len(run)
             else:
                 lowered, state = self.stmt(s, state)
@@ -353,9 +338,19 @@ class _Lowering:
         return tuple(out), state
 
     def stmt(self, s: ir.Stmt, state: _Hazards) -> tuple[list[ir.Stmt], _Hazards]:
+        if isinstance(s, ir.Barrier):
+            return [s], _Hazards()
+        written = {a for a in self.sources if _writes(s, a)}
+        head: list[ir.Stmt] = []
+        if written & state.read:  # a view's array rewritten while lanes may still read it
+            head, state = [ir.Barrier(line=s.line)], _Hazards()
+        state = state.copy()
+        state.written |= written
+        lowered, state = self.inner(s, state)
+        return head + lowered, state
+
+    def inner(self, s: ir.Stmt, state: _Hazards) -> tuple[list[ir.Stmt], _Hazards]:
         match s:
-            case ir.Barrier():
-                return [s], _Hazards()
             case ir.For(body=body) | ir.While(body=body):
                 # The body may run again after its end: its hazards at the end reach its start
                 # (iterated until they no longer grow; the sets are finite).
@@ -372,267 +367,193 @@ class _Lowering:
                 return [s.model_copy(update={"then": t, "orelse": o})], t_end.union(o_end)
             case ir.FragDecl():
                 return self.storage(s), state
-            case ir.FragLoad():
-                return self.written([s.frag], state, self.move(s))
-            case ir.FragStore():
+            case ir.FragLoad(frag=f) if self.frag(f).use is not FragUse.ACCUMULATOR:
+                if f in self.plan.views:
+                    return self.move(s), state
+                return self.written([f], state, self.move(s))
+            case ir.FragLoad() | ir.FragStore():
                 return self.move(s), state
+            case ir.FragFill():
+                return self.fill(s, state)
+            case ir.FragAdd():
+                return self.frag_add(s), state
+            case ir.ArrayDecl(name=name) if name in self.plan.tiles:
+                return [s.model_copy(update={"elem": self.plan.tiles[name]})], state
+            case ir.Store(array=name, value=value) if name in self.plan.tiles:
+                return [s.model_copy(update={"value": _converted(value, self.plan.tiles[name])})
+                        ], state
         return [s], state
 
     def written(self, names: list[str], state: _Hazards, stmts: list[ir.Stmt]
                 ) -> tuple[list[ir.Stmt], _Hazards]:
-        """``stmts`` write the fragments ``names`` lane by lane: a barrier first when one is
-        an operand another lane read since the last one."""
-        operands = {n for n in names if self.frag(n).use is not FragUse.ACCUMULATOR}
+        """``stmts`` write the operand fragments ``names`` lane by lane: a barrier first when
+        one is an operand another lane read since the last one."""
         out: list[ir.Stmt] = []
-        if operands & state.read:
+        if set(names) & state.read:
             out.append(ir.Barrier())
             state = _Hazards()
         state = state.copy()
-        state.written |= operands
+        state.written |= set(names)
         return [*out, *stmts], state
 
-    # ---------------------------------------------------------------- runs
+    # ---------------------------------------------------------------- element statements
 
-    def indices(self, s: ir.Stmt) -> tuple[tuple[_Group, int], ...]:
-        match s:
-            case ir.FragMulAdd(d=d, a=a, b=b, c=c):
-                return tuple(self.where(n) for n in (d, a, b, c))
-            case ir.FragFill(frag=f):
-                return (self.where(f),)
-            case ir.FragAdd(d=d, a=a, b=b):
-                return tuple(self.where(n) for n in (d, a, b))
-        raise AssertionError(s)
+    def fill(self, s: ir.FragFill, state: _Hazards) -> tuple[list[ir.Stmt], _Hazards]:
+        d = self.frag(s.frag)
+        if d.use is FragUse.ACCUMULATOR:
+            return [ir.Assign(name=n, value=_converted(s.value, d.elem), line=s.line)
+                    for n in self.acc[s.frag]], state
+        g, n = self.where(s.frag)
+        start = self.fresh("m")
+        stmts: list[ir.Stmt] = [ir.Let(name=start, type=I32,
+                                       value=add(self.matrix(g, n), var(self.lane)))]
+        stmts += [ir.Store(array=g.array, index=add(var(start), const(slot * self.subgroup)),
+                           value=_converted(s.value, g.stored), line=s.line)
+                  for slot in range(self.slots(d))]
+        return self.written([s.frag], state, stmts)
 
-    def run(self, stmts: tuple[ir.Stmt, ...], start: int
-            ) -> tuple[list[ir.Stmt], list[_Affine]]:
-        """The longest run of statements from ``start`` of the same kind, over the same
-        groups (and, for fills, of the same value), whose fragment indices are affine in the
-        position in the run (and, for multiply-accumulates, into distinct accumulators:
-        ``_independent``), and those affine forms."""
-        first = stmts[start]
-        groups = [g for g, _ in self.indices(first)]
-        run: list[ir.Stmt] = []
+    def move(self, s: ir.FragLoad | ir.FragStore) -> list[ir.Stmt]:
+        """A lane's elements of a fragment loaded or stored, slot by slot; an operand read as a
+        view is only given its place."""
+        d = self.frag(s.frag)
+        if isinstance(s, ir.FragLoad) and s.frag in self.plan.views:
+            assert isinstance(s.stride, ir.Const)  # _plan saw to it
+            base, stmts = _held(s.offset, self.fresh("v"))
+            pitch = int(s.stride.value)
+            steps = (pitch, 1) if s.layout is FragLayout.ROW else (1, pitch)
+            self.views[s.frag] = _Operand(s.array, base, *steps,
+                                          self.plan.tiles.get(s.array, d.elem))
+            return stmts
+        offset, stmts = _held(s.offset, self.fresh("o"))
+        stride, more = _held(s.stride, self.fresh("s"))
+        stmts += more
+        if d.use is not FragUse.ACCUMULATOR:
+            g, n = self.where(s.frag)
+            start = self.fresh("m")
+            stmts.append(ir.Let(name=start, type=I32,
+                                value=add(self.matrix(g, n), var(self.lane))))
+        for slot in range(self.slots(d)):
+            i, j = self.position(d.cols, slot)
+            major, minor = (i, j) if s.layout is FragLayout.ROW else (j, i)
+            there = add(add(offset, mul(major, stride)), minor)
+            if d.use is FragUse.ACCUMULATOR:
+                name = self.acc[s.frag][slot]
+                if isinstance(s, ir.FragLoad):
+                    stmts.append(ir.Assign(name=name, line=s.line, value=ir.Load(
+                        array=s.array, index=there, type=d.elem)))
+                else:
+                    stmts.append(ir.Store(array=s.array, index=there, line=s.line,
+                                          value=var(name, d.elem)))
+                continue
+            here = add(var(start), const(slot * self.subgroup))
+            if isinstance(s, ir.FragLoad):
+                held = self.plan.tiles.get(s.array, d.elem)
+                stmts.append(ir.Store(array=g.array, index=here, line=s.line, value=_converted(
+                    ir.Load(array=s.array, index=there, type=held), g.stored)))
+            else:
+                stmts.append(ir.Store(array=s.array, index=there, line=s.line,
+                                      value=ir.Load(array=g.array, index=here, type=g.stored)))
+        return stmts
+
+    def frag_add(self, s: ir.FragAdd) -> list[ir.Stmt]:
+        """One lane's share of ``d = a + b``: each of its slots (the same in the three, which
+        the IR checker made accumulators of one shape and type)."""
+        d = self.frag(s.d)
+        for name in (s.d, s.a, s.b):
+            if self.frag(name).use is not FragUse.ACCUMULATOR:
+                raise EmitError(f"a fragment add of {name!r}, which is not an accumulator")
+        return [ir.Assign(name=x, line=s.line, value=add(var(a, d.elem), var(b, d.elem)))
+                for x, a, b in zip(self.acc[s.d], self.acc[s.a], self.acc[s.b], strict=True)]
+
+    # ---------------------------------------------------------------- runs of products
+
+    def run(self, stmts: tuple[ir.Stmt, ...], start: int) -> list[ir.FragMulAdd]:
+        """The longest run of multiply-accumulates from ``start`` into distinct accumulators,
+        none another's ``c`` (``_independent``)."""
+        run: list[ir.FragMulAdd] = []
         for s in stmts[start:]:
-            if type(s) is not type(first):
-                break
-            if isinstance(s, ir.FragFill) and isinstance(first, ir.FragFill) and \
-                    s.value != first.value:
-                break
-            if [g for g, _ in self.indices(s)] != groups:
+            if not isinstance(s, ir.FragMulAdd) or not _independent([*run, s]):
                 break
             run.append(s)
-        for n in range(len(run), 0, -1):
-            forms = self.fit(run[:n])
-            if forms is not None:
-                return run[:n], forms
-        raise AssertionError("a run of one statement is always affine")
+        return run
 
-    def fit(self, run: list[ir.Stmt]) -> list[_Affine] | None:
-        """The affine forms of the run's columns of fragment indices, or None."""
-        rows = [[n for _, n in self.indices(s)] for s in run]
-        if isinstance(run[0], ir.FragMulAdd) and not _independent(rows):
-            return None
-        return _fit_all([list(c) for c in zip(*rows, strict=True)])
-
-    def run_stmts(self, run: list[ir.Stmt], forms: list[_Affine], state: _Hazards
+    def run_stmts(self, run: list[ir.FragMulAdd], state: _Hazards
                   ) -> tuple[list[ir.Stmt], _Hazards]:
-        first = run[0]
-        if isinstance(first, ir.FragFill):
-            g, _ = self.where(first.frag)
-
-            def fill(index: list[ir.Expr]) -> list[ir.Stmt]:
-                return self.each_element(g, lambda e: [
-                    ir.Store(array=g.array, index=self.at(g, index[0], e.slot, e.flat),
-                             value=_converted(first.value, g.stored), line=first.line)])
-
-            names = [s.frag for s in run if isinstance(s, ir.FragFill)]
-            return self.written(names, state, self.run_loop(len(run), forms, fill, first.line))
-        if isinstance(first, ir.FragAdd):  # private accumulators: no lane reads another's
-            return self.run_loop(len(run), forms, lambda index: self.frag_add(first, *index),
-                                 first.line), state
-        assert isinstance(first, ir.FragMulAdd)
-        reads = {n for s in run if isinstance(s, ir.FragMulAdd) for n in (s.a, s.b)}
+        reads = {r for s in run for n in (s.a, s.b)
+                 for r in ([self.views[n].array] if n in self.plan.views else [n])}
         out: list[ir.Stmt] = []
         if reads & state.written:
-            out.append(ir.Barrier(line=first.line))
+            out.append(ir.Barrier(line=run[0].line))
             state = _Hazards()
         state = state.copy()
         state.read |= reads
-        return [*out, *self.mul_add([s for s in run if isinstance(s, ir.FragMulAdd)], forms)
-                ], state
+        return [*out, *self.mul_add(run)], state
 
-    def run_loop(self, n: int, forms: list[_Affine],
-                 body: Callable[[list[ir.Expr]], list[ir.Stmt]], line: int | None
-                 ) -> list[ir.Stmt]:
-        """``body(the forms' fragment indices)`` for each of the ``n`` positions of a run, in
-        order: a loop over ``r / width`` around a loop over ``r % width``."""
-        width = forms[0].width
-        return self.each("r", n // width, lambda q: self.each(
-            "r", width, lambda p: body([f.expr(q, p) for f in forms]), line), line)
-
-    def each(self, stem: str, n: int, body: Callable[[ir.Expr], list[ir.Stmt]],
-             line: int | None, unroll: bool = False) -> list[ir.Stmt]:
-        """``body(i)`` for ``i`` in ``range(n)``: a loop over a fresh variable, or ``body(0)``
-        when ``n`` is 1, or with ``unroll`` and ``n`` at most ``UNROLL``, ``body(0)``,
-        ``body(1)`` and so on."""
-        if n == 1 or (unroll and n <= UNROLL):
-            return [s for i in range(n) for s in body(const(i))]
-        i = self.fresh(stem)
-        return [ir.For(var=i, start=const(0), stop=const(n), step=const(1),
-                       body=tuple(body(var(i))), line=line)]
-
-    # ---------------------------------------------------------------- element loops
-
-    def each_element(self, g: _Group, body: _ElementBody) -> list[ir.Stmt]:
-        """``for slot: body(the lane's element in that slot)`` over the fragments of ``g``."""
-        slot, flat = self.fresh("slot"), self.fresh("f")
-        i, j = self.fresh("i"), self.fresh("j")
-        inner: list[ir.Stmt] = [
-            ir.Let(name=flat, type=I32, value=add(mul(var(slot), const(self.subgroup)),
-                                                  var(self.lane))),
-            ir.Let(name=i, type=I32, value=binary(BinOp.DIV, var(flat), const(g.cols))),
-            ir.Let(name=j, type=I32, value=binary(BinOp.REM, var(flat), const(g.cols))),
-            *body(_Element(var(i), var(j), var(slot), var(flat))),
-        ]
-        return [ir.For(var=slot, start=const(0), stop=const(self.slots(g)), step=const(1),
-                       body=tuple(inner))]
-
-    def move(self, s: ir.FragLoad | ir.FragStore) -> list[ir.Stmt]:
-        g, n = self.where(s.frag)
-
-        def element(e: _Element) -> list[ir.Stmt]:
-            at = self.at(g, const(n), e.slot, e.flat)
-            major, minor = (e.i, e.j) if s.layout is FragLayout.ROW else (e.j, e.i)
-            there = add(add(s.offset, mul(major, s.stride)), minor)
-            if isinstance(s, ir.FragLoad):
-                return [ir.Store(array=g.array, index=at, line=s.line, value=_converted(
-                    ir.Load(array=s.array, index=there, type=g.elem), g.stored))]
-            return [ir.Store(array=s.array, index=there, line=s.line,
-                             value=ir.Load(array=g.array, index=at, type=g.stored))]
-
-        return self.each_element(g, element)
-
-    def frag_add(self, s: ir.FragAdd, d: ir.Expr, a: ir.Expr, b: ir.Expr) -> list[ir.Stmt]:
-        """One lane's share of ``d = a + b`` for fragment indices ``d``, ``a``, ``b`` of their
-        groups: each of its slots (the same in the three, which the IR checker made
-        accumulators of one shape and type)."""
-        (gd, _), (ga, _), (gb, _) = (self.where(n) for n in (s.d, s.a, s.b))
-
-        def element(e: _Element) -> list[ir.Stmt]:
-            total = add(ir.Load(array=ga.array, type=ga.elem, index=self.at(ga, a, e.slot, e.flat)),
-                        ir.Load(array=gb.array, type=gb.elem, index=self.at(gb, b, e.slot, e.flat)))
-            return [ir.Store(array=gd.array, index=self.at(gd, d, e.slot, e.flat), value=total,
-                             line=s.line)]
-
-        return self.each_element(gd, element)
-
-    def mul_add(self, run: list[ir.FragMulAdd], forms: list[_Affine]) -> list[ir.Stmt]:
-        """One lane's share of the run ``d = a * b + c`` over independent accumulators ``d``,
-        register-blocked (``_Grid``): every ``c`` copied into its ``d`` (where they differ),
-        then for each k in order and each B fragment, each of the lane's B values read once
-        into a private scalar and multiplied by the lane's A values of its rows, in every A
-        fragment the run pairs with that B fragment, each product added to its slot. The
-        products of one B value are written out (up to ``UNROLL``): the run's fragments
-        that share it, at constant offsets from the first, and the lane's rows of each."""
+    def mul_add(self, run: list[ir.FragMulAdd]) -> list[ir.Stmt]:
+        """One lane's share of the run ``d = a * b + c`` over independent accumulators
+        ``d``: every ``c`` copied into its ``d`` (where they differ), then for each k in
+        order: each B value of the lane's columns read once into a private scalar, and each
+        slot of each ``d`` given the product of its row's A value and its column's B value.
+        Where each operand's lane-dependent part of the address starts is computed before
+        the k loop, where its k-th column (A) or row (B) starts once per k."""
         first = run[0]
-        (gd, _), (ga, _), (gb, _), (gc, _) = self.indices(first)
-        if gd.use is not FragUse.ACCUMULATOR or gc.use is not FragUse.ACCUMULATOR:
-            raise EmitError(f"a multiply-accumulate into {first.d!r} from {first.c!r}: both "
-                            "must be accumulators")
-        acc_t, depth, slots = gd.elem, ga.cols, self.slots(gd)
-        grid = _Grid(self.subgroup, gd.cols, slots, var(self.lane))
-        d_form, a_form, b_form, _ = forms
-        width, line = d_form.width, first.line
-        outer = len(run) // width
-        k, row, col = self.fresh("kk"), self.fresh("row"), self.fresh("col")
-        a0, b0, d0 = self.fresh("a0"), self.fresh("b0"), self.fresh("d0")
-        lane_row, lane_col = (const(0), const(0)) if grid.diagonal else (
-            _times(grid.row_of(const(0)), depth), grid.col_of(const(0)))
-
-        def a_value(at: ir.Expr) -> ir.Expr:
-            return _converted(ir.Load(array=ga.array, type=ga.stored, index=_plus(var(a0), at)),
-                              acc_t)
-
-        def b_value(at: ir.Expr) -> ir.Expr:
-            return _converted(ir.Load(array=gb.array, type=gb.stored, index=_plus(var(b0), at)),
-                              acc_t)
-
-        def update(at: ir.Expr, product: ir.Expr) -> ir.Stmt:
-            acc = _plus(var(d0), at)
-            return ir.Store(array=gd.array, index=acc, line=line, value=add(
-                ir.Load(array=gd.array, type=acc_t, index=acc), product))
-
-        # B's position in the run is looped over; the other one, if B does not vary with
-        # it, is written out: the fragments that share a B value
-        written = "q" if outer > 1 and not b_form.outer else \
-            "p" if width > 1 and not b_form.inner else ""
-        count = {"q": outer, "p": width, "": 1}[written]
-
-        def step(f: _Affine) -> int:
-            return f.outer if written == "q" else f.inner
-
-        def statement(q: ir.Expr, p: ir.Expr) -> list[ir.Stmt]:
-            d, a, b = (f.expr(q, p) for f in (d_form, a_form, b_form))
-            out = [ir.Let(name=a0, type=I32, value=add(self.matrix(ga, a), add(var(row),
-                                                                                var(k)))),
-                   ir.Let(name=b0, type=I32, value=add(self.matrix(gb, b), add(
-                       _times(var(k), gb.cols), var(col)))),
-                   ir.Let(name=d0, type=I32, value=self.slot_at(gd, d, const(0)))]
-            if grid.diagonal:  # a row and a column of its own in each slot
-                return out + self.each("ri", slots, lambda ri: [update(ri, mul(
-                    a_value(_times(grid.row_of(ri), depth)), b_value(grid.col_of(ri))))],
-                    line)
-            b_k = self.fresh("b")
-
-            def products(cj: ir.Expr) -> list[ir.Stmt]:
-                return [ir.Let(name=b_k, type=acc_t, value=b_value(_times(cj, self.subgroup))),
-                        *self.each("w", count, lambda w: self.each("ri", grid.rows, lambda ri: [
-                            update(_plus(_times(w, step(d_form) * slots),
-                                         _plus(_times(ri, grid.cols), cj)),
-                                   mul(a_value(_plus(
-                                       _times(w, step(a_form) * self.waves * ga.rows * ga.cols),
-                                       _times(ri, grid.row_step * depth))), var(b_k, acc_t)))],
-                            line, unroll=True), line, unroll=count * grid.rows <= UNROLL)]
-
-            return out + self.each("cj", grid.cols, products, line)
-
-        if written == "q":
-            body = self.each("r", width, lambda p: statement(const(0), p), line)
-        elif written == "p":
-            body = self.each("r", outer, lambda q: statement(q, const(0)), line)
-        else:
-            body = self.each("r", outer, lambda q: self.each(
-                "r", width, lambda p: statement(q, p), line), line)
-        return [*self.copy_initial(run, forms),
-                ir.Let(name=row, type=I32, value=lane_row),
-                ir.Let(name=col, type=I32, value=lane_col),
-                ir.For(var=k, start=const(0), stop=const(depth), step=const(1), line=line,
-                       body=tuple(body))]
-
-    def copy_initial(self, run: list[ir.FragMulAdd], forms: list[_Affine]) -> list[ir.Stmt]:
-        """Each ``c`` of the run copied into its ``d``, where some differ."""
-        if all(s.c == s.d for s in run):
-            return []
-        (gd, _), _, _, (gc, _) = self.indices(run[0])
-        slot, slots = self.fresh("slot"), self.slots(gd)
-
-        def copy(index: list[ir.Expr]) -> list[ir.Stmt]:
-            d, _, _, c = index
-            value = ir.Load(array=gc.array, type=gc.elem, index=self.slot_at(gc, c, var(slot)))
-            return [ir.For(var=slot, start=const(0), stop=const(slots), step=const(1), body=(
-                ir.Store(array=gd.array, index=self.slot_at(gd, d, var(slot)), value=value,
-                         line=run[0].line),))]
-
-        return self.run_loop(len(run), forms, copy, run[0].line)
+        dd = self.frag(first.d)
+        for s in run:
+            for name in (s.d, s.c):
+                if self.frag(name).use is not FragUse.ACCUMULATOR:
+                    raise EmitError(f"a multiply-accumulate into {s.d!r} from {s.c!r}: both "
+                                    "must be accumulators")
+        acc_t, depth, line = dd.elem, self.frag(first.a).cols, first.line
+        lane_row, lane_col = self.lane_part(dd.cols)
+        out: list[ir.Stmt] = [
+            ir.Assign(name=x, value=var(c, acc_t), line=line)
+            for s in run if s.c != s.d for x, c in zip(self.acc[s.d], self.acc[s.c], strict=True)]
+        k = self.fresh("kk")
+        bases: dict[str, tuple[_Operand, str, str]] = {}
+        body: list[ir.Stmt] = []
+        for name in dict.fromkeys(n for s in run for n in (s.a, s.b)):
+            op = self.operand(name)
+            if self.frag(name).use is FragUse.A:  # (row, k): the lane's row, then column k
+                lane, kstep = _times(lane_row, op.row_step), op.col_step
+            else:  # (k, column): row k, the lane's column
+                lane, kstep = _times(lane_col, op.col_step), op.row_step
+            base, at = self.fresh("base"), self.fresh("at")
+            out.append(ir.Let(name=base, type=I32, value=_plus(op.base, lane)))
+            body.append(ir.Let(name=at, type=I32, value=_plus(var(base), _times(var(k), kstep))))
+            bases[name] = (op, base, at)
+        b_values: dict[tuple[str, str], str] = {}
+        products: list[ir.Stmt] = []
+        for s in run:
+            a_op, _, a_at = bases[s.a]
+            b_op, _, b_at = bases[s.b]
+            for slot, x in enumerate(self.acc[s.d]):
+                row, col = self.offsets(dd.cols, slot)
+                key = (s.b, col.model_dump_json())
+                if key not in b_values:
+                    b_values[key] = self.fresh("b")
+                    body.append(ir.Let(name=b_values[key], type=acc_t, value=_converted(
+                        b_op.at(_plus(var(b_at), _times(col, b_op.col_step))), acc_t)))
+                a = _converted(a_op.at(_plus(var(a_at), _times(row, a_op.row_step))), acc_t)
+                products.append(ir.Assign(name=x, line=line, value=add(
+                    var(x, acc_t), mul(a, var(b_values[key], acc_t)))))
+        return [*out, ir.For(var=k, start=const(0), stop=const(depth), step=const(1),
+                             line=line, body=(*body, *products))]
 
 
-def _independent(rows: list[list[int]]) -> bool:
-    """Whether multiply-accumulates with fragment indices ``d, a, b, c`` (a row each) may
-    interleave their products k by k: their accumulators ``d`` are distinct and none is
-    another's ``c``, so each element still receives its own statement's products in k order
-    from its own initial value."""
-    d, c = [row[0] for row in rows], [row[3] for row in rows]
-    return len(set(d)) == len(d) and all(x == y or x not in d for x, y in zip(c, d, strict=True))
+def _independent(run: list[ir.FragMulAdd]) -> bool:
+    """Whether multiply-accumulates may interleave their products k by k: their accumulators
+    ``d`` are distinct and none is another's ``c``, so each element still receives its own
+    statement's products in k order from its own initial value."""
+    d = [s.d for s in run]
+    return len(set(d)) == len(d) and all(s.c == s.d or s.c not in d for s in run)
+
+
+def _held(x: ir.Expr, name: str) -> tuple[ir.Expr, list[ir.Stmt]]:
+    """``x`` where a literal or a variable, else a fresh variable ``name`` holding it, and the
+    statement that declares it: an address used for every slot computed once."""
+    if isinstance(x, ir.Const | ir.Var):
+        return x, []
+    return var(name, x.type), [ir.Let(name=name, type=x.type, value=x)]
 
 
 def _times(x: ir.Expr, n: int) -> ir.Expr:
@@ -657,16 +578,81 @@ def _converted(x: ir.Expr, t: ElemType) -> ir.Expr:
     return x if x.type is t else ir.Cast(x=x, type=t)
 
 
-def _widened(body: tuple[ir.Stmt, ...], keys: dict[tuple[FragUse, ElemType, int, int],
-                                                   list[str]],
-             frags: dict[str, ir.FragDecl], waves: int) -> dict[str, ElemType]:
-    """The accumulator type each operand group is held in, by its first fragment's name: the
-    groups whose fragments are all multiplied into one accumulator type and never stored
-    (whose conversion back is then never needed), where holding every such group widened
-    keeps the kernel's local memory within ``LOCAL_BYTES``; none where it would not."""
+def _nodes(x: object) -> Iterator[Node]:
+    """Every node of the IR inside ``x`` (itself included), statements and expressions."""
+    if isinstance(x, Node):
+        yield x
+        for name in type(x).model_fields:
+            yield from _nodes(getattr(x, name))
+    elif isinstance(x, tuple):
+        for y in x:
+            yield from _nodes(y)
+
+
+def _names_array(n: Node, array: str) -> bool:
+    """Whether node ``n`` names ``array`` in one of its own fields."""
+    return any(getattr(n, f) == array for f in type(n).model_fields
+               if isinstance(getattr(n, f), str))
+
+
+def _writes(s: ir.Stmt, array: str) -> bool:
+    """Whether ``s`` may change ``array``: anything in it that names the array but a load of
+    it (an expression's or a fragment's)."""
+    return any(not isinstance(n, ir.Load | ir.FragLoad) and _names_array(n, array)
+               for n in _nodes(s))
+
+
+def _blocks(body: tuple[ir.Stmt, ...]) -> Iterator[tuple[ir.Stmt, ...]]:
+    """``body`` and every statement list nested in it."""
+    yield body
+    for s in body:
+        match s:
+            case ir.For(body=inner) | ir.While(body=inner):
+                yield from _blocks(inner)
+            case ir.If(then=then, orelse=orelse):
+                yield from _blocks(then)
+                yield from _blocks(orelse)
+
+
+def _viewable(body: tuple[ir.Stmt, ...], frags: dict[str, ir.FragDecl],
+              shared: dict[str, ir.ArrayDecl]) -> set[str]:
+    """The operand fragments that can be read where their loads read them: only loaded, from
+    shared arrays at constant strides, and multiplied only after a load of theirs in the same
+    block with nothing between that could change that array or load them again."""
+    out = {n for n, d in frags.items() if d.use is not FragUse.ACCUMULATOR}
+    for s in walk(body):
+        match s:
+            case ir.FragFill(frag=f) | ir.FragStore(frag=f):
+                out.discard(f)
+            case ir.FragLoad(frag=f, array=a, stride=stride) if (
+                    a not in shared or not isinstance(stride, ir.Const)):
+                out.discard(f)
+    for block in _blocks(body):
+        loaded: dict[str, str] = {}  # fragment: the array its load in this block read
+        for s in block:
+            if isinstance(s, ir.FragLoad) and s.frag in out:
+                loaded[s.frag] = s.array
+                continue
+            if isinstance(s, ir.FragMulAdd):
+                out -= {n for n in (s.a, s.b) if n not in loaded}
+                continue
+            inside = list(_nodes(s))
+            for f, a in list(loaded.items()):
+                if _writes(s, a) or any(isinstance(n, ir.FragLoad) and n.frag == f
+                                        for n in inside):
+                    del loaded[f]
+    return out
+
+
+def _plan(body: tuple[ir.Stmt, ...], keys: dict[tuple[FragUse, ElemType, int, int], list[str]],
+          frags: dict[str, ir.FragDecl], shared: dict[str, ir.ArrayDecl], waves: int) -> _Plan:
+    """Where operands are held (``_Plan``): each group in the accumulator type its fragments
+    are all multiplied into, where none is stored, and each staged tile whose every read is a
+    load of such a fragment; views of the fragments that can be read in place and are held
+    in the type they are multiplied in or in an integer type. All widened while the kernel's
+    local memory stays within ``LOCAL_BYTES``, else none."""
     into: dict[str, set[ElemType]] = {}
     stored: set[str] = set()
-    local = 0
     for s in walk(body):
         match s:
             case ir.FragMulAdd(d=d, a=a, b=b) if d in frags:
@@ -674,18 +660,45 @@ def _widened(body: tuple[ir.Stmt, ...], keys: dict[tuple[FragUse, ElemType, int,
                     into.setdefault(n, set()).add(frags[d].elem)
             case ir.FragStore(frag=f):
                 stored.add(f)
-            case ir.ArrayDecl(space=MemSpace.SHARED, elem=elem, size=size):
-                local += size * max(elem.bits // 8, 1)
-    wide: dict[str, ElemType] = {}
-    for (use, elem, rows, cols), members in keys.items():
-        if use is FragUse.ACCUMULATOR:
-            continue
+    groups: dict[str, ElemType] = {}
+    for members in keys.values():
         types = set().union(*(into.get(n, set()) for n in members))
-        held = next(iter(types)) if len(types) == 1 and not stored & set(members) else elem
-        if held is not elem:
-            wide[members[0]] = held
-        local += len(members) * waves * rows * cols * max(held.bits // 8, 1)
-    return wide if local <= LOCAL_BYTES else {}
+        held = next(iter(types)) if len(types) == 1 and not stored & set(members) else None
+        if held is not None and held is not frags[members[0]].elem:
+            for n in members:
+                groups[n] = held
+    tiles: dict[str, ElemType] = {}
+    nodes = list(_nodes(body))
+    for name in shared:
+        loads = [n for n in nodes if isinstance(n, ir.FragLoad) and n.array == name]
+        types = {groups.get(n.frag, shared[name].elem) for n in loads}
+        others = [n for n in nodes if _names_array(n, name) and not isinstance(
+            n, ir.FragLoad | ir.Store | ir.ArrayDecl)]
+        if loads and len(types) == 1 and not others and types != {shared[name].elem}:
+            tiles[name] = types.pop()
+    viewable = _viewable(body, frags, shared)
+
+    def views(tiles: dict[str, ElemType]) -> frozenset[str]:
+        def fits(s: ir.FragLoad) -> bool:  # no conversion per product but an integer one
+            held = tiles.get(s.array, shared[s.array].elem)
+            return held.is_int or into.get(s.frag, set()) <= {held}
+
+        loads = [s for s in walk(body) if isinstance(s, ir.FragLoad) and s.frag in viewable]
+        return frozenset(f for f in viewable if all(fits(s) for s in loads if s.frag == f))
+
+    def local(groups: dict[str, ElemType], tiles: dict[str, ElemType],
+              viewed: frozenset[str]) -> int:
+        total = sum(d.size * max(tiles.get(n, d.elem).bits // 8, 1) for n, d in shared.items())
+        for (_, elem, rows, cols), members in keys.items():
+            if not set(members) <= viewed:
+                held = groups.get(members[0], elem)
+                total += len(members) * waves * rows * cols * max(held.bits // 8, 1)
+        return total
+
+    viewed = views(tiles)
+    if local(groups, tiles, viewed) <= LOCAL_BYTES:
+        return _Plan(viewed, groups, tiles)
+    return _Plan(views({}), {}, {})
 
 
 def _names(kernel: ir.Kernel) -> set[str]:
