@@ -33,6 +33,7 @@ from rich.table import Table
 from backends.cuda.nvrtc import compile_cubin
 from backends.cuda.run import device_arch, device_name, launch_cubin, time_cubin
 from backends.cuda.shared import dynamic_bytes
+from backends.cuda.tma import Request, requests
 from backends.pipeline import Compiled, compile_launch
 from backends.registry import target
 from bench.harness import RESULTS, ROOT, Timing, write
@@ -44,7 +45,7 @@ from sarek.schedule import SEED
 REPEATS = 10
 
 
-def _compiled(compiled: Compiled, arch: str) -> tuple[bytes, list[Any]]:
+def _compiled(compiled: Compiled, arch: str) -> tuple[bytes, list[Any], tuple[Request, ...]]:
     launch = compiled.launch
     cubin = compile_cubin(compiled.text, arch, f"{launch.kernel.name}.cu")
     params: list[Any] = []
@@ -52,22 +53,22 @@ def _compiled(compiled: Compiled, arch: str) -> tuple[bytes, list[Any]]:
         dt = numpy_dtype(p.elem)
         value = launch.args[p.name]
         params.append(np.asarray(value, dt) if hasattr(value, "shape") else dt.type(value))
-    return cubin, params
+    return cubin, params, requests(compiled.lowered, dict(launch.args))
 
 
 def kernel_seconds(compiled: Compiled, arch: str) -> float:
-    cubin, params = _compiled(compiled, arch)
+    cubin, params, maps = _compiled(compiled, arch)
     launch = compiled.launch
     return Timing.of(time_cubin(cubin, launch.kernel.name, params, launch.grid, launch.block,
-                                REPEATS, dynamic_bytes(launch.kernel))).median_s
+                                REPEATS, dynamic_bytes(launch.kernel), maps=maps)).median_s
 
 
 def kernel_output(compiled: Compiled, arch: str, array: str) -> np.ndarray:
     """``array`` after one launch on the device (its bit pattern)."""
-    cubin, params = _compiled(compiled, arch)
+    cubin, params, maps = _compiled(compiled, arch)
     launch = compiled.launch
     out = launch_cubin(cubin, launch.kernel.name, params, launch.grid, launch.block,
-                       dynamic_bytes(launch.kernel))
+                       dynamic_bytes(launch.kernel), maps)
     index = [p.name for p in launch.kernel.params].index(array)
     result = out[index]
     assert result is not None

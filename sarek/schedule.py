@@ -17,7 +17,7 @@ from sarek.errors import SarekError
 
 STAGE_QUANTUM = 16  # reduction steps are whole multiples of 16
 MAX_STAGES = 4  # steps a schedule keeps in shared memory at once
-_NAME = re.compile(r"t(\d{1,4})(?:x(\d{1,4}))?k(\d{1,4})(p?)(?:s(\d))?(g?)(f?)")
+_NAME = re.compile(r"t(\d{1,4})(?:x(\d{1,4}))?k(\d{1,4})(p?)(?:s(\d))?(g?)(f?)(b?)")
 
 
 class ScheduleError(SarekError):
@@ -40,7 +40,10 @@ class Schedule:
     block is two such groups of four waves). With ``in_flight`` (a warpgroup schedule of 3 or
     4 stages) the copies go ``stages - 2`` steps ahead, so that no step refills the buffer the
     step before it read: a target whose multiplies run asynchronously (``wgmma``) may leave
-    one step's multiplies running while the next step is issued."""
+    one step's multiplies running while the next step is issued. With ``bulk`` (a warpgroup
+    schedule) the staged copies are marked ``StageCopy.bulk``: a target with bulk tensor
+    copies (CUDA on sm_90: ``backends.cuda.tma``) issues each step's tiles from one
+    invocation, completed by an mbarrier, where the region's operands allow it."""
 
     tile: int = 64
     step: int = 16
@@ -49,6 +52,7 @@ class Schedule:
     wide: bool = False
     warpgroup: bool = False
     in_flight: bool = False
+    bulk: bool = False
 
     @property
     def ahead(self) -> int:
@@ -88,9 +92,11 @@ class Schedule:
             raise ScheduleError(f"{name!r} is not a schedule name such as t64k16, t128k64s2, "
                                 "t128x256k64s2, t128k16p or t128k64s2g (tile, step, p for "
                                 "prefetch, s and the stages, g for a warpgroup's fragments, f "
-                                "after it for one step's multiplies in flight)")
+                                "after it for one step's multiplies in flight, b last for bulk "
+                                "tensor copies)")
         return cls(tile=int(m[1]), step=int(m[3]), prefetch=bool(m[4]), stages=int(m[5] or 1),
-                   wide=m[2] is not None, warpgroup=bool(m[6]), in_flight=bool(m[7]))
+                   wide=m[2] is not None, warpgroup=bool(m[6]), in_flight=bool(m[7]),
+                   bulk=bool(m[8]))
 
     @property
     def name(self) -> str:
@@ -98,7 +104,8 @@ class Schedule:
         tile = f"{self.tile}x{self.tile_n}" if self.wide else str(self.tile)
         group = "g" if self.warpgroup else ""
         flight = "f" if self.in_flight else ""
-        return f"t{tile}k{self.step}{'p' if self.prefetch else ''}{stages}{group}{flight}"
+        bulk = "b" if self.bulk else ""
+        return f"t{tile}k{self.step}{'p' if self.prefetch else ''}{stages}{group}{flight}{bulk}"
 
     def check(self, frag: int, threads: int) -> None:
         """``ScheduleError`` when the schedule does not divide into ``frag`` fragments and the
@@ -122,6 +129,9 @@ class Schedule:
             raise ScheduleError("a schedule with a step's multiplies in flight is a warpgroup "
                                 "schedule of 3 or 4 stages (the step after one that is still "
                                 "multiplying refills neither its buffer nor its own)")
+        if self.bulk and not self.warpgroup:
+            raise ScheduleError("bulk tensor copies stage a warpgroup schedule's tiles (a 'b' "
+                                "after its 'g')")
         if self.wave_tile % frag or self.step % frag:
             raise ScheduleError(f"a {self.wave_tile}x{self.wave_tile} wave tile with "
                                 f"{self.step}-deep steps does not divide into {frag}x{frag} "

@@ -114,8 +114,8 @@ def test_a_box_past_the_origin_reads_from_its_coordinates() -> None:
 
 
 def test_reading_a_stage_before_waiting_for_its_phase_is_a_race() -> None:
-    with pytest.raises(sarek.SharedRace, match="still being copied by a bulk tensor copy .*"
-                       "has not waited for phase 0 of mbarrier 0"):
+    with pytest.raises(sarek.SharedRace, match=r"still being copied by a bulk tensor copy .*"
+                       r"has not waited for phase 0 of mbarrier 0"):
         run(kernel(elected(arrive(), copy()), read_box()))
 
 

@@ -12,6 +12,8 @@ takes (chunk ``e = trip * threads + thread``, row-major over the tile):
 
 Any other staged copy becomes ``sarek.stage_copy.element_copy``. ``StageCommit`` and
 ``StageWait`` stay: they print as ``cp.async.commit_group`` and ``cp.async.wait_group``.
+Copies marked ``bulk`` are first issued as bulk tensor copies where ``backends.cuda.tma``
+can (the copies it leaves, of regions a tensor map cannot describe, are lowered here).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from backends.cuda import tma
 from backends.cuda.wgmma import CoreLayout
 from sarek import dtypes, ir
 from sarek.ir import BinOp, ElemType
@@ -41,9 +44,10 @@ I32 = ElemType.I32
 def lower(kernel: ir.Kernel, places: Mapping[str, CoreLayout] | None = None) -> ir.Kernel:
     """``kernel`` with its staged copies lowered (as it is when it has none); a copy into an
     array of ``places`` puts its tile in that array's core layout (``backends.cuda.wgmma``)."""
-    if kernel.block is None:
-        return kernel
     block, places = kernel.block, places or {}
+    if block is None:
+        return kernel
+    kernel = tma.lower(kernel, dict(places))
 
     def lowered(s: ir.Stmt) -> list[ir.Stmt] | None:
         if not isinstance(s, ir.StageCopy):

@@ -16,7 +16,7 @@ import dataclasses
 from backends import cstyle
 from backends.c_helpers import helpers
 from backends.cstyle import Dialect, EmitError, Printer, render
-from backends.cuda import shared
+from backends.cuda import emit_bulk, shared
 from backends.cuda.lower import lower
 from sarek import atoms, ir, ir_check
 from sarek.ir import BinOp, Builtin, ElemType, MathFn
@@ -93,6 +93,8 @@ def _hook(p: Printer, s: ir.Stmt) -> list[str] | None:
                     f' "wgmma.wait_group.sync.aligned {pending};" ::: "memory");']
         case ir.AsyncProxyFence():
             return ['asm volatile("fence.proxy.async.shared::cta;" ::: "memory");']
+        case ir.MbarrierInit() | ir.MbarrierArrive() | ir.MbarrierWait() | ir.BulkTensorCopy():
+            return emit_bulk.bulk(p, s)
         case ir.TileApply():
             raise EmitError("tile_apply is a tile pattern: lower the kernel for CUDA first "
                             "(backends.cuda.lower, or emit, which does)")
@@ -267,7 +269,20 @@ DIALECT = Dialect(
 
 def print_kernel(kernel: ir.Kernel) -> str:
     """A kernel lowered for CUDA as CUDA C++; shared arrays the lowering placed in the dynamic
-    allocation (``dynamic_offset``, ``backends.cuda.shared.place``) are pointers into it."""
+    allocation (``dynamic_offset``, ``backends.cuda.shared.place``) are pointers into it, and
+    the tensor maps of its bulk copies follow its parameters (``backends.cuda.emit_bulk``)."""
+    maps = emit_bulk.parameters(kernel)
+    text = _print(kernel)
+    if not maps:
+        return text
+    head = f"{DIALECT.kernel_prefix} {kernel.name}("
+    at = text.index(head) + len(head)
+    end = text.index(") {", at)
+    return (text[:text.index(head)] + emit_bulk.TENSOR_MAP_TYPE + "\n" + text[
+        text.index(head):end] + ", " + ", ".join(maps) + text[end:])
+
+
+def _print(kernel: ir.Kernel) -> str:
     if not any(isinstance(s, ir.ArrayDecl) and s.dynamic_offset is not None
                for s in walk(kernel.body)):
         return render(kernel, DIALECT)

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from backends.cuda.nvrtc import compile_cubin, nvrtc_available
+from backends.cuda.tma import Request, encode
 from sarek import ir
 from sarek.dtypes import numpy_dtype
 from sarek.errors import SarekError
@@ -97,7 +98,11 @@ def run(kernel: ir.Kernel, args: Sequence[Any] | Mapping[str, Any], grid: tuple[
             params.append(np.asarray(values[p.name], dtype=dt))
         else:
             params.append(dt.type(values[p.name]))
-    out = launch_cubin(cubin, kernel.name, params, grid, block, dynamic_bytes(kernel))
+    from backends.cuda.lower import lower
+    from backends.cuda.tma import requests
+
+    maps = requests(lower(kernel), values)
+    out = launch_cubin(cubin, kernel.name, params, grid, block, dynamic_bytes(kernel), maps)
     return {p.name: arr for p, arr in zip(kernel.params, out, strict=True)
             if isinstance(p, ir.ArrayParam) and arr is not None}
 
@@ -122,10 +127,11 @@ class _Loaded:
 
 @contextmanager
 def _loaded(cubin: bytes, name: str, params: Sequence[np.ndarray | np.generic],
-            shared_bytes: int = 0) -> Iterator[_Loaded]:
+            shared_bytes: int = 0, maps: Sequence[Request] = ()) -> Iterator[_Loaded]:
     """Loads ``cubin`` in device 0's primary context (raising the kernel's dynamic shared
     memory limit to ``shared_bytes``) and copies the array parameters to the device (scalars
-    are passed by value, the driver copying their bytes); frees everything afterwards."""
+    are passed by value, the driver copying their bytes), the tensor maps ``maps`` encoded
+    over those copies after them (``backends.cuda.tma``); frees everything afterwards."""
     from cuda.bindings import driver as cu
 
     _check(cu.cuInit(0), "cuInit")
@@ -152,6 +158,10 @@ def _loaded(cubin: bytes, name: str, params: Sequence[np.ndarray | np.generic],
             else:
                 buffers.append(None)
                 holders.append(np.array([value]))
+        for request in maps:
+            entry = buffers[request.param]
+            assert entry is not None
+            holders.append(encode(request, int(entry[0])))
         pointers = np.array([h.ctypes.data for h in holders], dtype=np.uint64)
         yield _Loaded(function, pointers, buffers, shared_bytes)
     finally:
@@ -162,15 +172,16 @@ def _loaded(cubin: bytes, name: str, params: Sequence[np.ndarray | np.generic],
 
 
 def launch_cubin(cubin: bytes, name: str, params: Sequence[np.ndarray | np.generic],
-                 grid: tuple[int, ...], block: tuple[int, ...], shared_bytes: int = 0
-                 ) -> list[np.ndarray | None]:
+                 grid: tuple[int, ...], block: tuple[int, ...], shared_bytes: int = 0,
+                 maps: Sequence[Request] = ()) -> list[np.ndarray | None]:
     """Launches kernel ``name`` of ``cubin`` once on device 0 with ``shared_bytes`` of dynamic
     shared memory (``backends.cuda.shared.dynamic_bytes``): an array parameter is copied to
     the device and its contents after the launch come back (in the same position of the
-    result), a NumPy scalar is passed by value (None in the result)."""
+    result), a NumPy scalar is passed by value (None in the result); ``maps`` are the tensor
+    maps that follow the parameters."""
     from cuda.bindings import driver as cu
 
-    with _loaded(cubin, name, params, shared_bytes) as k:
+    with _loaded(cubin, name, params, shared_bytes, maps) as k:
         k.launch(grid, block)
         _check(cu.cuCtxSynchronize(), "cuCtxSynchronize")
         out: list[np.ndarray | None] = []
@@ -188,13 +199,14 @@ def launch_cubin(cubin: bytes, name: str, params: Sequence[np.ndarray | np.gener
 
 def time_cubin(cubin: bytes, name: str, params: Sequence[np.ndarray | np.generic],
                grid: tuple[int, ...], block: tuple[int, ...], repeats: int = 10,
-               shared_bytes: int = 0, together: int = 1) -> list[float]:
+               shared_bytes: int = 0, together: int = 1, maps: Sequence[Request] = ()
+               ) -> list[float]:
     """Seconds per launch of kernel ``name`` over the same device copies of ``params``, timed
     with CUDA events after one warm-up launch: one figure per repeat, each the mean of
     ``together`` launches issued back to back between two events."""
     from cuda.bindings import driver as cu
 
-    with _loaded(cubin, name, params, shared_bytes) as k:
+    with _loaded(cubin, name, params, shared_bytes, maps) as k:
         start, stop = (_check(cu.cuEventCreate(0), "cuEventCreate") for _ in range(2))
         times = []
         for i in range(repeats + 1):

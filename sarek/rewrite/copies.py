@@ -162,7 +162,8 @@ class Copies(Layout):
                             dst_offset=base, dst_pitch=pitch,
                             src=access.array, src_offset=origin, src_row_stride=strides[0],
                             src_col_stride=strides[1], rows=rows, cols=cols,
-                            row_limit=limits[0], col_limit=limits[1], fill=fill)
+                            row_limit=limits[0], col_limit=limits[1], fill=fill,
+                            bulk=self.bulk)
 
     def stage_into(self, k0: ir.Expr, slot: ir.Expr) -> list[ir.Stmt]:
         """The A and B tiles of the step starting at ``k0`` into buffer ``slot`` (of the

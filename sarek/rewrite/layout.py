@@ -33,6 +33,7 @@ class Layout:
         self.waves = schedule.waves
         self.prefetching = schedule.prefetch
         self.stages, self.ahead = schedule.stages, schedule.ahead
+        self.bulk = schedule.bulk  # staged copies a target may issue as bulk tensor copies
         self.threads = self.waves * subgroup
         self.per_wave = self.wave_tile // frag  # fragments along each side of a wave's tile
         # Accumulator fragments per wave as the target's policy shapes them for the schedule:
