@@ -127,11 +127,16 @@ def test_fragment_fills_and_adds_are_written_out_slot_by_slot() -> None:
 
 
 def _b_values_and_products(run: ir.For) -> tuple[list[ir.Let], list[ir.Assign]]:
-    """What a run's k loop does for one k: the B values it reads, the products it adds."""
+    """What a run's k loop does for one trip: the B values it reads, the products it adds."""
     lets = [s for s in run.body if isinstance(s, ir.Let)]
     return ([s for s in lets if isinstance(v := s.value.x if isinstance(s.value, ir.Cast)
                                            else s.value, ir.Load)],
             [s for s in run.body if isinstance(s, ir.Assign)])
+
+
+def _products(e: ir.Expr) -> int:
+    """How many products a sum adds to the accumulator it starts from."""
+    return _products(e.a) + 1 if isinstance(e, ir.Binary) and e.op is ir.BinOp.ADD else 0
 
 
 def test_a_run_of_multiply_accumulates_is_one_k_loop_around_the_fragments() -> None:
@@ -141,11 +146,14 @@ def test_a_run_of_multiply_accumulates_is_one_k_loop_around_the_fragments() -> N
     step = _loops(lowered.body, "sk_k0")[0]
     runs = _loops(step.body, "sk_kk")
     assert len(runs) == products
-    for run in runs:  # k in order outside; inside, every product of the 4x4 fragments
-        assert _trips(run) == 8
+    for run in runs:  # k in order outside, 8 at a time (CHAIN); inside, every product
+        assert _trips(run) == 8 and isinstance(run.step, ir.Const) and run.step.value == 8
         b_values, updates = _b_values_and_products(run)
-        # an 8x8 accumulator over 32 lanes: 2 rows of one column a lane; 4 B fragments
-        assert len(b_values) == 4 and len(updates) == 16 * 2
+        # an 8x8 accumulator over 32 lanes: 2 rows of one column a lane; 4 B fragments of
+        # 4x4 a wave, a B value for each k; each slot of the 16 accumulators one statement
+        # adding its 8 products in k order
+        assert len(b_values) == 4 * 8 and len(updates) == 16 * 2
+        assert all(_products(u.value) == 8 for u in updates)
         assert not [s for s in run.body if isinstance(s, ir.For)]
 
 
@@ -155,9 +163,10 @@ def test_a_lane_reads_each_b_value_once_per_k_and_its_rows_of_a_in_place() -> No
     (run,) = _loops(_loops(lowered.body, "sk_k0")[0].body, "sk_kk")
     b_values, updates = _b_values_and_products(run)
     # a 16x16 accumulator over 32 lanes: each lane 8 rows of one column, so one B value per
-    # k and B fragment (2), and 2 x 2 x 8 products (2x2 fragments a wave), reading A from the
-    # staged tile, held as f32 (each f16 converted once, as it is staged)
-    assert len(b_values) == 2 and len(updates) == 2 * 2 * 8
+    # k and B fragment (2), and 2 x 2 x 8 slots (2x2 fragments a wave) each given 8 products
+    # a trip, reading A from the staged tile, held as f32 (each f16 converted once, as it is
+    # staged)
+    assert _trips(run) == 16 and len(b_values) == 2 * 8 and len(updates) == 2 * 2 * 8
     tiles = {s.name: s.elem for s in lowered.body if isinstance(s, ir.ArrayDecl)}
     loads = {n.array for u in updates for n in opencl_lower._nodes(u) if isinstance(n, ir.Load)}
     assert loads == {"sk_a"} and tiles["sk_a"] is ir.ElemType.F32
@@ -401,13 +410,15 @@ def test_products_out_of_k_order_are_caught(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def _reverse_k_loops(s: ir.Stmt) -> ir.Stmt:
-    """The loops over the products (``sk_kk...``) run k from the last to the first."""
+    """The loops over the products (``sk_kk...``) run their trips from the last to the
+    first."""
     if isinstance(s, ir.For) and s.var.startswith("sk_kk"):
-        assert isinstance(s.stop, ir.Const)
+        assert isinstance(s.stop, ir.Const) and isinstance(s.step, ir.Const)
+        stop, step = int(s.stop.value), int(s.step.value)
         return s.model_copy(update={
-            "start": ir.Const(value=int(s.stop.value) - 1, type=ir.ElemType.I32),
-            "stop": ir.Const(value=-1, type=ir.ElemType.I32),
-            "step": ir.Const(value=-1, type=ir.ElemType.I32)})
+            "start": ir.Const(value=stop - step, type=ir.ElemType.I32),
+            "stop": ir.Const(value=-step, type=ir.ElemType.I32),
+            "step": ir.Const(value=-step, type=ir.ElemType.I32)})
     if isinstance(s, ir.For):
         return s.model_copy(update={"body": tuple(_reverse_k_loops(x) for x in s.body)})
     return s

@@ -30,17 +30,18 @@ exchange data through local memory and work-group barriers.
   is register-blocked: for each ``k`` in order, the lane reads each of its B values once into
   a private scalar and adds to each of its slots the product ``a[i,k] * b[k,j]`` of its
   row's A value and its column's B value (exact: f16 and bf16 products fit f32), rounded
-  after every addition. Every element still receives its statement's products in k order
-  from its initial value, the simulator's ``sequential`` model (integers wrap, exactly as the
-  integer model does). ``FragAdd`` makes each lane add its slots of one accumulator to the
-  same slots of the other.
+  after every addition; one statement adds a slot's products of ``CHAIN`` consecutive k.
+  Every element still receives its statement's products in k order from its initial value,
+  the simulator's ``sequential`` model (integers wrap, exactly as the integer model does).
+  ``FragAdd`` makes each lane add its slots of one accumulator to the same slots of the
+  other.
 * A barrier is inserted where lanes exchange data and nothing else orders it: before a
   multiply-accumulate that reads an operand (or the array a view reads) written since the
   last barrier, and before a write of an operand (or of such an array) that a
   multiply-accumulate read since the last barrier (followed around loops).
 
-The products of a run are written out for one k inside a loop over k, and index arithmetic
-that does not change with k is computed before that loop (``specs/backends.md``).
+The products of a run are written out for ``CHAIN`` k inside a loop over k, and index
+arithmetic that does not change with k is computed before that loop (``specs/backends.md``).
 """
 
 from __future__ import annotations
@@ -73,6 +74,10 @@ UNSELECTED = {Lowering.BF16X3_OPERANDS: (
     "lowering=Bf16x3_operands rewrites it anyway")}
 """What the portable target does not pick on its own (``Target.unselected``)."""
 I32 = ElemType.I32
+CHAIN = 8
+"""Products of consecutive k one statement adds to an accumulator, in order (at most; a
+divisor of the fragments' depth): each addition still rounded in turn, but the accumulator
+read and written once for them, which is what an unoptimized build pays most for."""
 LOCAL_BYTES = 48 * 1024
 """The local memory a work-group may declare that operands and staged tiles are widened
 within: what NVIDIA's OpenCL gives one (PoCL gives more)."""
@@ -508,7 +513,7 @@ class _Lowering:
         out: list[ir.Stmt] = [
             ir.Assign(name=x, value=var(c, acc_t), line=line)
             for s in run if s.c != s.d for x, c in zip(self.acc[s.d], self.acc[s.c], strict=True)]
-        k = self.fresh("kk")
+        k, chain = self.fresh("kk"), max(n for n in range(1, CHAIN + 1) if depth % n == 0)
         bases: dict[str, tuple[_Operand, str, str]] = {}
         body: list[ir.Stmt] = []
         for name in dict.fromkeys(n for s in run for n in (s.a, s.b)):
@@ -521,22 +526,26 @@ class _Lowering:
             out.append(ir.Let(name=base, type=I32, value=_plus(op.base, lane)))
             body.append(ir.Let(name=at, type=I32, value=_plus(var(base), _times(var(k), kstep))))
             bases[name] = (op, base, at)
-        b_values: dict[tuple[str, str], str] = {}
+        b_values: dict[tuple[str, str, int], str] = {}
         products: list[ir.Stmt] = []
         for s in run:
             a_op, _, a_at = bases[s.a]
             b_op, _, b_at = bases[s.b]
             for slot, x in enumerate(self.acc[s.d]):
                 row, col = self.offsets(dd.cols, slot)
-                key = (s.b, col.model_dump_json())
-                if key not in b_values:
-                    b_values[key] = self.fresh("b")
-                    body.append(ir.Let(name=b_values[key], type=acc_t, value=_converted(
-                        b_op.at(_plus(var(b_at), _times(col, b_op.col_step))), acc_t)))
-                a = _converted(a_op.at(_plus(var(a_at), _times(row, a_op.row_step))), acc_t)
-                products.append(ir.Assign(name=x, line=line, value=add(
-                    var(x, acc_t), mul(a, var(b_values[key], acc_t)))))
-        return [*out, ir.For(var=k, start=const(0), stop=const(depth), step=const(1),
+                total: ir.Expr = var(x, acc_t)
+                for u in range(chain):  # k, k+1, ...: each addition rounded in turn
+                    key = (s.b, col.model_dump_json(), u)
+                    if key not in b_values:
+                        b_values[key] = self.fresh("b")
+                        body.append(ir.Let(name=b_values[key], type=acc_t, value=_converted(
+                            b_op.at(_plus(var(b_at), _plus(_times(col, b_op.col_step),
+                                                           const(u * b_op.row_step)))), acc_t)))
+                    a = _converted(a_op.at(_plus(var(a_at), _plus(
+                        _times(row, a_op.row_step), const(u * a_op.col_step)))), acc_t)
+                    total = add(total, mul(a, var(b_values[key], acc_t)))
+                products.append(ir.Assign(name=x, line=line, value=total))
+        return [*out, ir.For(var=k, start=const(0), stop=const(depth), step=const(chain),
                              line=line, body=(*body, *products))]
 
 
