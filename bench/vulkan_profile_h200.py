@@ -28,7 +28,13 @@ as each variant ``--variant`` names (those that do not apply to a case are left 
 * ``one loop``: each loop printed once, every trip's copies tested against their limits (the
   printing before loops were printed twice, their trips inside the limits first unchecked);
 * ``land at once``: each copy's words stored into workgroup memory right after their loads
-  instead of held in registers until the wait (a copy complete when issued).
+  instead of held in registers until the wait (a copy complete when issued);
+* ``byte shuffles``: each byte plane a converting copy lands made by ``OpVectorShuffle`` of
+  the loaded components as ``u8vec4`` instead of shifts and masks;
+* ``bf16 by OpFConvert``: f32 rounded to bf16 by ``OpFConvert`` to the bf16 float type
+  instead of integer arithmetic (NaNs as before);
+* ``always land``: each wait's landing of held words without the test that they wait to land
+  (a diagnostic).
 
 The stripped variants compute garbage; only their times mean something. The others must give
 the printed module's bits. Each case's output is compared bit for bit with the lowering's
@@ -118,6 +124,13 @@ def no_multiply_adds(text: str) -> str:
                   r"\1 = OpCopyObject \2 \3", text, flags=re.M)
 
 
+def always_land(text: str) -> str:
+    """Every wait's landing of held words done without testing that they wait to land (a
+    diagnostic: a set that does not wait stores its old words again)."""
+    return re.sub(r"OpBranchConditional %\w+ (%\d+_land) (%\d+_landed)$",
+                  r"OpBranchConditional %true \1 \2", text, flags=re.M)
+
+
 def no_barriers(text: str) -> str:
     return re.sub(r"^\s*OpControlBarrier .*\n", "", text, flags=re.M)
 
@@ -177,8 +190,9 @@ TEXT_VARIANTS: dict[str, Callable[[str], str]] = {
     "barriers without memory semantics": barriers_without_memory_semantics,
     "spirv-opt -O": lambda text: optimized(text, ("-O",)),
     "no edge paths": no_edge_paths, "unconditional trips": unconditional_trips,
+    "always land": always_land,
 }
-STRIPPED = ("no global loads", "no staging", "no fragment loads", "no multiply-adds",
+STRIPPED = ("always land", "no global loads", "no staging", "no fragment loads", "no multiply-adds",
             "no barriers", "barriers without memory semantics")
 
 
@@ -237,7 +251,46 @@ class _LandAtOnce(_Module):
             self.land(self.held[self.last][self.commits % self.depth])
 
 
-PRINTERS: dict[str, type[_Module]] = {"one loop": _OneLoop, "land at once": _LandAtOnce}
+class _ByteShuffles(_Module):
+    """The printer with each byte plane of a landed word made by byte shuffles of the loaded
+    words' components (``OpVectorShuffle`` of ``u8vec4``) instead of shifts and masks."""
+
+    def converted(self, words: list[str], part: ir.CopyPart) -> str:
+        if part.into is not ir.ElemType.U8:
+            return super().converted(words, part)
+        u8 = self.type_of(ir.ElemType.U8)
+        v2 = self.declare(("v2u8",), "%v2u8", f"{{id}} = OpTypeVector {u8} 2")
+        v4 = self.declare(("v4u8",), "%v4u8", f"{{id}} = OpTypeVector {u8} 4")
+        u32 = self.type_of(ir.ElemType.U32)
+        p = part.index
+        out = []
+        for loaded in words:
+            c = [self.op(v4, "OpBitcast", self.op(u32, "OpCompositeExtract", loaded, str(i)))
+                 for i in range(4)]
+            low = self.op(v2, "OpVectorShuffle", c[0], c[1], str(p), str(4 + p))
+            high = self.op(v2, "OpVectorShuffle", c[2], c[3], str(p), str(4 + p))
+            out.append(self.op(u32, "OpBitcast", self.op(v4, "OpVectorShuffle", low, high,
+                                                         "0", "1", "2", "3")))
+        return self.op(self.quad_type(), "OpCompositeConstruct", *out)
+
+
+class _ConvertBf16(_Module):
+    """The printer with f32 rounded to bf16 by ``OpFConvert`` to the bf16 float type (under
+    RoundingModeRTE 16) instead of integer arithmetic; NaNs as before."""
+
+    def f32_to_bf16(self, f: str) -> str:
+        u16, u32 = self.type_of(ir.ElemType.U16), self.type_of(ir.ElemType.U32)
+        bool_t = self.type_of(ir.ElemType.BOOL)
+        self.float_widths.add(16)
+        bits = self.op(u16, "OpBitcast", self.op(self.bf16_component(), "OpFConvert", f))
+        high = self.op(u32, "OpShiftRightLogical", self.op(u32, "OpBitcast", f), self.u32(16))
+        quiet = self.op(u16, "OpUConvert", self.op(u32, "OpBitwiseOr", high, self.u32(0x40)))
+        return self.op(u16, "OpSelect", self.op(bool_t, "OpIsNan", f), quiet, bits)
+
+
+PRINTERS: dict[str, type[_Module]] = {"one loop": _OneLoop, "land at once": _LandAtOnce,
+                                      "byte shuffles": _ByteShuffles,
+                                      "bf16 by OpFConvert": _ConvertBf16}
 
 
 def kernel_variant(kernel: ir.Kernel, name: str) -> str | None:
