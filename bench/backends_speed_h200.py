@@ -1,19 +1,20 @@
 """Every lowering through Vulkan against the same lowering through CUDA, on the H200, in one run.
 
-At 4096^3 (``--n``) each lowering's bundled example (``EXAMPLES``) is rewritten for CUDA and for
-Vulkan, each under its target's staging policy (the schedule ``rewrite_launch`` picks for a
-region this large), printed, and timed over the same inputs: CUDA through the driver API with
-CUDA events, Vulkan with GPU timestamps (``backends.spirv.run.time_kernel``), each the median
-of 10 launches after a warm-up. The Vulkan output is compared bit for bit with CUDA's. The
-schedule Vulkan takes for small regions (the seed's ``t64k16``; ``t64k32`` for Int8) is
-timed beside it: what the policy ran at every size before it named large schedules, and so is
-each schedule ``--also LOWERING=SCHEDULE`` names (candidates for the policy, timed in the same
-run). A lowering the Vulkan gate refuses gets a row with the reason.
+At 4096^3 (``--n``, which takes several sizes: rows for each in one report) each lowering's
+bundled example (``EXAMPLES``) is rewritten for CUDA and for Vulkan, each under its target's
+staging policy (the schedule ``rewrite_launch`` picks for a region this large), printed, and
+timed over the same inputs: CUDA through the driver API with CUDA events, Vulkan with GPU
+timestamps (``backends.spirv.run.time_kernel``), each the median of 10 launches after a
+warm-up. The Vulkan output is compared bit for bit with CUDA's. The schedule Vulkan takes for
+small regions (the seed's ``t64k16``; ``t64k32`` for Int8) is timed beside it: what the
+policy ran at every size before it named large schedules, and so is each schedule ``--also
+LOWERING=SCHEDULE`` names (candidates for the policy, timed in the same run). A lowering the
+Vulkan gate refuses gets a row with the reason.
 
 Writes ``bench/results/backends_speed_h200.json`` (``--out``), rows ``{target, lowering,
-schedule, n, tflops, cuda_tflops, ratio_to_cuda, bit_identical_to_cuda}`` (Vulkan rows also
-``policy``: whether the policy chose the schedule, ``also``: named by ``--also``), prints a
-table and (``--readme FILE``) puts it as Markdown into FILE between its
+schedule, n (the size), tflops, cuda_tflops, ratio_to_cuda, bit_identical_to_cuda}`` (Vulkan
+rows also ``policy``: whether the policy chose the schedule, ``also``: named by ``--also``),
+prints a table and (``--readme FILE``) puts it as Markdown into FILE between its
 ``backends_speed_h200`` markers; ``--render JSON`` writes that Markdown from a recorded result
 without a device.
 
@@ -191,14 +192,15 @@ def markdown(result: dict[str, Any]) -> str:
     runs = result.get("runs")
     when = (f"each row timed in one run beside CUDA's on the same device ({runs})" if runs
             else "one run")
-    lines = [f"{result['device']}, {result['n']}^3, medians of {result['repeats']}, {when} "
+    sizes = ", ".join(f"{n}^3" for n in sorted({r["n"] for r in result["rows"]}))
+    lines = [f"{result['device']}, {sizes}, medians of {result['repeats']}, {when} "
              "(`bench/backends_speed_h200.py`):", "",
-             "| lowering | target | schedule | TFLOP/s (Tops) | CUDA's | ratio | bit-identical "
-             "to CUDA |", "| --- | --- | --- | ---: | ---: | ---: | --- |"]
+             "| lowering | size | target | schedule | TFLOP/s (Tops) | CUDA's | ratio | "
+             "bit-identical to CUDA |", "| --- | ---: | --- | --- | ---: | ---: | ---: | --- |"]
     for r in result["rows"]:
         if "refused" in r:
             cuda = f"{r['cuda_tflops']:.1f}" if "cuda_tflops" in r else "—"
-            lines.append(f"| {r['lowering']} | {r['target']} | — | refused | "
+            lines.append(f"| {r['lowering']} | {r['n']}^3 | {r['target']} | — | refused | "
                          f"{cuda} | — | {r['refused'][:120]} |")
             continue
         seed = ""
@@ -206,7 +208,7 @@ def markdown(result: dict[str, Any]) -> str:
             seed = " (also timed)" if r.get("also") else " (small regions')"
         elif r["target"] == "opencl-nv":  # beside CUDA's mma.sync on the same schedule
             seed = " (also timed)" if not r.get("policy") else ""
-        lines.append(f"| {r['lowering']} | {r['target']} | `{r['schedule']}`{seed} | "
+        lines.append(f"| {r['lowering']} | {r['n']}^3 | {r['target']} | `{r['schedule']}`{seed} | "
                      f"{r['tflops']:.1f} | {r['cuda_tflops']:.1f} | {r['ratio_to_cuda']:.3f} | "
                      f"{r['bit_identical_to_cuda']} |")
     return "\n".join(lines) + "\n"
@@ -214,7 +216,8 @@ def markdown(result: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=4096)
+    parser.add_argument("--n", type=int, nargs="+", default=[4096],
+                        help="the sizes (n^3) timed, rows for each in one report")
     parser.add_argument("--out", default="backends_speed_h200.json",
                         help="the report's name in bench/results")
     parser.add_argument("--readme", type=Path, help="a Markdown file with the markers")
@@ -243,8 +246,10 @@ def main(argv: list[str] | None = None) -> int:
         lowerings = tuple(Lowering(name) for name in opts.lowerings)
         path = ROOT / "bench" / "results" / opts.out
         previous = json.loads(path.read_text()) if path.exists() else None
-        result = merged(measure(opts.n, also, targets, nv_also, lowerings), previous, targets,
-                        lowerings)
+        runs = [measure(n, also, targets, nv_also, lowerings) for n in opts.n]
+        result = {**runs[0], "n": opts.n[0] if len(opts.n) == 1 else opts.n,
+                  "rows": [r for run in runs for r in run["rows"]]}
+        result = merged(result, previous, targets, lowerings)
         path.write_text(json.dumps(result, indent=2) + "\n")
     table = markdown(result)
     print(table)
