@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from backends.cuda.run import _check, device_arch
+from backends.cuda.tma import Request, encode, holder, requests
 from sarek import cache as kernel_cache
 from sarek.errors import LaunchError, SarekError
 
@@ -229,6 +230,7 @@ class Ready:
     user_count: int
     region: tuple[int, ...]
     shared: int
+    maps: tuple[Request, ...] = ()  # the tensor maps after the parameters (backends.cuda.tma)
 
     @classmethod
     def of(cls, done: Compiled, arch: str) -> Ready:
@@ -239,7 +241,7 @@ class Ready:
         return cls(done.lowered.name, done.text, arch, cubin_key(done.text, arch),
                    done.launch.grid, done.launch.block, tuple(p.elem.value for p in params),
                    user, tuple(int(done.launch.args[p.name]) for p in params[user:]),
-                   dynamic_bytes(done.lowered))
+                   dynamic_bytes(done.lowered), requests(done.lowered, dict(done.launch.args)))
 
     def to_bytes(self) -> bytes:
         return json.dumps(dataclasses.asdict(self)).encode()
@@ -248,7 +250,8 @@ class Ready:
     def from_bytes(cls, raw: bytes) -> Ready:
         d = json.loads(raw)
         return cls(**{**d, "grid": tuple(d["grid"]), "block": tuple(d["block"]),
-                      "elems": tuple(d["elems"]), "region": tuple(d["region"])})
+                      "elems": tuple(d["elems"]), "region": tuple(d["region"]),
+                      "maps": tuple(Request(**m) for m in d.get("maps", ()))})
 
 
 READY = kernel_cache.Cache("cuda-launch")
@@ -348,7 +351,9 @@ class _Params:
         dtypes = [numpy_dtype(ElemType(e)) for e in done.elems]
         self.block = np.zeros(len(dtypes), np.uint64)
         base = self.block.ctypes.data
-        self.addresses = np.array([base + 8 * i for i in range(len(dtypes))], np.uint64)
+        self.maps = [holder() for _ in done.maps]  # encoded by each launch (run_compiled)
+        self.addresses = np.array([base + 8 * i for i in range(len(dtypes))]
+                                  + [m.ctypes.data for m in self.maps], np.uint64)
         self.views = [self.block[i:i + 1].view(np.uint8)[:dt.itemsize].view(dt)
                       for i, dt in enumerate(dtypes)]
         for i, value in enumerate(done.region, done.user_count):
@@ -447,6 +452,8 @@ def run_compiled(done: Ready, values: list[Any], stream: Any,
                 p.block[i] = int(ptr)
             else:
                 p.views[i][0] = v
+        for request, held in zip(done.maps, p.maps, strict=True):
+            encode(request, int(p.block[request.param]), held)
         (gx, gy, gz), (bx, by, bz) = p.grid, p.dims
         _check(cu.cuLaunchKernel(p.function, gx, gy, gz, bx, by, bz, p.shared, handle,
                                  p.addresses.ctypes.data, 0), "cuLaunchKernel")
@@ -487,9 +494,10 @@ def measure(done: Compiled, values: list[Any], repeats: int = 5
     record = Ready.of(done, device_arch(0))
     binary = CUBINS.get_or_make(record.cubin_key,
                                 lambda: _compile(record.text, record.name, record.arch))
-    out = launch_cubin(binary, record.name, host, record.grid, record.block, record.shared)
+    out = launch_cubin(binary, record.name, host, record.grid, record.block, record.shared,
+                       record.maps)
     times = time_cubin(binary, record.name, host, record.grid, record.block, repeats,
-                       record.shared)
+                       record.shared, maps=record.maps)
     arrays = {p.name: a for p, a in zip(params, out, strict=True) if a is not None}
     return float(np.median(times)), arrays
 

@@ -289,48 +289,66 @@ def of(s: ir.BulkTensorCopy, elem: ElemType) -> TensorMap:
 
 @dataclass(frozen=True)
 class Request:
-    """A tensor map a launch encodes: the map, the position of its array among the kernel's
-    parameters and the launch's scalar arguments by name."""
+    """A tensor map as a launch encodes it, every value known: the position of its array
+    among the kernel's parameters, its element size, the tensor (origin, row stride and
+    extents in elements), the box and the swizzle, and whether it can be encoded
+    (``TensorMap.usable``; a map that cannot is passed as zeros, which the kernel, testing
+    the same, never reads). Plain numbers, kept in CUDA's launch records."""
 
-    map: TensorMap
     param: int
-    scalars: tuple[tuple[str, int], ...]
+    size: int
+    origin: int
+    stride: int
+    rows: int
+    cols: int
+    box_rows: int
+    box_cols: int
+    swizzle: int
+    usable: bool
 
 
 def requests(kernel: ir.Kernel, values: dict[str, object]) -> tuple[Request, ...]:
     """The tensor maps a launch of the lowered ``kernel`` with arguments ``values`` passes
     after its parameters, in order."""
     names = [p.name for p in kernel.params]
-    scalars = tuple((p.name, int(values[p.name])) for p in kernel.params  # type: ignore[call-overload]
-                    if isinstance(p, ir.ScalarParam) and p.elem.is_int)
-    return tuple(Request(m, names.index(m.src), scalars) for m in maps(kernel))
+    scalars = {p.name: int(values[p.name]) for p in kernel.params  # type: ignore[call-overload]
+               if isinstance(p, ir.ScalarParam) and p.elem.is_int}
+    out = []
+    for m in maps(kernel):
+        found = m.values(scalars)
+        assert found is not None  # the checker: expressions of the scalar parameters
+        out.append(Request(names.index(m.src), dtypes.numpy_dtype(m.elem).itemsize, *found,
+                           m.rows, m.cols, m.swizzle, m.usable(scalars) is None))
+    return tuple(out)
 
 
-def encode(request: Request, pointer: int) -> np.ndarray:
-    """The 128 bytes of ``request``'s tensor map over the device array at ``pointer`` (a
-    64-byte aligned host array): ``cuTensorMapEncodeTiled`` where the map is usable
-    (``TensorMap.usable``), else zeros, which the kernel never reads (it tests the same)."""
+def holder() -> np.ndarray:
+    """128 zero bytes, 64-byte aligned, as 16 u64: where a tensor map parameter is kept."""
     whole = np.zeros(24, np.uint64)
     start = (-whole.ctypes.data % 64) // 8
-    out = whole[start:start + 16]
-    m = request.map
-    if m.usable(dict(request.scalars)) is not None:
+    return whole[start:start + 16]
+
+
+def encode(request: Request, pointer: int, out: np.ndarray | None = None) -> np.ndarray:
+    """``request``'s tensor map over the device array at ``pointer``, into ``out`` (a
+    ``holder``, made when None): ``cuTensorMapEncodeTiled`` where the map is usable, else
+    zeros."""
+    out = holder() if out is None else out
+    if not request.usable:
+        out[:] = 0
         return out
     from cuda.bindings import driver as cu
 
     from backends.cuda.run import _check
 
-    values = m.values(dict(request.scalars))
-    assert values is not None
-    origin, stride, rows, cols = values
-    size = dtypes.numpy_dtype(m.elem).itemsize
+    r = request
     kinds = {1: "UINT8", 2: "UINT16", 4: "UINT32"}
-    kind = getattr(cu.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{kinds[size]}")
-    swizzle = cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B if m.swizzle else \
+    kind = getattr(cu.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{kinds[r.size]}")
+    swizzle = cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B if r.swizzle else \
         cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE
     made = _check(cu.cuTensorMapEncodeTiled(
-        kind, 2, pointer + origin * size, [cu.cuuint64_t(cols), cu.cuuint64_t(rows)],
-        [cu.cuuint64_t(stride * size)], [cu.cuuint32_t(m.cols), cu.cuuint32_t(m.rows)],
+        kind, 2, pointer + r.origin * r.size, [cu.cuuint64_t(r.cols), cu.cuuint64_t(r.rows)],
+        [cu.cuuint64_t(r.stride * r.size)], [cu.cuuint32_t(r.box_cols), cu.cuuint32_t(r.box_rows)],
         [cu.cuuint32_t(1), cu.cuuint32_t(1)],
         cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
         cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
