@@ -115,3 +115,42 @@ def staged_loop_args(elem: ElemType, case: tuple[int, int, int, float],
     return {"src": rng.integers(0, 256, size * dt.itemsize, dtype=np.uint8).view(dt),
             "out": np.zeros(TRIPS * rows * cols * elem.bits // 32, np.uint32), "off": offset,
             "pitch": pitch, "rl": rows - rows_cut, "cl": int(col_limit * cols)}
+
+
+def staged_pipeline_kernel(elem: ElemType) -> ir.Kernel:
+    """``staged_loop_kernel``'s tiles copied one trip ahead into two buffers (a copy before
+    the loop, each trip's copy of the next tile left pending at its wait): copies held two
+    groups deep, the loop printed two trips a round."""
+    rows, cols = TILES[elem]
+    words = rows * cols * elem.bits // 32
+    tid, i32 = ir.BuiltinValue(which=Builtin.THREAD_IDX_X), ElemType.I32
+    at = add(mul(var("q"), const(THREADS)), tid)
+
+    def copy(trip: ir.Expr) -> ir.StageCopy:
+        first = mul(trip, const(cols))
+        return ir.StageCopy(
+            dst="tile", dst_offset=mul(ir.Binary(op=ir.BinOp.REM, a=trip, b=const(2), type=i32),
+                                       const(rows * cols)),
+            dst_pitch=cols, src="src", src_offset=add(var("off"), first),
+            src_row_stride=var("pitch"), src_col_stride=const(1), rows=rows, cols=cols,
+            row_limit=var("rl"), col_limit=ir.Binary(op=ir.BinOp.SUB, a=var("cl"), b=first,
+                                                     type=i32),
+            fill=ir.Const(value=-0.0 if elem.is_float else 7, type=elem))
+
+    slot = mul(ir.Binary(op=ir.BinOp.REM, a=var("t"), b=const(2), type=i32), const(words))
+    return ir.Kernel(name=f"staged_pipeline_{elem}", block=(THREADS, 1, 1), params=(
+        ir.ArrayParam(name="src", elem=elem, readonly=True),
+        ir.ArrayParam(name="out", elem=ElemType.U32),
+        *(ir.ScalarParam(name=n, elem=i32) for n in ("off", "pitch", "rl", "cl"))),
+        body=(
+        ir.ArrayDecl(name="tile", elem=elem, size=2 * rows * cols, space=MemSpace.SHARED),
+        ir.ArrayDecl(name="view", elem=ElemType.U32, size=2 * words, space=MemSpace.SHARED,
+                     shares="tile"),
+        copy(const(0)), ir.StageCommit(),
+        ir.For(var="t", start=const(0), stop=const(TRIPS), step=const(1), body=(
+            ir.Barrier(), copy(add(var("t"), const(1))), ir.StageCommit(),
+            ir.StageWait(pending=1), ir.Barrier(),
+            ir.For(var="q", start=const(0), stop=const(words // THREADS), step=const(1),
+                   body=(ir.Store(array="out", index=add(mul(var("t"), const(words)), at),
+                                  value=ir.Load(array="view", index=add(slot, at),
+                                                type=ElemType.U32)),)))),))
