@@ -3,13 +3,13 @@ side, each output checked bit for bit against the seed schedule's on the device.
 
 Every schedule takes each output's products in the same order, so each must give the seed's
 bits. Prints a table and writes bench/results/schedule_sweep_h200.json (medians of
-``gpu_speed_h200.REPEATS`` launches, TFLOP/s at 2mnk; ``--cublas``: cuBLAS f16 at the same
-size in the same run, a row of its own). CUDA's staging policy (``backends/cuda/lower.py``)
-names the fastest for large regions.
+``gpu_speed_h200.REPEATS`` launches, TFLOP/s at 2mnk; ``--cublas``: cuBLAS f16, or cuBLAS of
+each type it names (``--cublas f16 bf16``), at the same size in the same run, a row each).
+CUDA's staging policy (``backends/cuda/lower.py``) names the fastest for large regions.
 
     python -m bench.schedule_sweep_h200 [--n 4096] [--lowering F16_operands ...]
                                         [--example gemm_f32] [--schedule t128k64s2g ...]
-                                        [--cublas]
+                                        [--cublas [f16] [bf16]]
 """
 
 from __future__ import annotations
@@ -58,8 +58,9 @@ def main() -> int:
     parser.add_argument("--schedule", action="append",
                         help="these schedules (names such as t64k32p) instead of the candidates")
     parser.add_argument("--example", help="this example (such as gemm_f32) for every lowering")
-    parser.add_argument("--cublas", action="store_true",
-                        help="also time cuBLAS f16 (through PyTorch) at the same size")
+    parser.add_argument("--cublas", nargs="*", choices=("f16", "bf16"),
+                        help="also time cuBLAS (through PyTorch) at the same size: f16 (the "
+                        "default), bf16, or both")
     parser.add_argument("--out", type=Path, default=RESULTS
                         / "schedule_sweep_h200.json")
     args = parser.parse_args()
@@ -91,10 +92,11 @@ def main() -> int:
                 row["error"] = e.reason.splitlines()[0][:200]
                 cells.append((lowering.value, schedule.name, "-", "-", "-", row["error"][:60]))
             rows.append(row)
-    if args.cublas:
-        s = cublas_f16_seconds(n)
-        rows.append({"baseline": "cuBLAS f16", "median_s": s, "tflops": 2.0 * n**3 / s / 1e12})
-        cells.append(("cuBLAS f16", "", f"{s * 1e3:.3f}", f"{rows[-1]['tflops']:.1f}", "-",
+    for dtype in [] if args.cublas is None else args.cublas or ["f16"]:
+        s = cublas_seconds(n, dtype)
+        rows.append({"baseline": f"cuBLAS {dtype}", "median_s": s,
+                     "tflops": 2.0 * n**3 / s / 1e12})
+        cells.append((f"cuBLAS {dtype}", "", f"{s * 1e3:.3f}", f"{rows[-1]['tflops']:.1f}", "-",
                       "-"))
     show(table(f"schedules at {n}^3 on {device_name()}",
                ("lowering", "schedule", "ms", "TFLOP/s", "x seed", "bits = seed"), cells,
@@ -104,14 +106,16 @@ def main() -> int:
     return 0
 
 
-def cublas_f16_seconds(n: int) -> float:
-    """The median time of cuBLAS's f16 product of two ``n`` x ``n`` random matrices (f32
-    accumulation: reduced-precision reduction off, as ``gpu_speed_h200`` times it)."""
+def cublas_seconds(n: int, dtype: str = "f16") -> float:
+    """The median time of cuBLAS's f16 or bf16 product of two ``n`` x ``n`` random matrices
+    (f32 accumulation: reduced-precision reduction off, as ``gpu_speed_h200`` times it)."""
     import torch
 
     torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
-    a = torch.randn(n, n, device="cuda", dtype=torch.float16)
-    b = torch.randn(n, n, device="cuda", dtype=torch.float16)
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+    kind = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    a = torch.randn(n, n, device="cuda", dtype=kind)
+    b = torch.randn(n, n, device="cuda", dtype=kind)
     return torch_seconds(partial(torch.matmul, a, b))
 
 

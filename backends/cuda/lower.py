@@ -76,7 +76,13 @@ so that one ``wgmma`` of the warpgroup multiplies the four warps' strips by the 
 128x256 tiles over two warpgroups (``t128x256k64s2g``, one ``m64n256k16`` per warpgroup and
 sub-step) ran at the rate of ``t128k64s2g`` in one run with it while each step waited for its
 group (``bench/results/schedule_sweep_wgmma_wide_h200.json``); one warpgroup's tiles with a
-group in flight (``t128k64s3gf``, ``t128k64s4gf``) ran slower (288 and 300 TFLOP/s)."""
+group in flight (``t128k64s3gf``, ``t128k64s4gf``) ran slower (288 and 300 TFLOP/s).
+Converted operands stay on ``mma.sync``: lowerings that put them on ``wgmma`` (the f32 copied
+raw and converted once per block as it lands, in registers or through a raw buffer) ran at
+24.0 to 130.3 TFLOP/s, the best (``t128x256k32s3gf``) against 136.6 for ``t128x256k32s3`` in
+the same call: the warpgroups that multiply also convert, at 255 registers
+(``specs/matrix-pattern-rewrite.md`` 6.9,
+``bench/results/schedule_sweep_h200_converted_held.json``)."""
 
 NV_STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True, byte_k=32, packed_planes=True,
                      large=(
