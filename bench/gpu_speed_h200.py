@@ -60,7 +60,7 @@ def kernel_seconds(compiled: Compiled, arch: str) -> float:
     cubin, params, maps = _compiled(compiled, arch)
     launch = compiled.launch
     return Timing.of(time_cubin(cubin, launch.kernel.name, params, launch.grid, launch.block,
-                                REPEATS, dynamic_bytes(launch.kernel), maps=maps)).median_s
+                                REPEATS, dynamic_bytes(compiled.lowered), maps=maps)).median_s
 
 
 def kernel_output(compiled: Compiled, arch: str, array: str) -> np.ndarray:
@@ -68,7 +68,7 @@ def kernel_output(compiled: Compiled, arch: str, array: str) -> np.ndarray:
     cubin, params, maps = _compiled(compiled, arch)
     launch = compiled.launch
     out = launch_cubin(cubin, launch.kernel.name, params, launch.grid, launch.block,
-                       dynamic_bytes(launch.kernel), maps)
+                       dynamic_bytes(compiled.lowered), maps)
     index = [p.name for p in launch.kernel.params].index(array)
     result = out[index]
     assert result is not None

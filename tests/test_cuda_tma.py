@@ -11,9 +11,8 @@ from conftest import example
 from test_matrix_rewrite import bits
 
 import sarek
-from backends.cuda import compile_cubin, nvrtc_available
+from backends.cuda import compile_cubin, nvrtc_available, tma
 from backends.cuda import lower as cuda_lower
-from backends.cuda import tma
 from backends.registry import target
 from sarek import ir
 from sarek.ir_walk import replace_statements, walk
@@ -105,3 +104,29 @@ def test_the_printed_bulk_kernel_compiles_for_sm_90a() -> None:
     assert "const __grid_constant__ sk_tensor_map sk_map1)" in src
     assert "mbarrier.try_wait.parity.shared::cta.b64" in src
     assert compile_cubin(src, "sm_90")[:4] == b"\x7fELF"
+
+
+def test_the_launch_asks_for_the_shared_memory_of_the_lowered_kernel_and_passes_its_maps(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the lowering adds the mbarriers to the shared arrays: a launch sized for the neutral
+    # kernel's arrays would leave them, or the last array, outside its allocation
+    from backends.cuda import run as cuda_run
+    from backends.cuda.shared import dynamic_bytes
+
+    rw = rewrite(BULK, ALIGNED)
+    seen: dict[str, object] = {}
+
+    def launch(cubin: bytes, name: str, params: list[object], grid: object, block: object,
+               shared: int, maps: tuple[tma.Request, ...]) -> list[None]:
+        seen.update(shared=shared, maps=maps)
+        return [None] * len(params)
+
+    monkeypatch.setattr(cuda_run, "compile_cubin", lambda *a: b"")
+    monkeypatch.setattr(cuda_run, "launch_cubin", launch)
+    cuda_run.run(rw.kernel, dict(rw.args), rw.grid, rw.block, arch="sm_90")
+    lowered = cuda_lower.lower(rw.kernel)
+    assert seen["shared"] == dynamic_bytes(lowered) == dynamic_bytes(rw.kernel) + 2 * 8
+    maps = seen["maps"]
+    assert isinstance(maps, tuple) and [(r.param, r.stride, r.rows, r.cols, r.usable)
+                                        for r in maps] == [(0, 72, 150, 72, True),
+                                                           (1, 136, 72, 136, True)]

@@ -101,8 +101,9 @@ def run(kernel: ir.Kernel, args: Sequence[Any] | Mapping[str, Any], grid: tuple[
     from backends.cuda.lower import lower
     from backends.cuda.tma import requests
 
-    maps = requests(lower(kernel), values)
-    out = launch_cubin(cubin, kernel.name, params, grid, block, dynamic_bytes(kernel), maps)
+    lowered = lower(kernel)  # its shared arrays, those the lowering adds included
+    out = launch_cubin(cubin, kernel.name, params, grid, block, dynamic_bytes(lowered),
+                       requests(lowered, values))
     return {p.name: arr for p, arr in zip(kernel.params, out, strict=True)
             if isinstance(p, ir.ArrayParam) and arr is not None}
 

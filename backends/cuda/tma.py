@@ -178,9 +178,10 @@ def lower(kernel: ir.Kernel, places: dict[str, CoreLayout]) -> ir.Kernel:
                 default=0) + 2
     thread = linear_thread(kernel.block)
     first = binary(BinOp.EQ, thread, const(0))
-    slot = binary(BinOp.REM, var(ISSUED), const(count))
+    slot = binary(BinOp.REM, var(ISSUED), const(count))  # the mbarrier of the next group
 
-    def group(copies: list[ir.StageCopy]) -> list[ir.Stmt]:
+    def group(copies: list[ir.StageCopy], slot: ir.Expr) -> tuple[ir.If, list[ir.Stmt]]:
+        """The group's issue by invocation 0 (on mbarrier ``slot``) and its fallbacks."""
         tx: ir.Expr = const(0)
         issue: list[ir.Stmt] = []
         rest: list[ir.Stmt] = []
@@ -207,20 +208,35 @@ def lower(kernel: ir.Kernel, places: dict[str, CoreLayout]) -> ir.Kernel:
             rest.append(ir.If(cond=ir.Unary(op=ir.UnOp.NOT, x=usable, type=ElemType.BOOL),
                               then=(s.model_copy(update={"bulk": False}),)))
         arrive = ir.MbarrierArrive(barriers=BARRIERS, index=slot, tx_bytes=tx)
-        return [ir.If(cond=first, then=(arrive, *issue)), *rest]
+        return ir.If(cond=first, then=(arrive, *issue)), rest
+
+    groups = iter(range(1 << 30))
 
     def block(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
         out: list[ir.Stmt] = []
         pending: list[ir.StageCopy] = []
-        for s in body:
+        held: list[ir.Stmt] = []  # issues that wait for the block's first multiply-add
+        for i, s in enumerate(body):
             match s:
                 case ir.StageCopy():
                     pending.append(s)
                     continue
                 case ir.StageCommit():
-                    out += [*group(pending), s,
+                    # Issued after the first multiply-add that follows (a wgmma), the issuing
+                    # warp's work overlaps the tensor cores' instead of holding its
+                    # warpgroup back; the mbarrier is the one of the group's place here.
+                    name = f"sk_bulk_slot{next(groups)}"
+                    issue, rest = group(pending, var(name))
+                    later = any(isinstance(x, ir.FragMulAdd) for x in body[i:])
+                    out += [ir.Let(name=name, type=I32, value=slot),
+                            *(() if later else (issue,)), *rest, s,
                             ir.Assign(name=ISSUED, value=add(var(ISSUED), const(1)))]
+                    held += [issue] if later else []
                     pending = []
+                    continue
+                case ir.FragMulAdd() if held:
+                    out += [s, *held]
+                    held = []
                     continue
                 case ir.StageWait(pending=p):
                     wait = ir.MbarrierWait(
@@ -233,19 +249,22 @@ def lower(kernel: ir.Kernel, places: dict[str, CoreLayout]) -> ir.Kernel:
                         wait, ir.Assign(name=WAITED, value=add(var(WAITED), const(1)))))]
                     continue
             out.append(s)
-        assert not pending, "a staged copy outside a group"
+        assert not pending and not held, "a staged copy outside a group"
         return tuple(out)
 
     body = map_blocks(kernel.body, block)
-    start = (
-        ir.ArrayDecl(name=BARRIERS, elem=ElemType.U64, size=count, space=ir.MemSpace.SHARED,
-                     align=8),
+    # the mbarriers after the other shared arrays: placed last, they take 8 bytes each, not
+    # the padding to the next array's (1024-byte) alignment
+    last = max((i for i, s in enumerate(body) if isinstance(s, ir.ArrayDecl)), default=-1) + 1
+    decl = ir.ArrayDecl(name=BARRIERS, elem=ElemType.U64, size=count, space=ir.MemSpace.SHARED,
+                        align=8)
+    start = (decl,
         ir.Let(name=ISSUED, type=I32, value=const(0)),
         ir.Let(name=WAITED, type=I32, value=const(0)),
         ir.If(cond=first, then=(*(ir.MbarrierInit(barriers=BARRIERS, index=const(i), arrivals=1)
                                   for i in range(count)), ir.AsyncProxyFence())),
         ir.Barrier())
-    return kernel.model_copy(update={"body": start + body})
+    return kernel.model_copy(update={"body": (*body[:last], *start, *body[last:])})
 
 
 def fold(e: ir.Expr) -> ir.Expr:

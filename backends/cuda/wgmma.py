@@ -279,6 +279,13 @@ def _evaluate(e: ir.Expr | None, env: dict[str, int]) -> int | None:
     return None
 
 
+def _bulk_issue(s: ir.If) -> bool:
+    """Whether ``s`` only issues bulk tensor copies and arrives on mbarriers (no register or
+    buffer a ``wgmma`` of the run reads: ``backends.cuda.tma`` issues into other buffers)."""
+    return not s.orelse and all(isinstance(x, ir.If | ir.MbarrierArrive | ir.BulkTensorCopy)
+                                for x in walk(s.then))
+
+
 _ARITHMETIC = {BinOp.ADD: lambda x, y: x + y, BinOp.SUB: lambda x, y: x - y,
                BinOp.MUL: lambda x, y: x * y, BinOp.DIV: lambda x, y: x // y,
                BinOp.REM: lambda x, y: x % y}
@@ -305,6 +312,9 @@ def fence_and_wait(stmts: tuple[ir.Stmt, ...], in_flight: frozenset[str] = froze
                 case ir.Wgmma(a=a, d=d):
                     busy |= {a, d}
                     out.append(s)
+                    continue
+                case ir.If() if busy and _bulk_issue(s):
+                    out.append(s)  # copies into other buffers: the run stays open
                     continue
                 case ir.Ldmatrix(dst=dst) if busy:
                     if dst in busy:
