@@ -10,8 +10,10 @@ variable ``SAREK_OPENCL_PLATFORM`` (a part of the platform's name, any case: ``N
 On a CPU device (PoCL) programs are built with ``-cl-opt-disable`` unless
 ``SAREK_OPENCL_OPTIMIZE`` is set: PoCL turns every barrier region of a kernel into a loop over
 the work-group's work-items and then runs LLVM's whole optimization and vectorization pipeline
-over the result, which makes a rewritten kernel's first launch take seconds (the F16 rewrite at
-256^3: 1.3 to 6.4 s, against 0.2 to 0.4 s unoptimized; ``bench/opencl_speed.py``).
+over the result, which makes a rewritten kernel's first launch take seconds, and some far
+longer (at 256^3 the rewrites of ``gemm_f16``, ``gemm_i32`` and ``gemm_i8`` 1.3 to 6.3 s,
+against 0.3 to 1.1 s unoptimized; Bf16x3 at subgroup 32 and fragment 8 not done in 400 s;
+``bench/opencl_speed.py``).
 """
 
 from __future__ import annotations
