@@ -35,6 +35,7 @@ import numpy as np
 
 from backends.cuda.wgmma import SWIZZLE_ROW, CoreLayout
 from sarek import atoms, dtypes, ir
+from sarek.errors import SarekError
 from sarek.ir import BinOp, ElemType
 from sarek.ir_build import add, binary, const, is_literal, mul, var
 from sarek.ir_walk import map_blocks, subexpressions, substitute, walk
@@ -358,19 +359,20 @@ def encode(request: Request, pointer: int, out: np.ndarray | None = None) -> np.
         return out
     from cuda.bindings import driver as cu
 
-    from backends.cuda.run import _check
-
     r = request
     kinds = {1: "UINT8", 2: "UINT16", 4: "UINT32"}
     kind = getattr(cu.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{kinds[r.size]}")
     swizzle = cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B if r.swizzle else \
         cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE
-    made = _check(cu.cuTensorMapEncodeTiled(
+    error, made = cu.cuTensorMapEncodeTiled(
         kind, 2, pointer + r.origin * r.size, [cu.cuuint64_t(r.cols), cu.cuuint64_t(r.rows)],
         [cu.cuuint64_t(r.stride * r.size)], [cu.cuuint32_t(r.box_cols), cu.cuuint32_t(r.box_rows)],
         [cu.cuuint32_t(1), cu.cuuint32_t(1)],
         cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
         cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE), "cuTensorMapEncodeTiled")
+        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    if error != cu.CUresult.CUDA_SUCCESS:
+        raise SarekError(f"cuTensorMapEncodeTiled failed for a {r.rows} x {r.cols} tensor "
+                         f"(box {r.box_rows} x {r.box_cols}): {error}")
     out[:] = np.array([int(x) for x in made.opaque], np.uint64)
     return out
