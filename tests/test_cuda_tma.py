@@ -130,3 +130,31 @@ def test_the_launch_asks_for_the_shared_memory_of_the_lowered_kernel_and_passes_
     assert isinstance(maps, tuple) and [(r.param, r.stride, r.rows, r.cols, r.usable)
                                         for r in maps] == [(0, 72, 150, 72, True),
                                                            (1, 136, 72, 136, True)]
+
+
+def _negative_zeros(monkeypatch: pytest.MonkeyPatch | None = None) -> np.ndarray:
+    """The lowered bulk kernel's output for -0.0 operands A and initial values and +0.0 B,
+    under the sequential model (each product added in k order), where -0.0 + -0.0 stays
+    -0.0 and -0.0 + +0.0 is +0.0 (under ``h200`` every such sum is +0.0 anyway)."""
+    from gemm_gen import varying_init_launch
+
+    launch = varying_init_launch(130, 136, 72)
+    args = {**launch.args, "a": np.full(130 * 72, -0.0, np.float16),
+            "b": np.zeros(72 * 136, np.float16), "c": np.full(130 * 136, -0.0, np.float32)}
+    launch = Launch(launch.kernel, args, launch.grid, launch.block)
+    rw = rewrite_launch(launch, staging=target("cuda").staging, schedule=BULK).launch
+    return sarek.simulate(rw.kernel, dict(rw.args), grid=rw.grid, block=rw.block,
+                          target="cuda", arith="sequential")["c"]
+
+
+def test_a_partial_tile_of_a_keeps_its_negative_zero_padding(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A pads past k with -0.0 (the product -0.0 * +0.0 leaves every sum as it is); TMA fills
+    # with +0.0, so a tile of A not wholly inside the region (k = 72: the second step) is
+    # copied by cp.async
+    assert np.signbit(_negative_zeros()).all()
+    # a lowering that let TMA copy it would turn every output +0.0
+    import types
+
+    monkeypatch.setattr(tma, "math", types.SimpleNamespace(copysign=lambda *_: 1.0))
+    assert not np.signbit(_negative_zeros()).any()
