@@ -154,3 +154,30 @@ def staged_pipeline_kernel(elem: ElemType) -> ir.Kernel:
                    body=(ir.Store(array="out", index=add(mul(var("t"), const(words)), at),
                                   value=ir.Load(array="view", index=add(slot, at),
                                                 type=ElemType.U32)),)))),))
+
+
+def staged_terms_kernel(index: int) -> ir.Kernel:
+    """A 16 x 32 tile of f32 ``src`` landed as its bf16 term ``index`` (hi, mid, lo:
+    ``StageCopy.part``) in a workgroup array and written out through a u32 array in its
+    storage; offset, strides and limits as in ``staged_tile_kernel``."""
+    rows, cols = 16, 32
+    words = rows * cols // 2
+    tid, i32 = ir.BuiltinValue(which=Builtin.THREAD_IDX_X), ElemType.I32
+    at = add(mul(var("q"), const(THREADS)), tid)
+    return ir.Kernel(name=f"staged_terms_{index}", block=(THREADS, 1, 1), params=(
+        ir.ArrayParam(name="src", elem=ElemType.F32, readonly=True),
+        ir.ArrayParam(name="out", elem=ElemType.U32),
+        *(ir.ScalarParam(name=n, elem=i32) for n in ("off", "pitch", "stride", "rl", "cl"))),
+        body=(
+        ir.ArrayDecl(name="tile", elem=ElemType.BF16, size=rows * cols, space=MemSpace.SHARED),
+        ir.ArrayDecl(name="view", elem=ElemType.U32, size=words, space=MemSpace.SHARED,
+                     shares="tile"),
+        ir.StageCopy(dst="tile", dst_offset=const(0), dst_pitch=cols, src="src",
+                     src_offset=var("off"), src_row_stride=var("pitch"),
+                     src_col_stride=const(1), rows=rows, cols=cols, row_limit=var("rl"),
+                     col_limit=var("cl"), fill=ir.Const(value=-0.0, type=ElemType.F32),
+                     part=ir.CopyPart(into=ElemType.BF16, index=index)),
+        ir.StageCommit(), ir.StageWait(pending=0), ir.Barrier(),
+        ir.For(var="q", start=const(0), stop=const(words // THREADS), step=const(1), body=(
+            ir.Store(array="out", index=at,
+                     value=ir.Load(array="view", index=at, type=ElemType.U32)),))))
