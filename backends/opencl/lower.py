@@ -257,11 +257,11 @@ class _Lowering:
     def operand(self, name: str) -> _Operand:
         """Where the lane reads operand fragment ``name``: the view its last load made, or
         its matrix."""
+        if self.frag(name).use is FragUse.ACCUMULATOR:
+            raise EmitError(f"{name!r} is an accumulator, multiplied as an operand")
         if name in self.plan.views:
             return self.views[name]
         g, n = self.where(name)
-        if g.use is FragUse.ACCUMULATOR:
-            raise EmitError(f"{name!r} is an accumulator, multiplied as an operand")
         return _Operand(g.array, self.matrix(g, n), g.cols, 1, g.stored)
 
     # ---------------------------------------------------------------- declarations
@@ -279,6 +279,10 @@ class _Lowering:
                 raise EmitError(f"fragment {d.name!r} has {d.rows * d.cols} elements, which "
                                 f"{self.subgroup} lanes cannot share evenly")
             self.frags[d.name] = d
+            if d.use is FragUse.ACCUMULATOR:
+                stem = d.name.removeprefix("sk_")
+                self.acc[d.name] = tuple(self.fresh(f"{stem}_{slot}")
+                                         for slot in range(self.slots(d)))
         self.shared = {s.name: s for s in walk(body) if isinstance(s, ir.ArrayDecl)
                        and s.space is MemSpace.SHARED}
         keys: dict[tuple[FragUse, ElemType, int, int], list[str]] = {}
@@ -312,11 +316,8 @@ class _Lowering:
         """An accumulator's scalars; an operand group's array where its first fragment is
         declared, unless every member is a view."""
         if d.use is FragUse.ACCUMULATOR:
-            stem = d.name.removeprefix("sk_")
-            names = tuple(self.fresh(f"{stem}_{slot}") for slot in range(self.slots(d)))
-            self.acc[d.name] = names
             return [ir.Let(name=n, type=d.elem, value=const(0, d.elem), line=d.line)
-                    for n in names]
+                    for n in self.acc[d.name]]
         g, n = self.place[d.name]
         if n or set(g.members) <= self.plan.views:
             return []
