@@ -269,6 +269,14 @@ def test_a_kernel_for_another_subgroup_is_refused_with_the_reason() -> None:
         opencl_lower.lower(rw.kernel.model_copy(update={"subgroup": 16}))
 
 
+def test_an_accumulator_multiplied_as_an_operand_is_refused_with_the_reason() -> None:
+    kernel = shapes_kernel(16, 16, 16, 32)
+    body = tuple(s.model_copy(update={"a": "fc"}) if isinstance(s, ir.FragMulAdd) else s
+                 for s in kernel.body)
+    with pytest.raises(EmitError, match="'fc' is an accumulator, multiplied as an operand"):
+        opencl_lower.lower(kernel.model_copy(update={"body": body}))
+
+
 def test_tile_patterns_are_refused_with_the_reason() -> None:
     seed = load_module(EXAMPLES / "ldmatrix_interleaved.py").make()
     with pytest.raises(EmitError, match="no ldmatrix/stmatrix"):
