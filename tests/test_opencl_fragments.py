@@ -100,8 +100,8 @@ def _differing(src: ElemType, dst: ElemType, values: np.ndarray) -> int:
     payloads included)."""
     n = -(-values.size // 256) * 256
     a = np.resize(values, n)
-    out = np.zeros(n, {ElemType.F16: np.float16, ElemType.F32: np.float32,
-                       ElemType.F64: np.float64}[dst])
+    out = np.zeros(n, {ElemType.F16: np.float16, ElemType.BF16: ml_dtypes.bfloat16,
+                       ElemType.F32: np.float32, ElemType.F64: np.float64}[dst])
     kernel = _conversion(src, dst)
     with np.errstate(all="ignore"):
         want = simulate(kernel, {"a": a, "out": out}, grid=n // 256, block=256)["out"]
@@ -117,10 +117,14 @@ def test_every_f16_widens_exactly(dst: ElemType) -> None:
     assert _differing(ElemType.F16, dst, EVERY_F16) == 0
 
 
-def _boundaries(dt: type[np.floating]) -> np.ndarray:
-    """Every f16 value, the midpoints between neighbours and one unit either side of them
-    (where rounding to nearest even decides), NaNs with payloads, and random bit patterns."""
-    finite = np.unique(EVERY_F16[np.isfinite(EVERY_F16)].astype(np.float64))
+EVERY_BF16 = np.arange(1 << 16, dtype=np.uint16).view(ml_dtypes.bfloat16)
+
+
+def _boundaries(dt: type[np.floating], every: np.ndarray = EVERY_F16) -> np.ndarray:
+    """Every value of the narrow type (``every``: f16's or bf16's), the midpoints between
+    neighbours and one unit either side of them (where rounding to nearest even decides), NaNs
+    with payloads, and random bit patterns."""
+    finite = np.unique(every[np.isfinite(every)].astype(np.float64))
     mid = ((finite[1:] + finite[:-1]) / 2).astype(dt)  # exact in f32 and f64
     big = dt(np.inf)
     u = f"u{np.dtype(dt).itemsize}"
@@ -128,7 +132,7 @@ def _boundaries(dt: type[np.floating]) -> np.ndarray:
     rng = np.random.default_rng(7)
     rand = rng.integers(0, np.iinfo(u).max, 100_000, dtype=u, endpoint=True).view(dt)
     inf_bits = np.array(big, dt).view(u)
-    # NaN payloads: random ones, and ones whose only bits are those f16 drops
+    # NaN payloads: random ones, and ones whose only bits are those the narrow type drops
     payloads = np.concatenate([
         inf_bits + rng.integers(1, 1 << mantissa, 2000, dtype=u),
         inf_bits + np.arange(1, 200, dtype=u)]).view(dt)
@@ -145,8 +149,14 @@ def test_rounding_to_f16_is_exact_at_every_boundary(src: ElemType) -> None:
 
 
 def test_every_bf16_widens_exactly() -> None:
-    every = np.arange(1 << 16, dtype=np.uint16).view(ml_dtypes.bfloat16)
-    assert _differing(ElemType.BF16, ElemType.F32, every) == 0
+    assert _differing(ElemType.BF16, ElemType.F32, EVERY_BF16) == 0
+
+
+@pytest.mark.parametrize("src", [ElemType.F32, ElemType.F64], ids=str)
+def test_rounding_to_bf16_is_exact_at_every_boundary(src: ElemType) -> None:
+    """Every NaN becomes the quiet NaN of its sign (0x7FC0, 0xFFC0), whatever its payload."""
+    dt = np.float32 if src is ElemType.F32 else np.float64
+    assert _differing(src, ElemType.BF16, _boundaries(dt, EVERY_BF16)) == 0
 
 
 def test_the_platform_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -120,12 +120,13 @@ def test_f32_is_rounded_to_f16_and_bf16_by_cvt_rn_but_a_nan_by_the_portable_code
     assert text in NV_DIALECT.prelude and "(a & 0x7FFFFFu) >> 13" in DIALECT.prelude
     assert (text.index("if (a > 0x7F800000u)") < text.index("(a & 0x7FFFFFu) >> 13")
             < text.index("cvt.rn.f16.f32"))
-    # bf16: the portable helper's NaN, (bits >> 16) | 0x40, selected in PTX without a branch
+    # bf16: the portable helper's NaN, the quiet NaN of the sign (0x8000 = 32768, 0x7FC0 =
+    # 32704), selected in PTX without a branch
     text = HARDWARE_ROUNDING["sk_f32_to_bf16"]
-    assert text in NV_DIALECT.prelude and ">> 16) | 0x40u" in DIALECT.prelude
+    assert text in NV_DIALECT.prelude and "((u >> 16) & 0x8000u) | 0x7FC0u" in DIALECT.prelude
     assert "if" not in text and "?" not in text
     steps = ("cvt.rn.bf16.f32 t, %1", "setp.nan.f32 n, %1, %1", "shr.b32 q, q, 16",
-             "or.b32 q, q, 64", "selp.b32 %0, q, %0, n")
+             "and.b32 q, q, 32768", "or.b32 q, q, 32704", "selp.b32 %0, q, %0, n")
     assert [text.index(step) for step in steps] == sorted(text.index(step) for step in steps)
     rest = NV_DIALECT.prelude  # everything else is the portable prelude
     for text in HARDWARE_ROUNDING.values():

@@ -105,10 +105,10 @@ ushort sk_f64_to_f16(double d) {
     return (ushort)(s | (uint)(r + (rest > tie || (rest == tie && (r & 1UL)))));
 }
 float sk_bf16_to_f32(ushort h) { return as_float((uint)h << 16); }
-/* f32 -> bf16, nearest even; a NaN stays a NaN (its quiet bit set). */
+/* f32 -> bf16, nearest even; a NaN gives the quiet NaN of its sign. */
 ushort sk_f32_to_bf16(float f) {
     uint u = as_uint(f);
-    if (isnan(f)) return (ushort)((u >> 16) | 0x40u);
+    if (isnan(f)) return (ushort)(((u >> 16) & 0x8000u) | 0x7FC0u);
     return (ushort)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 /* f64 -> bf16 rounds once: to f32 rounding to odd, then to nearest even. */

@@ -61,7 +61,7 @@ _CVT = ('uint h; asm("{{ .reg .b16 t; cvt.rn.{to}.f32 t, %1; cvt.u32.u16 %0, t; 
         ': "=r"(h) : "f"(f));')
 _BF16 = ('uint h; asm("{ .reg .pred n; .reg .b16 t; .reg .b32 q; cvt.rn.bf16.f32 t, %1; '
          'cvt.u32.u16 %0, t; setp.nan.f32 n, %1, %1; mov.b32 q, %1; shr.b32 q, q, 16; '
-         'or.b32 q, q, 64; selp.b32 %0, q, %0, n; }" : "=r"(h) : "f"(f));')
+         'and.b32 q, q, 32768; or.b32 q, q, 32704; selp.b32 %0, q, %0, n; }" : "=r"(h) : "f"(f));')
 HARDWARE_ROUNDING = {
     "sk_f32_to_f16": f"""ushort sk_f32_to_f16(float f) {{
     uint u = as_uint(f), a = u & 0x7FFFFFFFu;

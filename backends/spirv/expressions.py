@@ -388,11 +388,13 @@ class ExpressionPrinter(ModuleBuilder):
         return self.op(self.type_of(T.F32), "OpBitcast", shifted)
 
     def f32_to_bf16(self, f: str) -> str:
-        """Round to nearest even by integer arithmetic; a NaN stays a NaN (quiet bit set)."""
+        """Round to nearest even by integer arithmetic; a NaN gives the quiet NaN of its sign
+        (``0x7FC0`` or ``0xFFC0``)."""
         u32, bool_t = self.type_of(T.U32), self.type_of(T.BOOL)
         u = self.op(u32, "OpBitcast", f)
         high = self.op(u32, "OpShiftRightLogical", u, self.u32(16))
-        quiet = self.op(u32, "OpBitwiseOr", high, self.u32(0x40))
+        sign = self.op(u32, "OpBitwiseAnd", high, self.u32(0x8000))
+        quiet = self.op(u32, "OpBitwiseOr", sign, self.u32(0x7FC0))
         odd = self.op(u32, "OpBitwiseAnd", high, self.u32(1))
         biased = self.op(u32, "OpIAdd", self.op(u32, "OpIAdd", u, self.u32(0x7FFF)), odd)
         rounded = self.op(u32, "OpShiftRightLogical", biased, self.u32(16))
