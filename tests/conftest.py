@@ -1,4 +1,5 @@
-"""Shared fixtures: the bundled examples, loaded once per session; the built wheel."""
+"""Shared fixtures: the bundled examples, loaded once per session; the vulkan target as the
+H200 gates it; the built wheel."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from types import ModuleType
 
 import pytest
 
+import backends.spirv.target as spirv_target
 from sarek import memo
 from sarek.loader import load_module
 
@@ -33,6 +35,14 @@ def fresh_memos() -> None:
     """Each test computes its own checks and lowerings (``sarek.memo``): one that plants a
     fault in a lowering must not be handed another test's result for the same kernel."""
     memo.forget_all()
+
+
+@pytest.fixture
+def h200_vulkan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The vulkan target as the H200 gates it (its recorded support and subgroups of 32),
+    whatever Vulkan device is here: lavapipe has no cooperative matrices and subgroups of 8.
+    For tests of what the target does with the H200's support, in this process."""
+    monkeypatch.setattr(spirv_target, "_live", lambda: False)
 
 
 @pytest.fixture(scope="session")

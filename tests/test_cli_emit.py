@@ -30,8 +30,8 @@ def test_emit_prints_the_rewrite_on_tensor_cores(capsys: pytest.CaptureFixture[s
 
 
 @pytest.mark.parametrize("target", ["cuda", "metal", "vulkan"])
-def test_emit_prints_what_the_target_compiles(target: str,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_emit_prints_what_the_target_compiles(target: str, capsys: pytest.CaptureFixture[str],
+                                              h200_vulkan: None) -> None:
     assert main(["emit", KERNEL, "--target", target, "--size", "20,12,9"]) == 0
     launch = load_module(EXAMPLE).make(20, 12, 9)
     assert capsys.readouterr().out == compile_launch(registry.target(target), launch).text

@@ -91,7 +91,7 @@ def test_the_rewrite_as_printed_is_bit_identical_modulo_2_32(
     assert np.array_equal(done.launch.simulate(target=target)["c"], expected(run))
 
 
-def test_vulkan_multiplies_8_bit_fragments_32_deep() -> None:
+def test_vulkan_multiplies_8_bit_fragments_32_deep(h200_vulkan: None) -> None:
     vulkan = registry.target("vulkan")
     done = rewrite_launch(i8_launch(), staging=vulkan.staging)
     assert done.schedule.step == 32
@@ -100,7 +100,8 @@ def test_vulkan_multiplies_8_bit_fragments_32_deep() -> None:
     assert vulkan.refuses(Lowering.INT8_OPERANDS, 32, 16) is None
 
 
-def test_vulkan_refuses_8x8_int8_fragments_with_the_configurations_it_has() -> None:
+def test_vulkan_refuses_8x8_int8_fragments_with_the_configurations_it_has(h200_vulkan: None
+                                                                          ) -> None:
     reason = registry.target("vulkan").refuses(Lowering.INT8_OPERANDS, 32, 8)
     assert reason is not None and "only at 16x16x32, 16x8x32" in reason
 

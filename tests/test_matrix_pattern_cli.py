@@ -12,7 +12,8 @@ from sarek.cli import main
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
-def test_analyze_prints_nest_region_lowering_and_an_available_gate(capsys) -> None:
+def test_analyze_prints_nest_region_lowering_and_an_available_gate(capsys,
+                                                                   h200_vulkan: None) -> None:
     code = main(["analyze", f"{EXAMPLES / 'gemm_f16.py'}:matmul_f16", "--size", "70,45,33"])
     out = capsys.readouterr().out
     assert code == 0

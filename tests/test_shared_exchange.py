@@ -187,7 +187,7 @@ def test_a_policy_that_does_not_ask_never_shares() -> None:
         assert layout.exchange_host is None
 
 
-def test_the_policy_counts_the_converted_arrays_the_target_declares() -> None:
+def test_the_policy_counts_the_converted_arrays_the_target_declares(h200_vulkan: None) -> None:
     # Bf16x3 with three stages fits the 48 KiB once its converted term arrays are counted
     # (A unpadded); counted raw, it stays padded and needs 52 KiB.
     launch = example("gemm_f32").make(1024, 1024, 64)

@@ -16,7 +16,6 @@ import pytest
 from conftest import example
 from staged_tile_cases import TILES, staged_tile_kernel
 
-import backends.spirv.target as spirv_target
 import sarek
 from backends.pipeline import compile_launch
 from backends.registry import target
@@ -34,15 +33,9 @@ from sarek.launch import Launch
 from sarek.matrix_scheme import Lowering
 from sarek.schedule import Schedule
 
-pytestmark = pytest.mark.skipif(tools_reason() is not None,
-                                reason=f"SPIRV-Tools unavailable: {tools_reason()}")
-
-
-@pytest.fixture(autouse=True)
-def h200_vulkan(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The vulkan target as the H200 gates it (its recorded support), whatever Vulkan device
-    is here: lavapipe runs no cooperative matrices and subgroups of 8."""
-    monkeypatch.setattr(spirv_target, "_live", lambda: False)
+pytestmark = [pytest.mark.skipif(tools_reason() is not None,
+                                 reason=f"SPIRV-Tools unavailable: {tools_reason()}"),
+              pytest.mark.usefixtures("h200_vulkan")]  # Vulkan's policy as the H200 gates it
 
 EXAMPLES = {Lowering.F16_OPERANDS: "gemm_f16", Lowering.BF16_OPERANDS: "gemm_f32",
             Lowering.BF16X3_OPERANDS: "gemm_f32", Lowering.INT8_OPERANDS: "gemm_i8",

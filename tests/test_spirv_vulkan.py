@@ -26,7 +26,6 @@ from staged_tile_cases import (
     staged_tile_kernel,
 )
 
-import backends.spirv.target as spirv_target
 import sarek
 from backends import conformance, registry
 from backends.spirv import device as vulkan_device
@@ -41,19 +40,13 @@ from sarek.matrix_scheme import Lowering
 from sim import simulate
 
 
-@pytest.fixture
-def no_device(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The vulkan target as it is without a Vulkan device: the recorded H200 support."""
-    monkeypatch.setattr(spirv_target, "_live", lambda: False)
-
-
-def test_the_gate_permits_the_h200s_16x16x16_float_configurations(no_device: None) -> None:
+def test_the_gate_permits_the_h200s_16x16x16_float_configurations(h200_vulkan: None) -> None:
     target = registry.target("vulkan")
     for low in (Lowering.F16_OPERANDS, Lowering.BF16_OPERANDS, Lowering.BF16X3_OPERANDS):
         assert target.refuses(low, 32, 16) is None, low
 
 
-def test_the_gate_refuses_what_the_h200_does_not_report_with_the_reason(no_device: None
+def test_the_gate_refuses_what_the_h200_does_not_report_with_the_reason(h200_vulkan: None
                                                                        ) -> None:
     target = registry.target("vulkan")
     assert "only at 16x16x16" in str(target.refuses(Lowering.BF16_OPERANDS, 32, 8))
@@ -63,7 +56,18 @@ def test_the_gate_refuses_what_the_h200_does_not_report_with_the_reason(no_devic
         target.refuses(Lowering.INT32_BYTE_PLANES, 32, 8))
 
 
-def test_the_gate_permits_the_byte_planes_through_u32_accumulators(no_device: None) -> None:
+def test_a_device_without_cooperative_matrices_is_refused_for_the_missing_extension() -> None:
+    # lavapipe: no VK_KHR_cooperative_matrix and subgroups of 8; the extension is the reason
+    from backends.spirv.target import gate_refusal
+    from sarek.coopmat import DeviceSupport
+
+    cpu = DeviceSupport("llvmpipe (Vulkan)", frozenset(),
+                        unsupported_reason="the device lacks VK_KHR_cooperative_matrix")
+    reason = gate_refusal(cpu, (8, 8), Lowering.F16_OPERANDS, 32, 16)
+    assert reason is not None and "lacks VK_KHR_cooperative_matrix" in reason
+
+
+def test_the_gate_permits_the_byte_planes_through_u32_accumulators(h200_vulkan: None) -> None:
     # the byte planes multiply 32 deep on Vulkan; the H200 has u8 x u8 only into u32 there,
     # which gives the s32 sums' bits
     assert registry.target("vulkan").refuses(Lowering.INT32_BYTE_PLANES, 32, 16) is None
@@ -279,3 +283,13 @@ def test_a_rewrite_runs_or_is_refused_with_the_reason() -> None:
     else:
         with pytest.raises(vulkan_device.VulkanError, match=r"cooperativeMatrix|subgroups of 32"):
             vulkan.run(launch.kernel, dict(launch.args), launch.grid, launch.block)
+
+
+@needs_vulkan
+def test_the_live_gate_refuses_a_device_without_cooperative_matrices_with_the_reason() -> None:
+    d = vulkan_device.device()
+    if d.features.get("cooperativeMatrix"):
+        pytest.skip(f"{d.name} has cooperative matrices")
+    reason = registry.target("vulkan").refuses(Lowering.F16_OPERANDS, 32, 16)
+    assert reason is not None and f"{d.name} (Vulkan) does not support" in reason
+    assert "lacks VK_KHR_cooperative_matrix" in reason

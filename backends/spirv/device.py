@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from backends.spirv.probe import from_vulkan_properties
+from backends.spirv.probe import vulkan_support
 from backends.spirv.tools import tools_reason
 from sarek import ir
 from sarek.coopmat import Available, DeviceSupport, configs_of, verdict
@@ -228,12 +228,8 @@ def _open(vk: Any, instance: Any, physical: Any, family: int) -> Device:
     memory = vk.vkGetPhysicalDeviceMemoryProperties(physical)
     memory_types = [(int(memory.memoryTypes[i].propertyFlags), int(memory.memoryTypes[i].heapIndex))
                     for i in range(memory.memoryTypeCount)]
-    if "VK_KHR_cooperative_matrix" in exts:
-        from backends.spirv.probe import vulkan_support
-
-        support = vulkan_support(instance, physical)
-    else:
-        support = from_vulkan_properties(f"{name} (Vulkan)", [])
+    # the probe's support says why a device without VK_KHR_cooperative_matrix runs nothing
+    support = vulkan_support(instance, physical)
     pool = vk.vkCreateCommandPool(dev, vk.VkCommandPoolCreateInfo(
         sType=vk.VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO, queueFamilyIndex=family,
         flags=vk.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT), None)

@@ -49,15 +49,19 @@ def gate_refusal(support: DeviceSupport, subgroups: tuple[int, int], lowering: L
                  subgroup: int, frag: int) -> str | None:
     """Why a device of ``support`` and subgroup range ``subgroups`` does not run a rewrite
     under ``lowering`` at ``subgroup`` and ``frag`` (None when it does)."""
+    # the configuration first: on a device without cooperative matrices (lavapipe) that is
+    # the reason, not its subgroup size
+    operand = _operand(lowering)
+    deep = spirv_lower.STAGING.byte_k if config_of(lowering, operand).a.bits == 8 else None
+    answer = verdict(config_of(lowering, operand, frag, deep if frag == 16 else None), support)
+    if not answer:
+        return getattr(answer, "reason", str(answer))
     low, high = subgroups
     if not low <= subgroup <= high:
         return (f"{support.device} runs subgroups of {low}" + (f" to {high}" if high != low
                                                                 else "")
                 + f" lanes, not {subgroup}")
-    operand = _operand(lowering)
-    deep = spirv_lower.STAGING.byte_k if config_of(lowering, operand).a.bits == 8 else None
-    answer = verdict(config_of(lowering, operand, frag, deep if frag == 16 else None), support)
-    return None if answer else getattr(answer, "reason", str(answer))
+    return None
 
 
 @dataclass(frozen=True)
