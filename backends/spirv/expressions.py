@@ -378,8 +378,38 @@ class ExpressionPrinter(ModuleBuilder):
             narrow = x if src is T.F32 else self.convert(x, src, T.F32)
             return self.f32_to_bf16(narrow)
         if src is T.F64 and dst is T.F16:  # one rounding: to odd in f32, then to f16
-            return self.op(self.type_of(T.F16), "OpFConvert", self.f64_to_f32_odd(x))
+            return self.f16_nan(x, src, self.op(self.type_of(T.F16), "OpFConvert",
+                                                self.f64_to_f32_odd(x)))
+        if dst is T.F16:
+            return self.f16_nan(x, src, self.op(self.type_of(T.F16), "OpFConvert", x))
         return self.op(self.type_of(dst), "OpFConvert", x)
+
+    def f16_nan(self, x: str, src: ElemType, converted: str) -> str:
+        """``converted`` (``x`` of f32 or f64 rounded to f16), but a NaN gives the simulator's
+        f16 NaN: its sign and its payload's upper ten bits, the lowest set when those are all
+        zero (``OpFConvert`` leaves a NaN's payload to the driver: lavapipe gives ``0x7E00``)."""
+        u32, bool_t = self.type_of(T.U32), self.type_of(T.BOOL)
+        if src is T.F64:  # the sign and the payload's upper bits are in the high word
+            u64 = self.type_of(T.U64)
+            wide = self.op(u64, "OpBitcast", x)
+            high = self.op(u32, "OpUConvert",
+                           self.op(u64, "OpShiftRightLogical", wide, self.u32(32)))
+            payload = self.op(u32, "OpShiftRightLogical", high, self.u32(10))
+        else:
+            high = self.op(u32, "OpBitcast", x)
+            payload = self.op(u32, "OpShiftRightLogical", high, self.u32(13))
+        payload = self.op(u32, "OpBitwiseAnd", payload, self.u32(0x3FF))
+        empty = self.op(bool_t, "OpIEqual", payload, self.u32(0))
+        payload = self.op(u32, "OpSelect", empty, self.u32(1), payload)
+        sign = self.op(u32, "OpBitwiseAnd",
+                       self.op(u32, "OpShiftRightLogical", high, self.u32(16)),
+                       self.u32(0x8000))
+        bits = self.op(u32, "OpBitwiseOr", self.op(u32, "OpBitwiseOr", sign, self.u32(0x7C00)),
+                       payload)
+        nan = self.op(self.type_of(T.F16), "OpBitcast",
+                      self.op(self.type_of(T.U16), "OpUConvert", bits))
+        return self.op(self.type_of(T.F16), "OpSelect", self.op(bool_t, "OpIsNan", x), nan,
+                       converted)
 
     def bf16_to_f32(self, h: str) -> str:
         u32 = self.type_of(T.U32)
