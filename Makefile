@@ -11,9 +11,18 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,cuda,opencl]'
-	@# clang checks the Metal text (backends/metal/check.py): Debian's package, when root
-	@if [ "$$(id -u)" = 0 ] && ! command -v clang >/dev/null 2>&1; then \
-		apt-get update -q && apt-get install -y -q clang; fi
+	@# Debian's packages, when root and missing, in one apt-get call: clang checks the Metal
+	@# text (backends/metal/check.py); lavapipe (mesa-vulkan-drivers, a CPU Vulkan 1.3 device
+	@# without cooperative matrices) and the Vulkan loader (libvulkan1) run the SPIR-V tests
+	@if [ "$$(id -u)" = 0 ]; then \
+		missing=""; \
+		command -v clang >/dev/null 2>&1 || missing="clang"; \
+		for p in mesa-vulkan-drivers libvulkan1; do \
+			dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" \
+				|| missing="$$missing $$p"; \
+		done; \
+		if [ -n "$$missing" ]; then apt-get update -q && apt-get install -y -q $$missing; fi; \
+	fi
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -90,7 +90,7 @@ def test_the_probe_is_one_cooperative_matrix_multiply_add_per_subgroup() -> None
 
 
 @pytest.mark.device
-@needs.vulkan
+@needs.vulkan_matrices
 def test_every_cooperative_matrix_output_is_the_h200_models(measured: list[dict[str, Any]]
                                                             ) -> None:
     errors = [(r["operands"], r["distribution"], r["error"]) for r in measured if "error" in r]

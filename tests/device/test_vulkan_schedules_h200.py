@@ -50,7 +50,7 @@ def measured() -> list[dict[str, Any]]:
 
 
 @pytest.mark.device
-@needs.vulkan
+@needs.vulkan_matrices
 def test_every_schedule_runs_bit_identically_or_is_refused_with_a_reason(
         measured: list[dict[str, Any]]) -> None:
     assert not [r["schedule"] for r in measured if not r.get("bit_identical", True)]
