@@ -158,3 +158,24 @@ def test_a_partial_tile_of_a_keeps_its_negative_zero_padding(
 
     monkeypatch.setattr(tma, "math", types.SimpleNamespace(copysign=lambda *_: 1.0))
     assert not np.signbit(_negative_zeros()).any()
+
+
+def test_a_tensor_maps_origin_is_proved_the_same_for_every_block() -> None:
+    """A copy takes a tensor map only where ``src_offset`` less its start is, as a
+    polynomial, of scalar parameters alone: block-dependent terms must cancel exactly."""
+    from sarek.ir_build import add, binary, const, mul, var
+
+    scalars = frozenset({"m", "k"})
+    row = mul(var("sk_bx"), const(128))  # a value of the block, not a parameter
+    quarter = binary(ir.BinOp.DIV, var("sk_bx"), const(4))
+    cancelled = binary(ir.BinOp.SUB, add(mul(row, var("k")), var("m")), mul(row, var("k")))
+    assert tma._of_scalars(cancelled, scalars)
+    assert tma._of_scalars(binary(ir.BinOp.SUB, mul(quarter, var("k")),
+                                  mul(var("k"), quarter)), scalars)
+    assert tma._of_scalars(binary(ir.BinOp.DIV, var("m"), const(2)), scalars)
+    assert not tma._of_scalars(mul(row, var("k")), scalars)
+    assert not tma._of_scalars(mul(quarter, var("k")), scalars)
+    assert not tma._of_scalars(add(var("m"), const(1)), frozenset({"k"}))
+    select = ir.Select(cond=binary(ir.BinOp.LT, var("m"), const(0)), a=var("m"), b=var("k"),
+                       type=ir.ElemType.I32)
+    assert not tma._of_scalars(select, scalars)

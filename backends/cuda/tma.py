@@ -28,13 +28,13 @@ after the kernel's own and the launch encodes them (``encode``).
 from __future__ import annotations
 
 import math
-import random
 from dataclasses import dataclass
 
 import numpy as np
 
 from backends.cuda.wgmma import SWIZZLE_ROW, CoreLayout
 from sarek import atoms, dtypes, ir
+from sarek.affine import Poly
 from sarek.errors import SarekError
 from sarek.ir import BinOp, ElemType
 from sarek.ir_build import add, binary, const, is_literal, mul, var
@@ -137,23 +137,49 @@ def _split(limit: ir.Expr, scalars: frozenset[str]) -> tuple[ir.Expr, ir.Expr] |
     return None
 
 
+def _of_scalars(e: ir.Expr, scalars: frozenset[str]) -> bool:
+    """Whether the integer expression ``e`` is, as a polynomial (sums, differences and
+    products expanded, each quotient or remainder an opaque term of its own), one of scalar
+    parameters alone: every other variable cancels. Exact (i32 arithmetic wraps modulo 2^32,
+    which keeps polynomial identities); an expression of anything else answers False."""
+    def poly(x: ir.Expr) -> Poly | None:
+        match x:
+            case ir.Const(value=value) if isinstance(value, int):
+                return Poly.const(int(value))
+            case ir.Var(name=name):
+                return Poly.atom(name)
+            case ir.Binary(op=BinOp.ADD | BinOp.SUB | BinOp.MUL as op, a=a, b=b):
+                pa, pb = poly(a), poly(b)
+                if pa is None or pb is None:
+                    return None
+                return pa + pb if op is BinOp.ADD else pa - pb if op is BinOp.SUB else pa * pb
+            case ir.Binary(op=BinOp.DIV | BinOp.REM):
+                opaque[x.model_dump_json()] = x
+                return Poly.atom(x.model_dump_json())
+        return None
+
+    opaque: dict[str, ir.Expr] = {}
+    found = poly(e)
+    return found is not None and all(
+        atom in scalars or (atom in opaque and _params(opaque[atom], scalars))
+        for atom in found.atoms())
+
+
 def tensor(s: ir.StageCopy, scalars: frozenset[str]) -> tuple[TensorMap, ir.Expr, ir.Expr] | None:
     """The tensor map of copy ``s`` and its tile's (row, column) in it, or None where its rows
     are not contiguous, its limits not ``extent - start`` or its origin not the same for every
-    block (``src_offset`` less the start's offset, checked on random values)."""
+    block (``src_offset`` less the start's offset, a polynomial of scalar parameters alone:
+    ``_of_scalars``)."""
     rows, cols = _split(s.row_limit, scalars), _split(s.col_limit, scalars)
     if rows is None or cols is None or not is_literal(s.src_col_stride, 1) or \
             not _params(s.src_row_stride, scalars) or s.part is not None:
         return None
     start = add(mul(rows[1], s.src_row_stride), cols[1])
     offset = binary(BinOp.SUB, s.src_offset, start)
+    if not _of_scalars(offset, scalars):
+        return None
     names = {x.name for x in subexpressions(offset) if isinstance(x, ir.Var)} - scalars
     origin = fold(substitute(offset, {name: const(0) for name in names}))
-    rng = random.Random(27)
-    for _ in range(4):
-        env = {name: rng.randrange(1, 1000) for name in names | scalars}
-        if evaluate(offset, env) != evaluate(origin, env) or evaluate(origin, env) is None:
-            return None
     return TensorMap(s.src, s.fill.type, origin, s.src_row_stride, rows[0], cols[0], s.rows,
                      s.cols, 128), rows[1], cols[1]
 
