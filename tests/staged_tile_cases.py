@@ -23,22 +23,31 @@ inside and aligned, cut at both limits, misaligned, nothing inside (rows or colu
 column stride (every word element by element); a cut of 99 leaves no row or column."""
 
 
+def _kernel(name: str, src: ElemType, elem: ElemType, elements: int, scalars: tuple[str, ...],
+            body: tuple[ir.Stmt, ...]) -> ir.Kernel:
+    """A kernel of ``THREADS`` invocations over ``src`` (of ``src``'s type) and ``out`` (u32
+    words) and the i32 ``scalars``: ``body`` after a workgroup array ``tile`` of ``elements``
+    ``elem`` and ``view``, its u32 words in the same storage."""
+    return ir.Kernel(name=name, block=(THREADS, 1, 1), params=(
+        ir.ArrayParam(name="src", elem=src, readonly=True),
+        ir.ArrayParam(name="out", elem=ElemType.U32),
+        *(ir.ScalarParam(name=n, elem=ElemType.I32) for n in scalars)), body=(
+        ir.ArrayDecl(name="tile", elem=elem, size=elements, space=MemSpace.SHARED),
+        ir.ArrayDecl(name="view", elem=ElemType.U32, size=elements * elem.bits // 32,
+                     space=MemSpace.SHARED, shares="tile"),
+        *body))
+
+
 def staged_tile_kernel(elem: ElemType, strided: bool) -> ir.Kernel:
     """One ``rows`` x ``cols`` tile (``TILES``) of ``src`` staged into a workgroup array of
     ``elem`` and written out through a u32 array in its storage (``out``); offset, strides and
     limits are parameters, the column stride 1 unless ``strided``."""
     rows, cols = TILES[elem]
     words = rows * cols * elem.bits // 32
-    tid, i32 = ir.BuiltinValue(which=Builtin.THREAD_IDX_X), ElemType.I32
+    tid = ir.BuiltinValue(which=Builtin.THREAD_IDX_X)
     at = add(mul(var("q"), const(THREADS)), tid)
-    return ir.Kernel(name=f"staged_tile_{elem}", block=(THREADS, 1, 1), params=(
-        ir.ArrayParam(name="src", elem=elem, readonly=True),
-        ir.ArrayParam(name="out", elem=ElemType.U32),
-        *(ir.ScalarParam(name=n, elem=i32) for n in ("off", "pitch", "stride", "rl", "cl"))),
-        body=(
-        ir.ArrayDecl(name="tile", elem=elem, size=rows * cols, space=MemSpace.SHARED),
-        ir.ArrayDecl(name="view", elem=ElemType.U32, size=words, space=MemSpace.SHARED,
-                     shares="tile"),
+    return _kernel(f"staged_tile_{elem}", elem, elem, rows * cols,
+                   ("off", "pitch", "stride", "rl", "cl"), (
         ir.StageCopy(dst="tile", dst_offset=const(0), dst_pitch=cols, src="src",
                      src_offset=var("off"), src_row_stride=var("pitch"),
                      src_col_stride=var("stride") if strided else const(1), rows=rows,
@@ -83,14 +92,7 @@ def staged_loop_kernel(elem: ElemType) -> ir.Kernel:
     tid, i32 = ir.BuiltinValue(which=Builtin.THREAD_IDX_X), ElemType.I32
     at = add(mul(var("q"), const(THREADS)), tid)
     first = mul(var("t"), const(cols))
-    return ir.Kernel(name=f"staged_loop_{elem}", block=(THREADS, 1, 1), params=(
-        ir.ArrayParam(name="src", elem=elem, readonly=True),
-        ir.ArrayParam(name="out", elem=ElemType.U32),
-        *(ir.ScalarParam(name=n, elem=i32) for n in ("off", "pitch", "rl", "cl"))),
-        body=(
-        ir.ArrayDecl(name="tile", elem=elem, size=rows * cols, space=MemSpace.SHARED),
-        ir.ArrayDecl(name="view", elem=ElemType.U32, size=words, space=MemSpace.SHARED,
-                     shares="tile"),
+    return _kernel(f"staged_loop_{elem}", elem, elem, rows * cols, ("off", "pitch", "rl", "cl"), (
         ir.For(var="t", start=const(0), stop=const(TRIPS), step=const(1), body=(
             ir.StageCopy(dst="tile", dst_offset=const(0), dst_pitch=cols, src="src",
                          src_offset=add(var("off"), first), src_row_stride=var("pitch"),
@@ -138,14 +140,8 @@ def staged_pipeline_kernel(elem: ElemType) -> ir.Kernel:
             fill=ir.Const(value=-0.0 if elem.is_float else 7, type=elem))
 
     slot = mul(ir.Binary(op=ir.BinOp.REM, a=var("t"), b=const(2), type=i32), const(words))
-    return ir.Kernel(name=f"staged_pipeline_{elem}", block=(THREADS, 1, 1), params=(
-        ir.ArrayParam(name="src", elem=elem, readonly=True),
-        ir.ArrayParam(name="out", elem=ElemType.U32),
-        *(ir.ScalarParam(name=n, elem=i32) for n in ("off", "pitch", "rl", "cl"))),
-        body=(
-        ir.ArrayDecl(name="tile", elem=elem, size=2 * rows * cols, space=MemSpace.SHARED),
-        ir.ArrayDecl(name="view", elem=ElemType.U32, size=2 * words, space=MemSpace.SHARED,
-                     shares="tile"),
+    return _kernel(f"staged_pipeline_{elem}", elem, elem, 2 * rows * cols,
+                   ("off", "pitch", "rl", "cl"), (
         copy(const(0)), ir.StageCommit(),
         ir.For(var="t", start=const(0), stop=const(TRIPS), step=const(1), body=(
             ir.Barrier(), copy(add(var("t"), const(1))), ir.StageCommit(),
@@ -162,16 +158,10 @@ def staged_terms_kernel(index: int) -> ir.Kernel:
     storage; offset, strides and limits as in ``staged_tile_kernel``."""
     rows, cols = 16, 32
     words = rows * cols // 2
-    tid, i32 = ir.BuiltinValue(which=Builtin.THREAD_IDX_X), ElemType.I32
+    tid = ir.BuiltinValue(which=Builtin.THREAD_IDX_X)
     at = add(mul(var("q"), const(THREADS)), tid)
-    return ir.Kernel(name=f"staged_terms_{index}", block=(THREADS, 1, 1), params=(
-        ir.ArrayParam(name="src", elem=ElemType.F32, readonly=True),
-        ir.ArrayParam(name="out", elem=ElemType.U32),
-        *(ir.ScalarParam(name=n, elem=i32) for n in ("off", "pitch", "stride", "rl", "cl"))),
-        body=(
-        ir.ArrayDecl(name="tile", elem=ElemType.BF16, size=rows * cols, space=MemSpace.SHARED),
-        ir.ArrayDecl(name="view", elem=ElemType.U32, size=words, space=MemSpace.SHARED,
-                     shares="tile"),
+    return _kernel(f"staged_terms_{index}", ElemType.F32, ElemType.BF16, rows * cols,
+                   ("off", "pitch", "stride", "rl", "cl"), (
         ir.StageCopy(dst="tile", dst_offset=const(0), dst_pitch=cols, src="src",
                      src_offset=var("off"), src_row_stride=var("pitch"),
                      src_col_stride=const(1), rows=rows, cols=cols, row_limit=var("rl"),
