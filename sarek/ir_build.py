@@ -1,6 +1,7 @@
 """Small constructors of IR expressions, for code that builds kernels (the rewrite, the
 lowerings, the recognizer's description of a GEMM): each returns a well-typed node; and the
-test for a literal value that they and their readers share."""
+test for a literal value and the value of an integer index expression (``evaluate``) that they
+and their readers share."""
 
 from __future__ import annotations
 
@@ -44,3 +45,28 @@ def logical_not(x: ir.Expr) -> ir.Unary:
 def is_literal(e: ir.Expr, value: int) -> bool:
     """Whether ``e`` is a constant equal to ``value`` (so ``0`` matches ``0.0`` and ``False``)."""
     return isinstance(e, ir.Const) and e.value == value
+
+
+def evaluate(e: ir.Expr, env: dict[str, int]) -> int | None:
+    """The value of an i32 expression of constants and ``env``'s names (C's truncating
+    division), else None."""
+    match e:
+        case ir.Const(value=value) if isinstance(value, int):
+            return int(value)
+        case ir.Var(name=name):
+            return env.get(name)
+        case ir.Binary(op=op, a=a, b=b):
+            x, y = evaluate(a, env), evaluate(b, env)
+            if x is None or y is None:
+                return None
+            match op:
+                case BinOp.ADD:
+                    return x + y
+                case BinOp.SUB:
+                    return x - y
+                case BinOp.MUL:
+                    return x * y
+                case BinOp.DIV | BinOp.REM if y:
+                    q = abs(x) // abs(y) * (1 if (x < 0) == (y < 0) else -1)
+                    return q if op is BinOp.DIV else x - q * y
+    return None

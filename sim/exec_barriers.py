@@ -15,6 +15,8 @@ invocation waits for next.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from sarek import atoms, dtypes, ir
@@ -48,36 +50,44 @@ class Mbarriers:
 
 
 class Barriers(Core):
-    def _targets(self, st: State, m: Mask, s: ir.BulkStmt, scope: Scope, site: Site,
-                 initialized: bool = True) -> tuple[Mbarriers, np.ndarray, np.ndarray,
-                                                    np.ndarray]:
-        """The mbarriers ``s`` names, and the active invocations, their blocks and the index
-        each names (``OutOfBounds`` past the array, ``MbarrierMisuse`` on one not
-        initialized when ``initialized``)."""
+    def _targets(self, s: ir.BulkStmt, scope: Scope, site: Site, initialized: bool = True
+                 ) -> Callable[[State, Mask], tuple[Mbarriers, np.ndarray, np.ndarray,
+                                                    np.ndarray]]:
+        """The closure giving the mbarriers ``s`` names, and the active invocations, their
+        blocks and the index each names (``OutOfBounds`` past the array, ``MbarrierMisuse`` on
+        one not initialized when ``initialized``)."""
         arr = self._array(scope, s.barriers)
-        bars = st.mbarriers.get(arr.slot)
-        if bars is None:
-            bars = st.mbarriers[arr.slot] = Mbarriers(arr.size, self.geo)
-        lanes = np.arange(self.n) if m is None else np.flatnonzero(self.spread(m))
-        index = self.spread(self.expr(s.index, scope, site)(st, m)).astype(np.int64)[lanes]
-        where = np.zeros(self.n, bool)
-        bad = (index < 0) | (index >= arr.size)
-        if bad.any():
-            where[lanes[bad]] = True
-            self._fail(OutOfBounds, f"{format_bulk(s)} names mbarrier {int(index[bad][0])} of "
-                       f"{arr.size}", site, where)
-        blocks = lanes // self.geo.block_size
-        if initialized:
-            bad = bars.arrivals[blocks, index] == 0
+        f_index = self.expr(s.index, scope, site)
+
+        def targets(st: State, m: Mask) -> tuple[Mbarriers, np.ndarray, np.ndarray,
+                                                  np.ndarray]:
+            bars = st.mbarriers.get(arr.slot)
+            if bars is None:
+                bars = st.mbarriers[arr.slot] = Mbarriers(arr.size, self.geo)
+            lanes = np.arange(self.n) if m is None else np.flatnonzero(self.spread(m))
+            index = self.spread(f_index(st, m)).astype(np.int64)[lanes]
+            where = np.zeros(self.n, bool)
+            bad = (index < 0) | (index >= arr.size)
             if bad.any():
                 where[lanes[bad]] = True
-                self._fail(MbarrierMisuse, f"{format_bulk(s)} uses an mbarrier no "
-                           "mbarrier_init has initialized", site, where)
-        return bars, lanes, blocks, index
+                self._fail(OutOfBounds, f"{format_bulk(s)} names mbarrier {int(index[bad][0])} "
+                           f"of {arr.size}", site, where)
+            blocks = lanes // self.geo.block_size
+            if initialized:
+                bad = bars.arrivals[blocks, index] == 0
+                if bad.any():
+                    where[lanes[bad]] = True
+                    self._fail(MbarrierMisuse, f"{format_bulk(s)} uses an mbarrier no "
+                               "mbarrier_init has initialized", site, where)
+            return bars, lanes, blocks, index
+
+        return targets
 
     def mbarrier_init(self, s: ir.MbarrierInit, scope: Scope, site: Site) -> StmtFn:
+        targets = self._targets(s, scope, site, initialized=False)
+
         def run(st: State, m: Mask) -> None:
-            bars, _, blocks, index = self._targets(st, m, s, scope, site, initialized=False)
+            bars, _, blocks, index = targets(st, m)
             bars.arrivals[blocks, index] = bars.missing[blocks, index] = s.arrivals
             bars.tx[blocks, index] = bars.phase[blocks, index] = 0
             size = self.geo.block_size
@@ -87,10 +97,10 @@ class Barriers(Core):
         return run
 
     def mbarrier_arrive(self, s: ir.MbarrierArrive, scope: Scope, site: Site) -> StmtFn:
-        f_tx = self.expr(s.tx_bytes, scope, site)
+        targets, f_tx = self._targets(s, scope, site), self.expr(s.tx_bytes, scope, site)
 
         def run(st: State, m: Mask) -> None:
-            bars, lanes, blocks, index = self._targets(st, m, s, scope, site)
+            bars, lanes, blocks, index = targets(st, m)
             tx = self.spread(f_tx(st, m)).astype(np.int64)[lanes]
             if (tx < 0).any():
                 self._fail(MbarrierMisuse, f"{format_bulk(s)} expects {int(tx.min())} bytes",
@@ -108,10 +118,10 @@ class Barriers(Core):
         return run
 
     def mbarrier_wait(self, s: ir.MbarrierWait, scope: Scope, site: Site) -> StmtFn:
-        f_parity = self.expr(s.parity, scope, site)
+        targets, f_parity = self._targets(s, scope, site), self.expr(s.parity, scope, site)
 
         def run(st: State, m: Mask) -> None:
-            bars, lanes, blocks, index = self._targets(st, m, s, scope, site)
+            bars, lanes, blocks, index = targets(st, m)
             parity = self.spread(f_parity(st, m)).astype(np.int64)[lanes]
             current = bars.phase[blocks, index]  # the phase in progress
             seen = bars.observed[lanes, index]
@@ -149,9 +159,10 @@ class Barriers(Core):
         if s.swizzle:
             within = np.asarray(atoms.TMA_SWIZZLE[s.swizzle](within * size)) // size
         align = 1024 if s.swizzle else 128
+        targets = self._targets(s, scope, site)
 
         def run(st: State, m: Mask) -> None:
-            bars, lanes, blocks, index = self._targets(st, m, s, scope, site)
+            bars, lanes, blocks, index = targets(st, m)
             offset, row, col = (self.spread(f(st, m)).astype(np.int64)[lanes] for f in fns)
             origin, stride, rows, cols = (int(np.asarray(f(st, m)).flat[0]) for f in tensor)
             mem = st.arrays[dst.slot]

@@ -37,7 +37,7 @@ from sarek import atoms, dtypes, ir
 from sarek.affine import Poly
 from sarek.errors import SarekError
 from sarek.ir import BinOp, ElemType
-from sarek.ir_build import add, binary, const, is_literal, mul, var
+from sarek.ir_build import add, binary, const, evaluate, is_literal, mul, var
 from sarek.ir_walk import map_blocks, subexpressions, substitute, walk
 from sarek.stage_copy import linear_thread
 
@@ -97,31 +97,6 @@ class TensorMap:
         if rows <= 0 or cols <= 0:
             return f"{self.src!r}'s region is empty"
         return None
-
-
-def evaluate(e: ir.Expr, env: dict[str, int]) -> int | None:
-    """The value of an i32 expression of constants and ``env``'s names (C's truncating
-    division), else None."""
-    match e:
-        case ir.Const(value=value) if isinstance(value, int):
-            return int(value)
-        case ir.Var(name=name):
-            return env.get(name)
-        case ir.Binary(op=op, a=a, b=b):
-            x, y = evaluate(a, env), evaluate(b, env)
-            if x is None or y is None:
-                return None
-            match op:
-                case BinOp.ADD:
-                    return x + y
-                case BinOp.SUB:
-                    return x - y
-                case BinOp.MUL:
-                    return x * y
-                case BinOp.DIV | BinOp.REM if y:
-                    q = abs(x) // abs(y) * (1 if (x < 0) == (y < 0) else -1)
-                    return q if op is BinOp.DIV else x - q * y
-    return None
 
 
 def _params(e: ir.Expr, scalars: frozenset[str]) -> bool:

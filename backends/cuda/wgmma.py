@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from backends.cstyle import EmitError
 from sarek import atoms, ir
 from sarek.ir import BinOp, FragUse, MemSpace
-from sarek.ir_build import add, binary, const, mul
+from sarek.ir_build import add, binary, const, evaluate, mul
 from sarek.ir_walk import subexpressions, walk, with_blocks
 
 CORE = atoms.GMMA_MN_INTER.row  # elements along each side of a core matrix (8 rows of 16 bytes)
@@ -225,13 +225,14 @@ def _keeps_one_in_flight(loop: ir.For, places: dict[str, CoreLayout],
     slot, count = slots.pop(), counts.pop()
     assert slot is not None
     lets = {s.name: s.value for s in body if isinstance(s, ir.Let)}
-    start, step = _evaluate(loop.start, {}), _evaluate(loop.step, {})
-    if start is None or step is None:
+    start, step, value = evaluate(loop.start, {}), evaluate(loop.step, {}), lets.get(slot)
+    if start is None or step is None or value is None:
         return False
-    steps = [_evaluate(lets.get(slot), {loop.var: start + t * step})
+    steps = [evaluate(value, {loop.var: start + t * step})
              for t in range(2 * count + 1)]  # the slot of each trip: one buffer on each time
-    if any(a is None or b is None or (b - a) % count != 1
-           for a, b in itertools.pairwise(steps)):
+    known = [a for a in steps if a is not None and 0 <= a < count]
+    if len(known) != len(steps) or any((b - a) % count != 1
+                                       for a, b in itertools.pairwise(known)):
         return False
     first = min((i for i, s in enumerate(body) if isinstance(s, ir.FragLoad)), default=0)
     barrier = next((i for i, s in enumerate(body) if isinstance(s, ir.Barrier)), len(body))
@@ -240,8 +241,8 @@ def _keeps_one_in_flight(loop: ir.For, places: dict[str, CoreLayout],
             if not barrier < i < first:
                 return False
             for j in range(count):  # the buffer this trip fills, its slot being j
-                at = _evaluate(s.dst_offset, {slot: j})
-                if at is None or at // buffers[s.dst] in (j, (j - 1) % count):
+                at = evaluate(s.dst_offset, {slot: j})
+                if at is None or at < 0 or at // buffers[s.dst] in (j, (j - 1) % count):
                     return False
     accumulators = {s.d for s in adds} | {s.c for s in adds}
     return not any((isinstance(s, ir.FragStore | ir.FragLoad | ir.FragFill)
@@ -264,31 +265,11 @@ def _slot_of(offset: ir.Expr, buffer: int) -> str | None:
     return None
 
 
-def _evaluate(e: ir.Expr | None, env: dict[str, int]) -> int | None:
-    """The value of an integer expression of constants and ``env``'s variables, else None."""
-    match e:
-        case ir.Const(value=value) if isinstance(value, int):
-            return value
-        case ir.Var(name=name):
-            return env.get(name)
-        case ir.Binary(op=op, a=a, b=b) if op in _ARITHMETIC:
-            x, y = _evaluate(a, env), _evaluate(b, env)
-            if x is None or y is None or (op in (BinOp.DIV, BinOp.REM) and y <= 0) or x < 0:
-                return None
-            return int(_ARITHMETIC[op](x, y))
-    return None
-
-
 def _bulk_issue(s: ir.If) -> bool:
     """Whether ``s`` only issues bulk tensor copies and arrives on mbarriers (no register or
     buffer a ``wgmma`` of the run reads: ``backends.cuda.tma`` issues into other buffers)."""
     return not s.orelse and all(isinstance(x, ir.If | ir.MbarrierArrive | ir.BulkTensorCopy)
                                 for x in walk(s.then))
-
-
-_ARITHMETIC = {BinOp.ADD: lambda x, y: x + y, BinOp.SUB: lambda x, y: x - y,
-               BinOp.MUL: lambda x, y: x * y, BinOp.DIV: lambda x, y: x // y,
-               BinOp.REM: lambda x, y: x % y}
 
 
 def fence_and_wait(stmts: tuple[ir.Stmt, ...], in_flight: frozenset[str] = frozenset()
