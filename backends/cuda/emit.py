@@ -41,15 +41,31 @@ BUILTINS = {
 }
 
 _CONVERSIONS = r"""
+/* cvt.rn gives every NaN the canonical 0x7FFF; the IR's conversions keep a NaN's sign (and,
+   to f16, its payload's upper bits), so a NaN's result is selected apart. */
 __device__ inline float sk_f16_to_f32(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
-__device__ inline unsigned short sk_f32_to_f16(float f) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
-__device__ inline unsigned short sk_f64_to_f16(double d) { unsigned short h; asm("cvt.rn.f16.f64 %0, %1;" : "=h"(h) : "d"(d)); return h; }
+__device__ inline unsigned short sk_f32_to_f16(float f) {
+    unsigned u = __float_as_uint(f), a = u & 0x7FFFFFFFu, p = (a & 0x7FFFFFu) >> 13;
+    unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return a > 0x7F800000u ? (unsigned short)(((u >> 16) & 0x8000u) | 0x7C00u | (p ? p : 1u)) : h;
+}
+__device__ inline unsigned short sk_f64_to_f16(double d) {
+    unsigned long long u = __double_as_longlong(d), a = u & 0x7FFFFFFFFFFFFFFFull;
+    unsigned p = (unsigned)((a & 0xFFFFFFFFFFFFFull) >> 42);
+    unsigned short h; asm("cvt.rn.f16.f64 %0, %1;" : "=h"(h) : "d"(d));
+    return a > 0x7FF0000000000000ull ? (unsigned short)(((unsigned)(u >> 48) & 0x8000u) | 0x7C00u | (p ? p : 1u)) : h;
+}
 __device__ inline float sk_bf16_to_f32(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
-__device__ inline unsigned short sk_f32_to_bf16(float f) { unsigned short h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+__device__ inline unsigned short sk_f32_to_bf16(float f) {
+    unsigned u = __float_as_uint(f);
+    unsigned short h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return (u & 0x7FFFFFFFu) > 0x7F800000u ? (unsigned short)(((u >> 16) & 0x8000u) | 0x7FC0u) : h;
+}
 /* f64 -> bf16 rounds once: to f32 rounding to odd (29 spare bits), then to nearest even. */
 __device__ inline unsigned short sk_f64_to_bf16(double d) {
+    if (d != d) return (unsigned short)(((unsigned)(__double_as_longlong(d) >> 48) & 0x8000u) | 0x7FC0u);
     float r = __double2float_rz(d);
-    if ((double)r != d && r == r) r = __uint_as_float(__float_as_uint(r) | 1u);
+    if ((double)r != d) r = __uint_as_float(__float_as_uint(r) | 1u);
     return sk_f32_to_bf16(r);
 }
 """

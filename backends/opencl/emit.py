@@ -113,8 +113,9 @@ ushort sk_f32_to_bf16(float f) {
 }
 /* f64 -> bf16 rounds once: to f32 rounding to odd, then to nearest even. */
 ushort sk_f64_to_bf16(double d) {
+    if (isnan(d)) return (ushort)(((uint)(as_ulong(d) >> 48) & 0x8000u) | 0x7FC0u);
     float r = convert_float_rtz(d);
-    if ((double)r != d && !isnan(d)) r = as_float(as_uint(r) | 1u);
+    if ((double)r != d) r = as_float(as_uint(r) | 1u);
     return sk_f32_to_bf16(r);
 }
 """

@@ -432,7 +432,17 @@ class ExpressionPrinter(ModuleBuilder):
         return self.op(self.type_of(T.U16), "OpUConvert", pick)
 
     def f64_to_bf16(self, d: str) -> str:
-        return self.f32_to_bf16(self.f64_to_f32_odd(d))
+        """Rounded once (to odd in f32, then to nearest even); a NaN gives the quiet NaN of its
+        own sign, read from ``d``'s bits, as a driver's f64 to f32 conversion of a NaN need not
+        keep it."""
+        u32, u64, bool_t = self.type_of(T.U32), self.type_of(T.U64), self.type_of(T.BOOL)
+        rounded = self.f32_to_bf16(self.f64_to_f32_odd(d))
+        high = self.op(u32, "OpUConvert", self.op(u64, "OpShiftRightLogical",
+                                                  self.op(u64, "OpBitcast", d), self.u32(48)))
+        quiet = self.op(u32, "OpBitwiseOr", self.op(u32, "OpBitwiseAnd", high, self.u32(0x8000)),
+                        self.u32(0x7FC0))
+        return self.op(self.type_of(T.U16), "OpSelect", self.op(bool_t, "OpIsNan", d),
+                       self.op(self.type_of(T.U16), "OpUConvert", quiet), rounded)
 
     def f64_to_f32_odd(self, d: str) -> str:
         """``d`` rounded to f32 *to odd* (truncated, the last bit set when inexact), so that a
