@@ -22,6 +22,8 @@ WHY = {
     "warpgroup": "wgmma is an sm_90a warpgroup instruction: print the kernel for cuda (NVRTC "
                  "builds it for sm_90a)",
     "bulk": "bulk tensor copies and mbarriers are sm_90 instructions: print the kernel for cuda",
+    "roles": "warp roles, register reallocation and named barriers are sm_90a warp "
+             "specialization: print the kernel for cuda",
 }
 """Why a target that does not take a family refuses its statements, and what to do instead."""
 

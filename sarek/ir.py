@@ -573,6 +573,46 @@ class BulkTensorCopy(_Stmt):
     index: Expr
 
 
+class WarpRole(Node):
+    """One role of a ``WarpRoles``: the ``count`` warpgroups from warpgroup ``first`` of the
+    block (four consecutive warps each) run ``body``."""
+
+    first: int = Field(ge=0)
+    count: int = Field(ge=1)
+    body: tuple[Stmt, ...]
+
+
+class WarpRoles(_Stmt):
+    """Splits the block's warpgroups into roles, each running its own body: every warpgroup
+    of the block belongs to exactly one role, and the roles run concurrently, ordered only by
+    mbarriers (a role waits for another's arrivals; ``Barrier`` is refused inside a role, a
+    role's own barrier is a ``NamedBarrier``). Printed as one branch per role on the
+    warpgroup's index; the invocations leave the statement when their role's body ends."""
+
+    kind: Literal["warp_roles"] = "warp_roles"
+    roles: tuple[WarpRole, ...]
+
+
+class SetMaxNReg(_Stmt):
+    """``setmaxnreg.{inc,dec}.sync.aligned.u32 registers``: the warpgroup's registers per
+    thread rise (``increase``) or fall to ``registers`` (a multiple of 8 from 24 to 256),
+    run by every invocation of a warpgroup together. It changes no value."""
+
+    kind: Literal["set_max_nreg"] = "set_max_nreg"
+    registers: int
+    increase: bool
+
+
+class NamedBarrier(_Stmt):
+    """``bar.sync id, threads``: a barrier among the ``threads`` invocations of a role (its
+    warpgroups' invocations, ``threads`` of them) on hardware barrier ``id`` (1 to 15; 0 is
+    the block's ``Barrier``), with shared-memory ordering among them."""
+
+    kind: Literal["named_barrier"] = "named_barrier"
+    id: int = Field(ge=1, le=15)
+    threads: int = Field(ge=32)
+
+
 PlainStmt: TypeAlias = (Let | Assign | Store | StorePacked | For | While | If | Barrier | Return
                         | ArrayDecl)
 """Scalar code, control flow, memory and barriers: what every target prints."""
@@ -590,13 +630,17 @@ WarpStmt: TypeAlias = Ldmatrix | Stmatrix | LaneTile | Mma | CpAsync
 """NVIDIA's per-lane warp instructions: what CUDA's lowering produces for ``mma.sync``."""
 WarpgroupStmt: TypeAlias = Wgmma | WgmmaWait | AsyncProxyFence
 """NVIDIA's warpgroup instructions (sm_90a): what CUDA's lowering produces for ``wgmma``."""
+RoleStmt: TypeAlias = WarpRoles | SetMaxNReg | NamedBarrier
+"""Warp specialization (sm_90a): the block's warpgroups in roles that hand work to each other
+through mbarriers, their registers reallocated; what CUDA's lowering produces for a
+warp-specialized schedule."""
 BulkStmt: TypeAlias = MbarrierInit | MbarrierArrive | MbarrierWait | BulkTensorCopy
 """NVIDIA's bulk tensor copies and the mbarriers that complete them (sm_90): what CUDA's
 lowering produces for staged copies marked ``bulk``."""
 
 Stmt: TypeAlias = Annotated[
     PlainStmt | StagingStmt | FragmentStmt | TileStmt | WarpStmt | WarpgroupStmt
-    | BulkStmt,
+    | BulkStmt | RoleStmt,
     Field(discriminator="kind"),
 ]
 
@@ -604,7 +648,7 @@ STATEMENT_FAMILIES: dict[str, tuple[type[_Stmt], ...]] = {
     "plain": get_args(PlainStmt), "staging": get_args(StagingStmt),
     "fragment": get_args(FragmentStmt), "tile": get_args(TileStmt),
     "warp": get_args(WarpStmt), "warpgroup": get_args(WarpgroupStmt),
-    "bulk": get_args(BulkStmt)}
+    "bulk": get_args(BulkStmt), "roles": get_args(RoleStmt)}
 """Each statement family by name; every statement type is in exactly one."""
 FAMILY_OF: dict[type[_Stmt], str] = {t: name for name, types in STATEMENT_FAMILIES.items()
                                      for t in types}
@@ -636,7 +680,7 @@ class Kernel(Node):
 
 
 for _model in (For, While, If, Ldmatrix, Stmatrix, LaneTile, StageCopy, CpAsync, MbarrierInit,
-               MbarrierArrive, MbarrierWait, BulkTensorCopy, Kernel):
+               MbarrierArrive, MbarrierWait, BulkTensorCopy, WarpRole, WarpRoles, Kernel):
     _model.model_rebuild()
 
 
@@ -652,8 +696,9 @@ __all__ = [
     "ElemType", "Expr", "For", "FragAdd", "FragDecl", "FragFill", "FragLayout", "FragLoad",
     "FragMulAdd", "FragShape", "FragStore", "FragUse", "FragmentStmt", "If", "Kernel", "LaneTile",
     "Ldmatrix", "Let", "Load", "MathFn", "MatrixDescriptor", "MbarrierArrive", "MbarrierInit",
-    "MbarrierWait", "MemSpace", "Mma", "MmaAtom", "Param", "PlainStmt", "ProvidedRows", "Return",
-    "ScalarParam", "Select", "StageCommit", "StageCopy", "StageWait", "StagingStmt", "Stmatrix",
-    "Stmt", "Store", "TensorView", "TileApply", "TileOp", "TileStmt", "UnOp", "Unary", "Var",
-    "WarpStmt", "WarpgroupStmt", "While", "family", "schema",
+    "MbarrierWait", "MemSpace", "Mma", "MmaAtom", "NamedBarrier", "Param", "PlainStmt",
+    "ProvidedRows", "Return", "RoleStmt", "ScalarParam", "Select", "SetMaxNReg", "StageCommit",
+    "StageCopy", "StageWait", "StagingStmt", "Stmatrix", "Stmt", "Store", "TensorView",
+    "TileApply", "TileOp", "TileStmt", "UnOp", "Unary", "Var", "WarpRole", "WarpRoles", "WarpStmt",
+    "WarpgroupStmt", "While", "family", "schema",
 ]

@@ -36,11 +36,12 @@ from sarek.ir_check_expr import (
     number_text,
 )
 from sarek.ir_check_fragments import FragmentRules
+from sarek.ir_check_roles import RoleRules
 from sarek.ir_walk import walk
 from sarek.memo import ByIdentity
 
 
-class _Checker(FragmentRules, BulkRules):
+class _Checker(FragmentRules, BulkRules, RoleRules):
     """The whole pass: statements and control flow on the layered rules."""
 
     def block(self, stmts: tuple[ir.Stmt, ...], scope: Scope, path: str, divergent: bool) -> bool:
@@ -52,6 +53,7 @@ class _Checker(FragmentRules, BulkRules):
 
     def stmt(self, s: ir.Stmt, scope: Scope, path: str, divergent: bool) -> bool:
         self.line = s.line
+        self._outside_roles(s, path)
         match s:
             case ir.Let(name=name, type=t, value=v):
                 self.expr(v, scope, path)
@@ -130,6 +132,12 @@ class _Checker(FragmentRules, BulkRules):
                                 "lane or id, or on a value derived from them)")
             case ir.Return():
                 pass
+            case ir.WarpRoles():
+                self._warp_roles(s, scope, path, divergent)
+            case ir.SetMaxNReg():
+                self._set_max_nreg(s, path, divergent)
+            case ir.NamedBarrier():
+                self._named_barrier(s, path, divergent)
             case ir.ArrayDecl(name=name, elem=elem, space=space, size=size, align=align):
                 if size > MAX_ARRAY_SIZE:
                     self.report(path, f"array {name!r} has {number_text(size)} elements, more than "
@@ -338,6 +346,8 @@ def _shape_problems(kernel: ir.Kernel) -> list[Problem]:
                 if isinstance(v, tuple):
                     if v and isinstance(v[0], _STATEMENT):
                         block(v, f"{here}.{name}", level + 1)
+                    for j, role in enumerate(v if v and isinstance(v[0], ir.WarpRole) else ()):
+                        block(role.body, f"{here}.{name}[{j}].body", level + 1)
                 elif v is not None and _too_deep(v, 1):
                     problems.append(Problem(here, f"the expression in {name!r} nests more than "
                                             f"{MAX_EXPR_DEPTH} deep, the most the IR allows; "

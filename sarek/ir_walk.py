@@ -51,13 +51,16 @@ def distinct_subexpressions(e: ir.Expr) -> Iterator[ir.Expr]:
 
 def with_blocks(s: ir.Stmt, block: Callable[[tuple[ir.Stmt, ...]], tuple[ir.Stmt, ...]]
                 ) -> ir.Stmt:
-    """``s`` with each block it holds (a loop's body, an ``if``'s two) replaced by
+    """``s`` with each block it holds (a loop's body, an ``if``'s two, a role's) replaced by
     ``block(that block)``; any other statement as it is."""
     match s:
         case ir.For(body=body) | ir.While(body=body):
             return s.model_copy(update={"body": block(body)})
         case ir.If(then=then, orelse=orelse):
             return s.model_copy(update={"then": block(then), "orelse": block(orelse)})
+        case ir.WarpRoles(roles=roles):
+            return s.model_copy(update={"roles": tuple(
+                r.model_copy(update={"body": block(r.body)}) for r in roles)})
     return s
 
 
@@ -92,6 +95,9 @@ def walk(stmts: tuple[ir.Stmt, ...]) -> Iterator[ir.Stmt]:
             case ir.If(then=then, orelse=orelse):
                 yield from walk(then)
                 yield from walk(orelse)
+            case ir.WarpRoles(roles=roles):
+                for r in roles:
+                    yield from walk(r.body)
 
 
 def shared_arrays(kernel: ir.Kernel) -> list[ir.ArrayDecl]:

@@ -54,12 +54,12 @@ class RewriteError(SarekError):
 
 def launch_dims(subgroup: int = 32, *, me: int, ne: int, ze: int, schedule: Schedule = SEED
                 ) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-    """``(block, grid)`` of the rewritten kernel for a region: blocks of four waves (eight for
-    a wide schedule), one per ``schedule.tile`` x ``schedule.tile_n`` block of output (64x64 by
-    default), one grid layer per batch (a zero extent gives a zero grid dimension: nothing to
-    launch)."""
+    """``(block, grid)`` of the rewritten kernel for a region: blocks of four waves (eight for a
+    wide schedule, four more with a producer warpgroup), one per ``schedule.tile`` x
+    ``schedule.tile_n`` block of output (64x64 by default), one grid layer per batch (a zero extent
+    gives a zero grid dimension: nothing to launch)."""
     _check_subgroup(subgroup)
-    return (schedule.waves * subgroup, 1, 1), (-(-ne // schedule.tile_n),
+    return (schedule.block_waves * subgroup, 1, 1), (-(-ne // schedule.tile_n),
                                                 -(-me // schedule.tile), ze)
 
 
@@ -88,6 +88,9 @@ def operands_refusal(gemm: Gemm, lowering: Lowering, schedule: Schedule,
                                or gemm.b.elem is not scheme.operand):
         return (f"a warpgroup schedule multiplies one 16-bit term with B staged as it is in "
                 f"memory; {lowering} on {gemm.b.elem} B is not that")
+    if schedule.specialized and gemm.a.elem is not scheme.operand:
+        return (f"a producer warpgroup ('w') only copies: A is staged as it is in memory, and "
+                f"{lowering} on {gemm.a.elem} A converts it")
     return None
 
 
@@ -133,7 +136,7 @@ def kernel(original: ir.Kernel, gemm: Gemm, lowering: Lowering, subgroup: int = 
     suffix = "" if schedule == SEED else f"_{schedule.name}"
     rewritten = renamed(ir.Kernel(
         name=f"{original.name}_{lowering.value.lower()}{suffix}", params=params, body=body,
-        subgroup=subgroup, block=(schedule.waves * subgroup, 1, 1)),
+        subgroup=subgroup, block=(schedule.block_waves * subgroup, 1, 1)),
         dict(zip(_INTERNAL, region_names(original), strict=True)))
     ir_check.ensure_valid(rewritten)
     return rewritten

@@ -17,7 +17,7 @@ from sarek.errors import SarekError
 
 STAGE_QUANTUM = 16  # reduction steps are whole multiples of 16
 MAX_STAGES = 4  # steps a schedule keeps in shared memory at once
-_NAME = re.compile(r"t(\d{1,4})(?:x(\d{1,4}))?k(\d{1,4})(p?)(?:s(\d))?(g?)(f?)(b?)")
+_NAME = re.compile(r"t(\d{1,4})(?:x(\d{1,4}))?k(\d{1,4})(p?)(?:s(\d))?(g?)(f?)(b?)(w?)")
 
 
 class ScheduleError(SarekError):
@@ -43,7 +43,11 @@ class Schedule:
     one step's multiplies running while the next step is issued. With ``bulk`` (a warpgroup
     schedule) the staged copies are marked ``StageCopy.bulk``: a target with bulk tensor
     copies (CUDA on sm_90: ``backends.cuda.tma``) issues each step's tiles from one
-    invocation, completed by an mbarrier, where the region's operands allow it."""
+    invocation, completed by an mbarrier, where the region's operands allow it. With
+    ``specialized`` (``w``, which implies ``bulk``) the block has one warpgroup more, which
+    multiplies nothing: a target that specializes warps (CUDA: ``backends.cuda.roles``) makes
+    it the producer that alone issues the staged copies, while the others only multiply; the
+    neutral kernel's copies spread over the whole block as always."""
 
     tile: int = 64
     step: int = 16
@@ -53,6 +57,11 @@ class Schedule:
     warpgroup: bool = False
     in_flight: bool = False
     bulk: bool = False
+    specialized: bool = False
+
+    def __post_init__(self) -> None:
+        if self.specialized and not self.bulk:
+            object.__setattr__(self, "bulk", True)  # warp specialization copies in bulk
 
     @property
     def ahead(self) -> int:
@@ -74,6 +83,12 @@ class Schedule:
         return 2 * self.wave_columns
 
     @property
+    def block_waves(self) -> int:
+        """Waves per block: the multiplying ones and, with ``specialized``, a warpgroup's
+        four more."""
+        return self.waves + (4 if self.specialized else 0)
+
+    @property
     def groups(self) -> int:
         """Groups of four consecutive waves (warpgroups) per block."""
         return self.waves // 4
@@ -92,11 +107,11 @@ class Schedule:
             raise ScheduleError(f"{name!r} is not a schedule name such as t64k16, t128k64s2, "
                                 "t128x256k64s2, t128k16p or t128k64s2g (tile, step, p for "
                                 "prefetch, s and the stages, g for a warpgroup's fragments, f "
-                                "after it for one step's multiplies in flight, b last for bulk "
-                                "tensor copies)")
+                                "after it for one step's multiplies in flight, b for bulk "
+                                "tensor copies, w last for a producer warpgroup)")
         return cls(tile=int(m[1]), step=int(m[3]), prefetch=bool(m[4]), stages=int(m[5] or 1),
                    wide=m[2] is not None, warpgroup=bool(m[6]), in_flight=bool(m[7]),
-                   bulk=bool(m[8]))
+                   bulk=bool(m[8]), specialized=bool(m[9]))
 
     @property
     def name(self) -> str:
@@ -104,7 +119,7 @@ class Schedule:
         tile = f"{self.tile}x{self.tile_n}" if self.wide else str(self.tile)
         group = "g" if self.warpgroup else ""
         flight = "f" if self.in_flight else ""
-        bulk = "b" if self.bulk else ""
+        bulk = "w" if self.specialized else "b" if self.bulk else ""
         return f"t{tile}k{self.step}{'p' if self.prefetch else ''}{stages}{group}{flight}{bulk}"
 
     def check(self, frag: int, threads: int) -> None:

@@ -16,11 +16,12 @@ invocation waits for next.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NoReturn
 
 import numpy as np
 
 from sarek import atoms, dtypes, ir
-from sarek.errors import MbarrierMisuse, OutOfBounds
+from sarek.errors import MbarrierMisuse, OutOfBounds, SimError
 from sarek.ir_format import format_bulk
 from sim.compiler import Core
 from sim.launch import Geometry
@@ -38,6 +39,10 @@ class Mbarriers:
         self.tx = np.zeros(shape, np.int64)  # bytes expected and not yet landed
         self.phase = np.zeros(shape, np.int64)  # completed phases
         self.observed = np.zeros((geo.invocations, size), np.int64)  # seen complete
+        # the threads that arrived in the current phase, and in the last two completed ones
+        # (by parity): a wait that sees a phase complete is ordered after their accesses
+        self.arrived = np.zeros((*shape, geo.block_size), bool)
+        self.released = np.zeros((*shape, 2, geo.block_size), bool)
 
     def complete(self, blocks: np.ndarray, index: np.ndarray) -> None:
         """Completes the current phase of each mbarrier (``blocks``, ``index``) whose arrivals
@@ -45,6 +50,9 @@ class Mbarriers:
         done = (self.missing[blocks, index] == 0) & (self.tx[blocks, index] == 0)
         b, i = blocks[done], index[done]
         pairs = np.unique(np.stack([b, i]), axis=1)
+        parity = self.phase[pairs[0], pairs[1]] % 2
+        self.released[pairs[0], pairs[1], parity] = self.arrived[pairs[0], pairs[1]]
+        self.arrived[pairs[0], pairs[1]] = False
         self.phase[pairs[0], pairs[1]] += 1
         self.missing[pairs[0], pairs[1]] = self.arrivals[pairs[0], pairs[1]]
 
@@ -107,6 +115,7 @@ class Barriers(Core):
                            site, m)
             np.add.at(bars.tx, (blocks, index), tx)
             np.subtract.at(bars.missing, (blocks, index), 1)
+            bars.arrived[blocks, index, self.geo.lane_thread[lanes]] = True
             over = bars.missing[blocks, index] < 0
             if over.any():
                 where = np.zeros(self.n, bool)
@@ -114,6 +123,8 @@ class Barriers(Core):
                 self._fail(MbarrierMisuse, f"{format_bulk(s)}: more invocations arrive than the "
                            "phase expects", site, where)
             bars.complete(blocks, index)
+            if st.tasks is not None:
+                st.tasks.hand_off()
 
         return run
 
@@ -123,28 +134,76 @@ class Barriers(Core):
         def run(st: State, m: Mask) -> None:
             bars, lanes, blocks, index = targets(st, m)
             parity = self.spread(f_parity(st, m)).astype(np.int64)[lanes]
-            current = bars.phase[blocks, index]  # the phase in progress
-            seen = bars.observed[lanes, index]
             where = np.zeros(self.n, bool)
+
+            def fail(wrong: np.ndarray, why: str) -> NoReturn:
+                first = int(np.flatnonzero(wrong)[0])
+                where[lanes[wrong]] = True
+                self._fail(MbarrierMisuse, f"{format_bulk(s)}: {why}; mbarrier "
+                           f"{int(index[first])} has completed "
+                           f"{int(bars.phase[blocks, index][first])} phases, this invocation "
+                           f"has waited for {int(bars.observed[lanes, index][first])}", site,
+                           where)
+
             bad = (parity != 0) & (parity != 1)
+            if bad.any():
+                fail(bad, "a phase parity is 0 or 1")
+            current = bars.phase[blocks, index]  # the phase in progress
             open_ = current % 2 == parity  # the parity names the phase still in progress
-            for wrong, why in (
-                    (bad, "a phase parity is 0 or 1"),
-                    (open_ & (current > seen), "its parity names the phase in progress, not "
+            if open_.any() and st.tasks is not None:  # another role may complete it
+                never = open_.copy()
+
+                def ready() -> bool:
+                    return not bool(np.any(bars.phase[blocks, index] % 2 == parity))
+
+                def stuck() -> SimError:
+                    try:
+                        fail(never, "it waits for a phase that no role can complete any more "
+                             "(every other role has finished or waits too)")
+                    except SimError as e:
+                        return e
+
+                st.tasks.block(ready, stuck)
+                current = bars.phase[blocks, index]
+                open_ = current % 2 == parity
+            seen = bars.observed[lanes, index]
+            if (open_ & (current > seen)).any():
+                fail(open_ & (current > seen), "its parity names the phase in progress, not "
                      "the earliest one this invocation has not waited for, which is complete "
-                     "(a parity names one of the last two phases only)"),
-                    (open_, "it waits for the phase in progress, which no arrival or copy "
-                     "issued before it completes (it would never return)")):
-                if wrong.any():
-                    first = int(np.flatnonzero(wrong)[0])
-                    where[lanes[wrong]] = True
-                    self._fail(MbarrierMisuse, f"{format_bulk(s)}: {why}; mbarrier "
-                               f"{int(index[first])} has completed {int(current[first])} "
-                               f"phases, this invocation has waited for "
-                               f"{int(seen[first])}", site, where)
+                     "(a parity names one of the last two phases only)")
+            if open_.any():
+                fail(open_, "it waits for the phase in progress, which no arrival or copy "
+                     "issued before it completes (it would never return)")
             bars.observed[lanes, index] = np.maximum(seen, current)
+            self._acquire(st, bars, lanes, blocks, index, seen, current)
 
         return run
+
+    def _acquire(self, st: State, bars: Mbarriers, lanes: np.ndarray, blocks: np.ndarray,
+                 index: np.ndarray, seen: np.ndarray, current: np.ndarray) -> None:
+        """The waiting invocations are ordered after what the threads that arrived on the
+        phases they now see complete (the last two at most) did before: those threads'
+        shared accesses are forgotten in their blocks, and every phase of any mbarrier those
+        threads have seen complete counts as seen by the waiting invocations too."""
+        fresh = np.flatnonzero(current > seen)
+        if not fresh.size:
+            return
+        size = self.geo.block_size
+        threads: dict[int, np.ndarray] = {}
+        for j in fresh:
+            b, i = int(blocks[j]), int(index[j])
+            mine = np.zeros(size, bool)
+            for phase in range(max(int(seen[j]), int(current[j]) - 2), int(current[j])):
+                mine |= bars.released[b, i, phase % 2]
+            if mine.any():
+                arrivers = b * size + np.flatnonzero(mine)
+                for other in st.mbarriers.values():
+                    other.observed[lanes[j]] = np.maximum(other.observed[lanes[j]],
+                                                          other.observed[arrivers].max(axis=0))
+                threads[b] = threads.get(b, np.zeros(size, bool)) | mine
+        for b, mine in threads.items():
+            for mem in st.shared.values():
+                mem.forget(b, mine)
 
     def bulk_tensor_copy(self, s: ir.BulkTensorCopy, scope: Scope, site: Site) -> StmtFn:
         dst, src = self._array(scope, s.dst), self._array(scope, s.src)
@@ -189,5 +248,7 @@ class Barriers(Core):
                 mem.data[flat] = values.ravel()
                 bars.tx[b, i] -= s.rows * s.cols * size
                 bars.complete(b, i)
+            if st.tasks is not None:
+                st.tasks.hand_off()
 
         return run

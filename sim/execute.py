@@ -10,7 +10,8 @@ statement with no active invocation is skipped).
 Each statement family compiles in its own module: ``sim.exec_expr`` (expressions),
 ``sim.exec_memory`` (loads, stores, arrays), ``sim.exec_control`` (control flow, barriers,
 limits), ``sim.exec_loops`` (loops that accumulate products of loads),
-``sim.exec_fragments``, ``sim.exec_tiles``, ``sim.exec_copies`` and ``sim.exec_barriers``;
+``sim.exec_fragments``, ``sim.exec_tiles``, ``sim.exec_copies``, ``sim.exec_barriers`` and
+``sim.roles``;
 this module puts them
 together and dispatches statements.
 """
@@ -23,6 +24,7 @@ from collections.abc import Callable
 import numpy as np
 
 from sarek import ir
+from sarek.ir_walk import walk
 from sim import fragments
 from sim.exec_barriers import Barriers
 from sim.exec_control import Control
@@ -34,6 +36,7 @@ from sim.exec_memory import Memory
 from sim.exec_tiles import Tiles
 from sim.launch import Geometry, Limits
 from sim.memory import Site
+from sim.roles import Roles
 from sim.state import Array, Mask, Scalar, Scope, State, StmtFn, View
 
 __all__ = ["compile_kernel"]
@@ -49,7 +52,8 @@ def compile_kernel(kernel: ir.Kernel, geo: Geometry, arrays: dict[str, np.ndarra
     return _Compiler(kernel, geo, arith, limits or Limits()).program(arrays, scalars)
 
 
-class _Compiler(Expressions, Memory, Control, Loops, Fragments, Tiles, Copies, Barriers):
+class _Compiler(Expressions, Memory, Control, Loops, Fragments, Tiles, Copies, Barriers,
+                Roles):
     def program(self, arrays: dict[str, np.ndarray], scalars: dict[str, np.generic]
                 ) -> Callable[[], None]:
         scope: Scope = ChainMap()
@@ -183,6 +187,13 @@ class _Compiler(Expressions, Memory, Control, Loops, Fragments, Tiles, Copies, B
                 return self.mbarrier_wait(s, scope, site), False
             case ir.BulkTensorCopy():
                 return self.bulk_tensor_copy(s, scope, site), False
+            case ir.WarpRoles():
+                return self.warp_roles(s, scope, path), any(
+                    isinstance(x, ir.Return) for x in walk((s,)))
+            case ir.SetMaxNReg():
+                return self.set_max_nreg(site), False
+            case ir.NamedBarrier():
+                return self.named_barrier(s, site), False
             case ir.StageCommit():
                 return self.stage_commit(), False
             case ir.StageWait():

@@ -257,6 +257,23 @@ class SharedArray:
             self.first_reader.reshape(-1, self.size)[blocks] = _NO_READER
             self.last_reader.reshape(-1, self.size)[blocks] = NOBODY
 
+    def forget(self, block: int, threads: np.ndarray) -> None:
+        """Forgets the accesses that the threads ``threads`` (a bool per thread of the block)
+        made in block ``block`` since its last barrier: the writes they made last, and the
+        reads of elements whose first and last readers are both among them."""
+        if not self.touched:
+            return
+        self._fold()
+        writer = self.writer.reshape(-1, self.size)[block]
+        theirs = (writer != NOBODY) & threads[np.maximum(writer, 0)]
+        writer[theirs] = NOBODY
+        if self._readers is not None:
+            first = self.first_reader.reshape(-1, self.size)[block]
+            last = self.last_reader.reshape(-1, self.size)[block]
+            theirs = (last != NOBODY) & threads[np.maximum(last, 0)] & \
+                threads[np.minimum(first, threads.size - 1)]
+            first[theirs], last[theirs] = _NO_READER, NOBODY
+
     def read(self, flat: np.ndarray, threads: np.ndarray, lanes: np.ndarray | None,
              site: Site) -> None:
         """Records reads of elements ``flat`` by ``threads`` (of invocations ``lanes``, None:

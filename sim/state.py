@@ -48,6 +48,7 @@ class State:
         self.copy_groups: np.ndarray | None = None  # committed copy groups, per invocation
         self.wgmma_groups: np.ndarray | None = None  # committed wgmma groups, per invocation
         self.mbarriers: dict[int, Any] = {}  # by slot: sim.exec_barriers.Mbarriers
+        self.tasks: Any = None  # the warp roles running as tasks (sim.roles.Tasks), if any
         self.buffers = Buffers()  # storage of large values, reused
 
 

@@ -16,7 +16,7 @@ import dataclasses
 from backends import cstyle
 from backends.c_helpers import helpers
 from backends.cstyle import Dialect, EmitError, Printer, render
-from backends.cuda import emit_bulk, shared
+from backends.cuda import emit_bulk, emit_roles, shared
 from backends.cuda.lower import lower
 from sarek import atoms, ir, ir_check
 from sarek.ir import BinOp, Builtin, ElemType, MathFn
@@ -111,6 +111,8 @@ def _hook(p: Printer, s: ir.Stmt) -> list[str] | None:
             return ['asm volatile("fence.proxy.async.shared::cta;" ::: "memory");']
         case ir.MbarrierInit() | ir.MbarrierArrive() | ir.MbarrierWait() | ir.BulkTensorCopy():
             return emit_bulk.bulk(p, s)
+        case ir.WarpRoles() | ir.SetMaxNReg() | ir.NamedBarrier():
+            return emit_roles.roles(p, s)
         case ir.TileApply():
             raise EmitError("tile_apply is a tile pattern: lower the kernel for CUDA first "
                             "(backends.cuda.lower, or emit, which does)")
@@ -289,9 +291,13 @@ def print_kernel(kernel: ir.Kernel) -> str:
     the tensor maps of its bulk copies follow its parameters (``backends.cuda.emit_bulk``)."""
     maps = emit_bulk.parameters(kernel)
     text = _print(kernel)
+    bounds = emit_roles.launch_bounds(kernel)
+    if bounds:
+        text = text.replace(f"{DIALECT.kernel_prefix} {kernel.name}(",
+                            f"{DIALECT.kernel_prefix} {bounds}{kernel.name}(", 1)
     if not maps:
         return text
-    head = f"{DIALECT.kernel_prefix} {kernel.name}("
+    head = f"{DIALECT.kernel_prefix} {bounds}{kernel.name}("
     at = text.index(head) + len(head)
     end = text.index(") {", at)
     return (text[:text.index(head)] + emit_bulk.TENSOR_MAP_TYPE + "\n" + text[

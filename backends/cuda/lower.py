@@ -27,11 +27,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from backends.cstyle import EmitError
-from backends.cuda import chains, copies, shared, wgmma
+from backends.cuda import chains, copies, roles, shared, wgmma
 from sarek import atoms, ir, ir_check, tile
 from sarek.ir import BinOp, Builtin, ElemType, FragLayout, FragUse, MemSpace
 from sarek.ir_build import add, binary, const, mul, var
-from sarek.ir_walk import replace_statements, walk
+from sarek.ir_walk import replace_statements, walk, with_blocks
 from sarek.memo import remembered
 from sarek.schedule import Schedule
 from sarek.staging import Staging
@@ -40,13 +40,15 @@ SUBGROUPS = (32,)
 FRAGMENTS = (16,)
 STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True, byte_k=32, packed_planes=True, large=(
     ("F16_operands", Schedule(tile=128, step=64, stages=3, wide=True, warpgroup=True,
-                              in_flight=True)),
+                              specialized=True)),
     ("F16_operands", Schedule(tile=128, step=32, stages=3, wide=True)),
     ("Bf16_operands", Schedule(tile=128, step=32, stages=3, wide=True)),
     ("Bf16x3_operands", Schedule(tile=128, step=16, stages=3, wide=True)),
     ("Int32_byte_planes", Schedule(step=32, prefetch=True)),
     ("Int8_operands", Schedule(tile=128, step=32, stages=3)),
 ), offered=(
+    ("F16_operands", Schedule(tile=128, step=64, stages=3, wide=True, warpgroup=True,
+                              in_flight=True)),
     ("F16_operands", Schedule(tile=128, step=32, stages=3, warpgroup=True)),
     ("F16_operands", Schedule(tile=128, step=64, stages=2, warpgroup=True)),
     ("F16_operands", Schedule(tile=128, step=64, stages=2)),
@@ -56,10 +58,13 @@ column-major lets ldmatrix deliver B's k-consecutive bytes. Large regions take t
 schedule that measured fastest on the H200 at 4096^3 (``bench/schedule_sweep_h200.py``, one
 run; every tile copied by ``cp.async``, raw where it is converted at the step that multiplies
 it): for F16 with f16 operands ``wgmma`` over 128x256 tiles of two warpgroups in three 64-deep
-stages, A and B read from shared memory, each step's group left in flight while the next is
-issued (``in_flight``: 414.9 TFLOP/s against 393.6 for one warpgroup's 128x128 tiles in two
-stages, ``t128k64s2g``, in one run, ``bench/results/schedule_sweep_wgmma_inflight_h200.json``;
-``t128k64s2g`` was 1.20x ``mma.sync``'s best, 5.4x the seed's); 128x256
+stages, A and B read from shared memory, copied by a third, producer warpgroup of bulk tensor
+copies that hands the buffers to the two through mbarriers (``specialized``,
+``backends.cuda.roles``: 451.3 TFLOP/s at 4096^3 and 536.4 at 8192^3 against 387.7 and 452.5
+for ``t128x256k64s3gf``, the policy before, in the same runs,
+``bench/results/schedule_sweep_ws_h200.json``; ``t128x256k64s3gf``, each step's group left in
+flight while the next is issued, had run at 414.9 against 393.6 for ``t128k64s2g``, which was
+1.20x ``mma.sync``'s best, 5.4x the seed's); 128x256
 tiles over eight waves with three 32-deep stages for F16 of converted operands (2.0x; 128x128
 tiles in 64-deep stages, the best for f16 operands on ``mma.sync``, run at 0.73x the seed's
 here, and ``wgmma`` at 0.91x) and for Bf16 (1.85x), three 16-deep for Bf16x3 (1.57x; deeper
@@ -67,9 +72,9 @@ steps spill registers or exceed shared memory); the byte planes' four accumulato
 fragment spill at 128x128, so they take 64x64 tiles with 32-deep steps, the next step
 prefetched into registers (1.9x); Int8 128x128 tiles in three 32-deep stages (136 Tops at
 4096^3 against 41 under the byte planes' schedule, ``bench/results/backends_speed_h200.json``).
-CUDA also offers the warpgroup schedule with 32-deep steps, whose A goes through registers
-(``ldmatrix``), so that ``sarek conformance`` checks both of
-``wgmma``'s forms, ``t128k64s2g`` (the policy before, each step's group waited for), and
+CUDA also offers ``t128x256k64s3gf`` (the policy before warp specialization), the warpgroup
+schedule with 32-deep steps, whose A goes through registers (``ldmatrix``), so that ``sarek
+conformance`` checks both of ``wgmma``'s forms, ``t128k64s2g`` (each step's group waited for), and
 ``mma.sync``'s 128x128 tiles in 64-deep stages. Under a warpgroup
 schedule each warp's accumulator strips are wgmma's rows per warp high (``sarek.atoms.WGMMA``),
 so that one ``wgmma`` of the warpgroup multiplies the four warps' strips by the shared B.
@@ -120,6 +125,8 @@ def lower(kernel: ir.Kernel) -> ir.Kernel:
     CUDA has no instruction for or shared memory past what a block may have."""
     places = wgmma.wgmma_arrays(kernel)
     in_flight = wgmma.in_flight_loops(kernel, places) if places else frozenset()
+    if places and roles.specialized(kernel):
+        kernel = roles.lower(kernel, places)
     kernel = copies.lower(kernel, places)
     if any(isinstance(s, ir.TileApply) for s in walk(kernel.body)):
         kernel = kernel.model_copy(update={"body": lane_tiles(kernel.body)})
@@ -294,6 +301,8 @@ class _Lowering:
             case ir.If(then=then, orelse=orelse):
                 return [s.model_copy(update={"then": self.block(then),
                                              "orelse": self.block(orelse)})]
+            case ir.WarpRoles():
+                return [with_blocks(s, self.block)]
             case ir.ArrayDecl(name=name):
                 if name in self.places and self.places[name].swizzle:
                     s = s.model_copy(update={"align": max(s.align, wgmma.SWIZZLE_BYTES)})

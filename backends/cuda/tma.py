@@ -169,6 +169,31 @@ def bulk_copies(kernel: ir.Kernel, places: dict[str, CoreLayout]) -> bool:
         and tensor(s, scalars) is not None for s in copies)
 
 
+def issue(s: ir.StageCopy, scalars: frozenset[str], layout: CoreLayout, barriers: str,
+          index: ir.Expr) -> tuple[ir.Expr, int, tuple[ir.BulkTensorCopy, ...]]:
+    """Copy ``s`` (``tensor`` finds its map) as bulk tensor copies completing mbarrier
+    ``index`` of ``barriers``: whether the kernel may issue them (the map usable and, where
+    the copy's fill is not +0.0, the tile wholly inside its limits, so that TMA's zero fill
+    never replaces it), the bytes they land, and the copies, one per 64-column atom of
+    ``layout``."""
+    found = tensor(s, scalars)
+    assert found is not None
+    spec, row, col = found
+    usable = spec.usable_expr()
+    if s.fill.value != 0 or math.copysign(1.0, s.fill.value) < 0:  # TMA fills +0.0
+        whole = binary(BinOp.LAND, binary(BinOp.GE, s.row_limit, const(s.rows)),
+                       binary(BinOp.GE, s.col_limit, const(s.cols)))
+        usable = binary(BinOp.LAND, usable, whole)
+    size = dtypes.numpy_dtype(spec.elem).itemsize
+    boxes = tuple(ir.BulkTensorCopy(
+        dst=s.dst, dst_offset=add(s.dst_offset, const(j * layout.core_n)), src=s.src,
+        origin=spec.origin, row_stride=spec.row_stride, extent_rows=spec.extent_rows,
+        extent_cols=spec.extent_cols, row=row, col=add(col, const(j * SWIZZLE_ROW)),
+        rows=s.rows, cols=SWIZZLE_ROW, swizzle=128, barriers=barriers, index=index,
+        line=s.line) for j in range(s.cols // SWIZZLE_ROW))
+    return usable, s.rows * s.cols * size, boxes
+
+
 def lower(kernel: ir.Kernel, places: dict[str, CoreLayout]) -> ir.Kernel:
     """``kernel`` with its groups of staged copies issued as bulk tensor copies where
     ``bulk_copies`` allows (as it is otherwise)."""
@@ -185,32 +210,16 @@ def lower(kernel: ir.Kernel, places: dict[str, CoreLayout]) -> ir.Kernel:
     def group(copies: list[ir.StageCopy], slot: ir.Expr) -> tuple[ir.If, list[ir.Stmt]]:
         """The group's issue by invocation 0 (on mbarrier ``slot``) and its fallbacks."""
         tx: ir.Expr = const(0)
-        issue: list[ir.Stmt] = []
+        issue_: list[ir.Stmt] = []
         rest: list[ir.Stmt] = []
         for s in copies:
-            found = tensor(s, scalars)
-            assert found is not None
-            spec, row, col = found
-            usable = spec.usable_expr()
-            if s.fill.value != 0 or math.copysign(1.0, s.fill.value) < 0:  # TMA fills +0.0
-                whole = binary(BinOp.LAND, binary(BinOp.GE, s.row_limit, const(s.rows)),
-                               binary(BinOp.GE, s.col_limit, const(s.cols)))
-                usable = binary(BinOp.LAND, usable, whole)
-            size = dtypes.numpy_dtype(spec.elem).itemsize
-            tx = add(tx, ir.Select(cond=usable, a=const(s.rows * s.cols * size), b=const(0),
-                                   type=I32))
-            layout = places[s.dst]
-            boxes = tuple(ir.BulkTensorCopy(
-                dst=s.dst, dst_offset=add(s.dst_offset, const(j * layout.core_n)), src=s.src,
-                origin=spec.origin, row_stride=spec.row_stride, extent_rows=spec.extent_rows,
-                extent_cols=spec.extent_cols, row=row, col=add(col, const(j * SWIZZLE_ROW)),
-                rows=s.rows, cols=SWIZZLE_ROW, swizzle=128, barriers=BARRIERS, index=slot,
-                line=s.line) for j in range(s.cols // SWIZZLE_ROW))
-            issue.append(ir.If(cond=usable, then=boxes))
+            usable, size, boxes = issue(s, scalars, places[s.dst], BARRIERS, slot)
+            tx = add(tx, ir.Select(cond=usable, a=const(size), b=const(0), type=I32))
+            issue_.append(ir.If(cond=usable, then=boxes))
             rest.append(ir.If(cond=ir.Unary(op=ir.UnOp.NOT, x=usable, type=ElemType.BOOL),
                               then=(s.model_copy(update={"bulk": False}),)))
         arrive = ir.MbarrierArrive(barriers=BARRIERS, index=slot, tx_bytes=tx)
-        return ir.If(cond=first, then=(arrive, *issue)), rest
+        return ir.If(cond=first, then=(arrive, *issue_)), rest
 
     groups = iter(range(1 << 30))
 

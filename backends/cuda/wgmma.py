@@ -274,11 +274,11 @@ def _bulk_issue(s: ir.If) -> bool:
 
 def fence_and_wait(stmts: tuple[ir.Stmt, ...], in_flight: frozenset[str] = frozenset()
                    ) -> tuple[ir.Stmt, ...]:
-    """``stmts`` with an ``AsyncProxyFence`` after every ``StageWait`` and a ``WgmmaWait``
-    ending every run of ``Ldmatrix`` and ``Wgmma`` that holds a ``Wgmma``, nested blocks
-    too; ``EmitError`` where a run reloads a register one of its ``Wgmma`` reads. The run
-    that ends the body of a loop over a variable of ``in_flight`` leaves its group running
-    (``pending=1``), and a wait for all follows that loop."""
+    """``stmts`` with an ``AsyncProxyFence`` after every ``StageWait`` and a ``WgmmaWait`` ending
+    every run of ``Ldmatrix`` and ``Wgmma`` that holds a ``Wgmma`` (unless the run ends in one
+    already), nested blocks too; ``EmitError`` where a run reloads a register one of its ``Wgmma``
+    reads. The run that ends the body of a loop over a variable of ``in_flight`` leaves its group
+    running (``pending=1``), and a wait for all follows that loop."""
     def level(body: tuple[ir.Stmt, ...], pending: int = 0) -> tuple[ir.Stmt, ...]:
         out: list[ir.Stmt] = []
         busy: set[str] = set()  # registers an issued Wgmma of the open run reads or writes
@@ -296,6 +296,10 @@ def fence_and_wait(stmts: tuple[ir.Stmt, ...], in_flight: frozenset[str] = froze
                     continue
                 case ir.If() if busy and _bulk_issue(s):
                     out.append(s)  # copies into other buffers: the run stays open
+                    continue
+                case ir.WgmmaWait() if busy:
+                    out.append(s)  # a wait the kernel already holds ends the run
+                    busy.clear()
                     continue
                 case ir.Ldmatrix(dst=dst) if busy:
                     if dst in busy:

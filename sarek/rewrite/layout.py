@@ -34,6 +34,7 @@ class Layout:
         self.prefetching = schedule.prefetch
         self.stages, self.ahead = schedule.stages, schedule.ahead
         self.bulk = schedule.bulk  # staged copies a target may issue as bulk tensor copies
+        self.specialized = schedule.specialized  # a warpgroup more, which multiplies nothing
         self.threads = self.waves * subgroup
         self.per_wave = self.wave_tile // frag  # fragments along each side of a wave's tile
         # Accumulator fragments per wave as the target's policy shapes them for the schedule:

@@ -67,7 +67,11 @@ class Multiply(Copies):
             body = (*body, *converts, ir.Barrier(),
                     *self.multiply(var("sk_slot"), between=refills))
         else:
-            body = (*body, *refills, *self.multiply(var("sk_slot")))
+            products: list[ir.Stmt] = self.multiply(var("sk_slot"))
+            if self.specialized:  # the producer warpgroup's waves multiply nothing
+                products = [ir.If(cond=binary(BinOp.LT, var("sk_wave"), const(self.waves)),
+                                  then=tuple(products))]
+            body = (*body, *refills, *products)
         return [*prologue,
                 ir.For(var="sk_k0", start=const(0), stop=var("sk_d"), step=const(step), body=body),
                 ir.StageWait(pending=0)]  # the copies issued past the end land too

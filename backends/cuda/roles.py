@@ -1,0 +1,226 @@
+"""Lowering for CUDA: a warp-specialized schedule (``sarek.schedule``'s ``w``) as warp roles
+(``ir.WarpRoles``), a producer warpgroup that only copies and consumer warpgroups that only
+multiply.
+
+The neutral kernel of such a schedule has one warpgroup more than multiply (the last; its
+products are under ``if sk_wave < waves``) and a pipelined reduction loop over ``sk_k0``
+whose staged copies, all marked ``bulk``, the whole block issues (``sarek.rewrite``). Its
+``stages`` buffers become a ring that the roles hand to each other:
+
+* mbarriers ``sk_full`` and ``sk_empty``, one of each per buffer, initialized by invocation
+  0 (a full phase takes the producer's 128 arrivals and the bytes of its bulk copies, an
+  empty phase the arrivals of every consumer invocation), fenced toward the asynchronous
+  proxy, behind a ``Barrier`` of the whole block;
+* the consumers (the multiplying warpgroups, registers raised to ``CONSUMER_REGISTERS``) run
+  the rest of the kernel: step ``i`` waits for the full phase of buffer ``i % stages`` (its
+  round ``i / stages``, by parity), multiplies, and every consumer invocation arrives on the
+  buffer's empty mbarrier once its multiplies have retired (CUDA's ``wgmma`` lowering waits
+  for them before any statement that is not one); the block's barriers before and after the
+  loop (the initial value, the epilogue) become a named barrier of the consumers;
+* the producer (registers lowered to ``PRODUCER_REGISTERS``) runs the same steps: from the
+  second round on it waits for the buffer's empty phase of the round before; then each
+  tile a tensor map can copy (``backends.cuda.tma.issue``) is issued by its invocation 0 as
+  bulk tensor copies, and a tile one cannot (misaligned rows, or A's -0.0 padding, which
+  TMA's zero fill would replace) is stored element by element by its 128 invocations,
+  fenced toward the asynchronous proxy; then every producer invocation arrives on the full
+  mbarrier, invocation 0 expecting the bulk copies' bytes.
+
+The producer fills every buffer as soon as the consumers free it, so the copies run up to
+``stages`` steps ahead of the products instead of the neutral loop's ``ahead``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from backends.cstyle import EmitError
+from backends.cuda import tma
+from backends.cuda.wgmma import CoreLayout
+from sarek import ir
+from sarek.ir import BinOp, ElemType, MemSpace
+from sarek.ir_build import add, binary, const, var
+from sarek.ir_walk import replace_statements, substitute, walk
+from sarek.stage_copy import element_store, spread
+
+FULL, EMPTY = "sk_full", "sk_empty"
+PRODUCER_REGISTERS = 40  # setmaxnreg's count for the producer's warpgroup
+CONSUMER_REGISTERS = 232  # and for each consumer's: 2 x 232 + 40 warps' worth fit 64K
+WARPGROUP = 128
+CONSUMERS_BARRIER = 1  # the named barrier of the consumers (0 is the block's)
+I32 = ElemType.I32
+
+
+def specialized(kernel: ir.Kernel) -> bool:
+    """Whether ``kernel`` is a neutral kernel that ``lower`` takes: its staged copies all
+    marked ``bulk``, its block a whole number of warpgroups whose last multiplies nothing
+    (its products under ``if sk_wave < waves``)."""
+    block = kernel.block
+    copies = [s for s in walk(kernel.body) if isinstance(s, ir.StageCopy)]
+    if block is None or not copies or not all(s.bulk for s in copies):
+        return False
+    threads = math.prod(block)
+    return threads % WARPGROUP == 0 and any(
+        _guard(s) == threads // 32 - 4 for s in walk(kernel.body) if isinstance(s, ir.If))
+
+
+def _guard(s: ir.If) -> int | None:
+    """The waves ``s`` lets multiply when it is ``if sk_wave < waves`` around products."""
+    match s.cond:
+        case ir.Binary(op=BinOp.LT, a=ir.Var(name="sk_wave"), b=ir.Const(value=waves)) \
+                if any(isinstance(x, ir.FragMulAdd) for x in s.then) and not s.orelse:
+            return int(waves)
+    return None
+
+
+def lower(kernel: ir.Kernel, places: dict[str, CoreLayout]) -> ir.Kernel:
+    """``kernel`` (``specialized``) as warp roles; ``EmitError`` where its reduction is not
+    the pipelined loop the rewrite builds or a copy has no tensor map."""
+    assert kernel.block is not None
+    threads = math.prod(kernel.block)
+    consumers = threads - WARPGROUP
+    scalars = frozenset(p.name for p in kernel.params if isinstance(p, ir.ScalarParam))
+    body = kernel.body
+    at = next((i for i, s in enumerate(body) if isinstance(s, ir.For)
+               and any(isinstance(x, ir.StageCopy) for x in s.body)), None)
+    if at is None:
+        raise EmitError("a producer warpgroup feeds a pipelined reduction loop; this kernel "
+                        "has none")
+    loop = body[at]
+    assert isinstance(loop, ir.For)
+    before = body[:at]
+    ahead = sum(isinstance(s, ir.StageCommit) for s in before)
+    after = body[at + 1:]
+    if after[:1] != (ir.StageWait(pending=0),) or not ahead:
+        raise EmitError("a producer warpgroup feeds the rewrite's pipelined loop (copies "
+                        "issued ahead, a wait for all after it)")
+    after = after[1:]
+    step = loop.step
+    if not isinstance(step, ir.Const):
+        raise EmitError("a producer warpgroup's steps are of a constant depth")
+    depth = int(step.value)
+    slot = next((s for s in loop.body if isinstance(s, ir.Let) and s.name == "sk_slot"), None)
+    guard = next((s for s in loop.body if isinstance(s, ir.If) and _guard(s) is not None), None)
+    copies = [s for s in loop.body if isinstance(s, ir.StageCopy)]
+    if slot is None or guard is None or not copies or \
+            any(not tma.tensor(s, scalars) or s.dst not in places for s in copies):
+        raise EmitError("a producer warpgroup copies the loop's tiles by tensor maps into "
+                        "the arrays wgmma reads")
+    stages = _stages(copies, places)
+    index = binary(BinOp.DIV, var(loop.var), const(depth))  # the step's number
+    rounds = binary(BinOp.DIV, index, const(stages))
+
+    def parity(back: int) -> ir.Expr:
+        return binary(BinOp.REM, binary(BinOp.SUB, rounds, const(back)) if back else rounds,
+                      const(2))
+
+    # the copies of step sk_k0 into its own buffer: the loop's refills, ``ahead`` steps back
+    back: dict[str, ir.Expr] = {
+            loop.var: binary(BinOp.SUB, var(loop.var), const(ahead * depth)),
+            "sk_slot": binary(BinOp.REM, add(var("sk_slot"), const(stages - ahead)),
+                              const(stages))}
+    own = [s.model_copy(update={f: substitute(getattr(s, f), back) for f in (
+        "dst_offset", "src_offset", "row_limit", "col_limit")}) for s in copies]
+
+    # Copies issued ``stages - 2`` steps ahead (``in_flight``): each step's multiplies stay in
+    # flight while the next step is issued, and the step frees the buffer of the one before.
+    in_flight = ahead == stages - 2
+    release: tuple[ir.Stmt, ...] = (
+        ir.MbarrierArrive(barriers=EMPTY, index=var("sk_slot"), tx_bytes=const(0)),)
+    if in_flight:
+        previous = binary(BinOp.REM, add(var("sk_slot"), const(stages - 1)), const(stages))
+        release = (ir.WgmmaWait(pending=1), ir.If(cond=binary(BinOp.GE, index, const(1)), then=(
+            ir.MbarrierArrive(barriers=EMPTY, index=previous, tx_bytes=const(0)),)))
+    consumer_loop = loop.model_copy(update={"body": (
+        slot,
+        ir.MbarrierWait(barriers=FULL, index=var("sk_slot"), parity=parity(0)),
+        *guard.then, *release)})
+    producer_loop = loop.model_copy(update={"body": (
+        slot,
+        ir.If(cond=binary(BinOp.GE, index, const(stages)), then=(
+            ir.MbarrierWait(barriers=EMPTY, index=var("sk_slot"), parity=parity(1)),)),
+        *_fill(own, scalars, places, consumers))})
+
+    kept = [s for s in before if isinstance(s, ir.Let | ir.ArrayDecl)]
+    opening = [s for s in before if not isinstance(s, ir.Let | ir.ArrayDecl | ir.StageCopy
+                                                   | ir.StageCommit)]
+
+    def named(stmts: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+        return replace_statements(stmts, lambda s: [ir.NamedBarrier(
+            id=CONSUMERS_BARRIER, threads=consumers, line=s.line)] if isinstance(
+                s, ir.Barrier) else None)
+
+    first = binary(BinOp.EQ, var("sk_tid"), const(0))
+    start = (
+        ir.ArrayDecl(name=FULL, elem=ElemType.U64, size=stages, space=MemSpace.SHARED, align=8),
+        ir.ArrayDecl(name=EMPTY, elem=ElemType.U64, size=stages, space=MemSpace.SHARED,
+                     align=8),
+        ir.If(cond=first, then=(
+            *(ir.MbarrierInit(barriers=FULL, index=const(i), arrivals=WARPGROUP)
+              for i in range(stages)),
+            *(ir.MbarrierInit(barriers=EMPTY, index=const(i), arrivals=consumers)
+              for i in range(stages)),
+            ir.AsyncProxyFence())),
+        ir.Barrier())
+    roles = ir.WarpRoles(roles=(
+        ir.WarpRole(first=0, count=consumers // WARPGROUP, body=(
+            ir.SetMaxNReg(registers=CONSUMER_REGISTERS, increase=True),
+            *named((*opening, consumer_loop,
+                    *((ir.WgmmaWait(),) if in_flight else ()), *after)))),
+        ir.WarpRole(first=consumers // WARPGROUP, count=1, body=(
+            ir.SetMaxNReg(registers=PRODUCER_REGISTERS, increase=False),
+            ir.Let(name="sk_ptid", type=I32,
+                   value=binary(BinOp.SUB, var("sk_tid"), const(consumers))),
+            producer_loop))))
+    return kernel.model_copy(update={"body": (*kept, *start, roles)})
+
+
+def _stages(copies: list[ir.StageCopy], places: dict[str, CoreLayout]) -> int:
+    """The buffers of the ring: those of the arrays the copies fill (one count for all)."""
+    counts = set()
+    for s in copies:
+        layout = places[s.dst]
+        counts.add(_size(s.dst, copies, layout))
+    if len(counts) != 1:
+        raise EmitError("a producer warpgroup's ring has one number of buffers per array")
+    return counts.pop()
+
+
+def _size(name: str, copies: list[ir.StageCopy], layout: CoreLayout) -> int:
+    """The buffers of array ``name``: the buffer its copies' offsets step through."""
+    offsets = {s.dst_offset for s in copies if s.dst == name}
+    buffer = layout.rows * layout.pitch
+    for offset in offsets:
+        match offset:
+            case ir.Binary(op=BinOp.MUL, a=ir.Binary(op=BinOp.REM, b=ir.Const(value=n)),
+                           b=ir.Const(value=size)) if size == buffer:
+                return int(n)
+    raise EmitError(f"a producer warpgroup fills {name!r} buffer by buffer (slot * size)")
+
+
+def _fill(copies: list[ir.StageCopy], scalars: frozenset[str],
+          places: dict[str, CoreLayout], consumers: int) -> list[ir.Stmt]:
+    """One step's copies by the producer warpgroup into buffer ``sk_slot``, then its
+    arrivals on the full mbarrier."""
+    me = var("sk_ptid")
+    tx: ir.Expr = const(0)
+    bulk: list[ir.Stmt] = []
+    stores: list[ir.Stmt] = []
+    for s in copies:
+        layout = places[s.dst]
+        usable, size, boxes = tma.issue(s, scalars, layout, FULL, var("sk_slot"))
+        tx = add(tx, ir.Select(cond=usable, a=const(size), b=const(0), type=I32))
+        bulk.append(ir.If(cond=usable, then=boxes))
+        row, col = var("sk_cr"), var("sk_cc")
+        by_element = spread(s.rows * s.cols, WARPGROUP, me, [
+            ir.Let(name="sk_cr", type=I32, value=binary(BinOp.DIV, var("sk_ce"),
+                                                       const(s.cols))),
+            ir.Let(name="sk_cc", type=I32, value=binary(BinOp.REM, var("sk_ce"),
+                                                       const(s.cols))),
+            element_store(s.model_copy(update={"bulk": False}), row, col,
+                          layout.element(s.dst_offset, row, col))], "sk_ce")
+        stores.append(ir.If(cond=ir.Unary(op=ir.UnOp.NOT, x=usable, type=ElemType.BOOL),
+                            then=(by_element, ir.AsyncProxyFence())))
+    first = binary(BinOp.EQ, me, const(0))
+    arrive = ir.MbarrierArrive(barriers=FULL, index=var("sk_slot"),
+                               tx_bytes=ir.Select(cond=first, a=tx, b=const(0), type=I32))
+    return [*stores, arrive, ir.If(cond=first, then=tuple(bulk))]
