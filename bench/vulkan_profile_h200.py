@@ -9,7 +9,14 @@ as each variant ``--variant`` names (those that do not apply to a case are left 
 
 * ``no global loads``: staged words (elements) made of zeros (undefined) instead of loaded;
 * ``no staging``: nothing stored into the staged tiles (so no global loads either);
-* ``no fragment loads``: A and B fragments made of a constant instead of loaded;
+* ``no fragment loads``, ``no A fragment loads``, ``no B fragment loads``: the A and B
+  fragments (f16 or u8), or those of one operand, made of a constant instead of loaded;
+* ``B loads column-major``, ``B loads column-major, padded``, ``A loads padded``: u8
+  fragments loaded in another layout or at another stride (32 or 48 bytes) than the tiles
+  are staged in: what staging them so would cost the fragment loads (garbage out);
+* ``workgroups by 8 rows``, ``workgroups by 4 rows``: workgroup ids remapped so that
+  consecutive workgroups cover that many block rows column by column (a bijection of the
+  grid: the same bits where its rows divide);
 * ``no multiply-adds``: the accumulators passed through unchanged (fragment loads then die);
 * ``no barriers``: every ``OpControlBarrier`` removed;
 * ``barriers without memory semantics``: every ``OpControlBarrier`` an execution barrier
@@ -114,9 +121,76 @@ def no_staging(text: str) -> str:
                   lambda m: "" if m[1] in ptrs else m[0], text, flags=re.M)
 
 
-def no_fragment_loads(text: str) -> str:
-    return re.sub(r"^(\s*%\w+) = OpCooperativeMatrixLoadKHR (%cm_[ab]_f16_\w+) .*$",
-                  r"\1 = OpCompositeConstruct \2 %c_f16_0x0_0p_0", text, flags=re.M)
+def _fragments_made(uses: str) -> Callable[[str], str]:
+    """The A or B fragments (``uses``: ``a``, ``b`` or ``ab``) of f16 or u8 made of a
+    constant instead of loaded."""
+    def edit(text: str) -> str:
+        if "%c_u8_1 = " not in text and "%u8 = OpTypeInt 8 0" in text:
+            text = text.replace("%u8 = OpTypeInt 8 0\n",
+                                "%u8 = OpTypeInt 8 0\n%c_u8_1 = OpConstant %u8 1\n", 1)
+        value = {"f16": "%c_f16_0x0_0p_0", "u8": "%c_u8_1"}
+        return re.sub(rf"^(\s*%\w+) = OpCooperativeMatrixLoadKHR (%cm_[{uses}]_(f16|u8)_\w+) .*$",
+                      lambda m: f"{m[1]} = OpCompositeConstruct {m[2]} {value[m[3]]}", text,
+                      flags=re.M)
+    return edit
+
+
+no_fragment_loads = _fragments_made("ab")
+
+
+def _fragment_strides(use: str, layout: str, words: int) -> Callable[[str], str]:
+    """Every ``use`` (``a``, ``b``) fragment of u8 loaded in ``layout`` (0 row-major, 1
+    column-major) at a stride of ``words`` 16-byte words: what another staged layout of the
+    same bytes would cost the fragment loads (a diagnostic: the fragments are garbage)."""
+    def edit(text: str) -> str:
+        if f"%c_i32_{words} = " not in text:
+            text = re.sub(r"^(%i32 = OpTypeInt 32 1)$", rf"\1\n%c_i32_{words} = OpConstant "
+                          rf"%i32 {words}", text, count=1, flags=re.M)
+        return re.sub(rf"^(\s*%\w+ = OpCooperativeMatrixLoadKHR %cm_{use}_u8_\w+ %\w+) "
+                      r"%c_u32_\d+ %c_i32_\d+ ", rf"\1 %c_u32_{layout} %c_i32_{words} ", text,
+                      flags=re.M)
+    return edit
+
+
+def grouped_workgroups(rows: int) -> Callable[[str], str]:
+    """Workgroup ids remapped so that consecutive workgroups cover ``rows`` block rows,
+    column by column, within each group of ``rows`` block rows (for the L2 cache; a
+    bijection of the grid, so the same bits, where the grid's rows divide into ``rows``)."""
+    def edit(text: str) -> str:
+        first = re.search(r"^(\s*)%\w+ = OpLoad %v3u32 %WorkgroupId$", text, re.M)
+        if first is None:
+            return text
+        start = first.start()
+        rest = re.sub(r"^(\s*%\w+) = OpLoad %v3u32 %WorkgroupId$",
+                      r"\1 = OpCopyObject %v3u32 %gw_new", text[start:], flags=re.M)
+        if "%NumWorkgroups = OpVariable" not in text:
+            head = text[:start].replace(
+                "%WorkgroupId = OpVariable %p_in_v3u32 Input\n",
+                "%WorkgroupId = OpVariable %p_in_v3u32 Input\n"
+                "%NumWorkgroups = OpVariable %p_in_v3u32 Input\n", 1).replace(
+                "OpDecorate %WorkgroupId BuiltIn WorkgroupId\n",
+                "OpDecorate %WorkgroupId BuiltIn WorkgroupId\n"
+                "OpDecorate %NumWorkgroups BuiltIn NumWorkgroups\n", 1)
+            head = re.sub(r"^(OpEntryPoint GLCompute .*)$", r"\1 %NumWorkgroups", head,
+                          count=1, flags=re.M)
+        else:
+            head = text[:start]
+        head = re.sub(r"^(%u32 = OpTypeInt 32 0)$", rf"\1\n%gw_rows = OpConstant %u32 {rows}",
+                      head, count=1, flags=re.M)
+        u = "%u32"
+        body = ["%gw_id = OpLoad %v3u32 %WorkgroupId", "%gw_n = OpLoad %v3u32 %NumWorkgroups",
+                f"%gw_x = OpCompositeExtract {u} %gw_id 0",
+                f"%gw_y = OpCompositeExtract {u} %gw_id 1",
+                f"%gw_z = OpCompositeExtract {u} %gw_id 2",
+                f"%gw_nx = OpCompositeExtract {u} %gw_n 0",
+                f"%gw_row = OpIMul {u} %gw_y %gw_nx", f"%gw_l = OpIAdd {u} %gw_row %gw_x",
+                f"%gw_span = OpIMul {u} %gw_nx %gw_rows", f"%gw_g = OpUDiv {u} %gw_l %gw_span",
+                f"%gw_r = OpUMod {u} %gw_l %gw_span", f"%gw_g0 = OpIMul {u} %gw_g %gw_rows",
+                f"%gw_ry = OpUMod {u} %gw_r %gw_rows", f"%gw_ny = OpIAdd {u} %gw_g0 %gw_ry",
+                f"%gw_nxx = OpUDiv {u} %gw_r %gw_rows",
+                "%gw_new = OpCompositeConstruct %v3u32 %gw_nxx %gw_ny %gw_z"]
+        return head + "".join(f"{first[1]}{line}\n" for line in body) + rest
+    return edit
 
 
 def no_multiply_adds(text: str) -> str:
@@ -191,9 +265,16 @@ TEXT_VARIANTS: dict[str, Callable[[str], str]] = {
     "spirv-opt -O": lambda text: optimized(text, ("-O",)),
     "no edge paths": no_edge_paths, "unconditional trips": unconditional_trips,
     "always land": always_land,
+    "no A fragment loads": _fragments_made("a"), "no B fragment loads": _fragments_made("b"),
+    "B loads column-major": _fragment_strides("b", "1", 2),
+    "B loads column-major, padded": _fragment_strides("b", "1", 3),
+    "A loads padded": _fragment_strides("a", "0", 3),
+    "workgroups by 8 rows": grouped_workgroups(8), "workgroups by 4 rows": grouped_workgroups(4),
 }
-STRIPPED = ("always land", "no global loads", "no staging", "no fragment loads", "no multiply-adds",
-            "no barriers", "barriers without memory semantics")
+STRIPPED = ("always land", "no A fragment loads", "no B fragment loads", "B loads column-major",
+            "B loads column-major, padded", "A loads padded", "no global loads", "no staging",
+            "no fragment loads", "no multiply-adds", "no barriers",
+            "barriers without memory semantics")
 
 
 def lazy_fragment_loads(stmts: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:

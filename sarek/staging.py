@@ -72,7 +72,11 @@ class Staging:
     one fragment); ``whole_int32``: the target multiplies 32-bit integer fragments itself (an
     emulation without a matrix unit), so the byte planes stage the int32 words as they are and
     take one wrapping product where the planes take ten, with the same bits
-    (``sarek.matrix_scheme.WHOLE_INT32``)."""
+    (``sarek.matrix_scheme.WHOLE_INT32``); ``planes_b_col_major``: under pipelined
+    schedules (whose staged copies land the planes) stage the byte planes' B column-major
+    (each column's k consecutive), whatever ``narrow_b_col_major`` says of other 8-bit B;
+    ``planes_pad_bytes``: under pipelined schedules, bytes appended to every staged row of A's
+    byte planes and column of column-major B's (a multiple of 16, like ``row_pad_bytes``)."""
 
     row_pad_bytes: int = 0
     narrow_b_col_major: bool = False
@@ -86,6 +90,8 @@ class Staging:
     exchange_in_tiles: bool = False
     converting_copies: bool = False
     whole_int32: bool = False
+    planes_b_col_major: bool = False
+    planes_pad_bytes: int = 0
 
     def fragments(self, schedule: Schedule, frag: int) -> Fragments:
         """Each wave's accumulators under ``schedule`` with ``frag`` x ``frag`` fragments: a
@@ -120,6 +126,9 @@ class Staging:
         if self.row_pad_bytes < 0 or self.row_pad_bytes % 16 or self.row_pad_bytes > 256:
             raise StagingError(f"row padding must be a multiple of 16 bytes from 0 to 256, not "
                                f"{self.row_pad_bytes}")
+        if self.planes_pad_bytes < 0 or self.planes_pad_bytes % 16 or self.planes_pad_bytes > 256:
+            raise StagingError(f"byte-plane padding must be a multiple of 16 bytes from 0 to "
+                               f"256, not {self.planes_pad_bytes}")
         if self.byte_k not in (16, 32):
             raise StagingError(f"8-bit fragments reduce 16 or 32 deep, not {self.byte_k}")
 

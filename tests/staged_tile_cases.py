@@ -171,3 +171,48 @@ def staged_terms_kernel(index: int) -> ir.Kernel:
         ir.For(var="q", start=const(0), stop=const(words // THREADS), step=const(1), body=(
             ir.Store(array="out", index=at,
                      value=ir.Load(array="view", index=at, type=ElemType.U32)),))))
+
+
+PLANES_TILE = (32, 32)
+"""The tile of a transposed byte-plane copy: 32 rows (B's columns) of 32 columns (its k)."""
+
+
+def staged_planes_kernel(index: int, pad: int) -> ir.Kernel:
+    """A 32 x 32 tile of i32 ``src`` whose rows are consecutive elements of the source's
+    columns (row stride 1, column stride ``pitch``), landed as byte plane ``index`` with
+    ``pad`` bytes after each row (B's planes staged column-major from a row-major B: a
+    transposed copy), each row's 32 bytes written out through a u32 array in its storage;
+    offset, pitch and limits are parameters."""
+    rows, cols = PLANES_TILE
+    pitch = cols + pad
+    tid = ir.BuiltinValue(which=Builtin.THREAD_IDX_X)
+    at = add(mul(var("q"), const(THREADS)), tid)
+    words_per_row = cols // 4
+    row = ir.Binary(op=ir.BinOp.DIV, a=at, b=const(words_per_row), type=ElemType.I32)
+    word = ir.Binary(op=ir.BinOp.REM, a=at, b=const(words_per_row), type=ElemType.I32)
+    return _kernel(f"staged_planes_{index}_{pad}", ElemType.I32, ElemType.U8, rows * pitch,
+                   ("off", "pitch", "rl", "cl"), (
+        ir.StageCopy(dst="tile", dst_offset=const(0), dst_pitch=pitch, src="src",
+                     src_offset=var("off"), src_row_stride=const(1),
+                     src_col_stride=var("pitch"), rows=rows, cols=cols, row_limit=var("rl"),
+                     col_limit=var("cl"), fill=ir.Const(value=-7, type=ElemType.I32),
+                     part=ir.CopyPart(into=ElemType.U8, index=index)),
+        ir.StageCommit(), ir.StageWait(pending=0), ir.Barrier(),
+        ir.For(var="q", start=const(0), stop=const(rows * words_per_row // THREADS),
+               step=const(1), body=(
+            ir.Store(array="out", index=at, value=ir.Load(
+                array="view", index=add(mul(row, const(pitch // 4)), word),
+                type=ElemType.U32)),))))
+
+
+def staged_planes_args(case: tuple[int, int, int, int, int], rng: np.random.Generator
+                       ) -> dict[str, object]:
+    """Random source bits and the offset, pitch (words of 4 elements past the tile's rows,
+    odd where the offset is) and limits of ``case`` (``LIMITS``, column stride 1)."""
+    rows, cols = PLANES_TILE
+    offset, extra, _, rows_cut, cols_cut = case
+    pitch = rows + extra * 4 + (offset % 2)
+    size = offset + rows + cols * pitch
+    return {"src": rng.integers(-2**31, 2**31, size, dtype=np.int64).astype(np.int32),
+            "out": np.zeros(rows * cols // 4, np.uint32), "off": offset, "pitch": pitch,
+            "rl": max(rows - rows_cut, 0), "cl": max(cols - cols_cut, 0)}

@@ -14,13 +14,14 @@ import re
 import numpy as np
 import pytest
 from conftest import example
-from staged_tile_cases import TILES, staged_tile_kernel
+from staged_tile_cases import TILES, staged_planes_kernel, staged_tile_kernel
 
 import sarek
 from backends.pipeline import compile_launch
 from backends.registry import target
 from backends.spirv import check, emit, tools_reason
 from backends.spirv.converting import converting_copies
+from backends.spirv.copies import transposed
 from backends.spirv.device import unsupported_configs
 from backends.spirv.emit import print_kernel
 from backends.spirv.lower import STAGING, lower, quad_arrays, staged_copies
@@ -32,6 +33,7 @@ from sarek.ir_walk import shared_arrays, walk
 from sarek.launch import Launch
 from sarek.matrix_scheme import Lowering
 from sarek.schedule import Schedule
+from sarek.staging import Staging, StagingError
 
 pytestmark = [pytest.mark.skipif(tools_reason() is not None,
                                  reason=f"SPIRV-Tools unavailable: {tools_reason()}"),
@@ -289,6 +291,47 @@ def test_byte_planes_are_copied_as_their_four_planes() -> None:
     assert planes == {(f"sk_{x}_p{p}", p) for x in "ab" for p in range(4)}
     check(emit(kernel))
     assert same_bits_as_cuda(Lowering.INT32_BYTE_PLANES, "t64k32s2")
+
+
+def test_pipelined_byte_planes_stage_b_column_major_in_padded_columns() -> None:
+    kernel = lower(rewritten(Lowering.INT32_BYTE_PLANES, "t64k32s2").kernel)
+    # B's 32 x 64 i32 tile lands transposed: 64 columns of 32 k, 16 bytes of padding each;
+    # A's rows stay 32 bytes (padded, the arrays would pass 48 KiB)
+    copies = {s.dst: s for s in walk(kernel.body) if isinstance(s, ir.StageCopy)}
+    b = copies["sk_b_p0"]
+    assert (b.rows, b.cols, b.dst_pitch) == (64, 32, 48) and transposed(b)
+    assert not transposed(copies["sk_a_p0"])
+    assert declared(kernel)["sk_b_p0"] == 2 * 64 * 48
+    assert declared(kernel)["sk_a_p0"] == 2 * 64 * 32
+    loads = {s.layout for s in walk(kernel.body)
+             if isinstance(s, ir.FragLoad) and s.array.startswith("sk_b")}
+    assert loads == {ir.FragLayout.COL}
+
+
+def test_byte_planes_without_staged_copies_keep_b_row_major() -> None:
+    kernel = lower(rewritten(Lowering.INT32_BYTE_PLANES, "t64k32").kernel)
+    loads = {(s.layout, s.stride) for s in walk(kernel.body)
+             if isinstance(s, ir.FragLoad) and s.array.startswith("sk_b")}
+    assert loads == {(ir.FragLayout.ROW, ir.Const(value=64, type=ElemType.I32))}
+
+
+@pytest.mark.parametrize("pad", [0, 16])
+def test_a_transposed_byte_plane_copy_validates(pad: int) -> None:
+    kernel = staged_planes_kernel(2, pad)
+    copy = next(s for s in walk(kernel.body) if isinstance(s, ir.StageCopy))
+    assert transposed(copy)
+    text = emit(lower(kernel))
+    check(text)
+    # each landing of a block (at the wait, and before its registers take another copy) is
+    # four 32-bit stores into the tile's words, one per block row; no 16-byte store
+    stores = re.findall(r"OpStore (%\w+) %\w+ NonPrivatePointer", text)
+    chains = dict(re.findall(r"(%\w+) = OpAccessChain (%p_wo_\w+) %\w+_tile ", text))
+    assert [chains[p] for p in stores] == ["%p_wo_u32"] * 8
+
+
+def test_byte_plane_padding_is_whole_16_byte_words() -> None:
+    with pytest.raises(StagingError, match="multiple of 16 bytes"):
+        Staging(planes_pad_bytes=8)
 
 
 def test_tiles_that_are_not_whole_words_for_each_invocation_are_copied_by_element() -> None:

@@ -21,6 +21,8 @@ from staged_tile_cases import (
     staged_loop_args,
     staged_loop_kernel,
     staged_pipeline_kernel,
+    staged_planes_args,
+    staged_planes_kernel,
     staged_terms_kernel,
     staged_tile_args,
     staged_tile_kernel,
@@ -205,6 +207,23 @@ def test_a_loops_copies_give_the_simulators_words_in_trips_inside_and_past_the_l
             want = sarek.simulate(kernel, dict(args), grid=1, block=THREADS, target="spirv")
             got = vulkan.run(kernel, dict(args), (1,), (THREADS,))
             assert np.array_equal(got["out"], want["out"]), (kernel.name, case)
+
+
+@needs_vulkan
+@pytest.mark.parametrize("pad", [0, 16], ids=["dense", "padded"])
+@pytest.mark.parametrize("index", [0, 1, 2, 3])
+def test_transposed_copies_land_the_simulators_byte_planes(index: int, pad: int) -> None:
+    # rows of the tile down the source's columns: printed in 4 x 4 blocks, one 32-bit word
+    # per row and plane landed from four loaded words
+    rng = np.random.default_rng(24)
+    kernel = staged_planes_kernel(index, pad)
+    for case in LIMITS:
+        if case[2] != 1:
+            continue
+        args = staged_planes_args(case, rng)
+        want = sarek.simulate(kernel, dict(args), grid=1, block=THREADS, target="spirv")
+        got = vulkan.run(kernel, dict(args), (1,), (THREADS,))
+        assert np.array_equal(got["out"], want["out"]), case
 
 
 SPECIAL_F32 = np.array([0x3F808000, 0x3F818000, 0x3F80FFFF, 0x7F800001, 0xFFC01234,

@@ -10,7 +10,9 @@ two. Each raw copy becomes one staged copy per term that lands that term of its 
 step's buffer, and the conversion loops, their barrier and the raw arrays go. The printer
 loads the raw words and converts them in registers as they land
 (``backends.spirv.copies``). Every value stays what the conversion pass computed: the same
-``sarek.stage_copy.part`` of the same element or fill.
+``sarek.stage_copy.part`` of the same element or fill. A conversion loop that stores the
+tile's columns as the term array's rows (B's byte planes staged column-major) becomes a copy
+of the transposed tile: rows and columns, their source strides and their limits exchanged.
 """
 
 from __future__ import annotations
@@ -30,12 +32,14 @@ from sarek.stage_copy import SPLITS, part
 @dataclass(frozen=True)
 class _Term:
     """One term array a raw array's conversion loop fills: its name, the part it holds, the
-    pitch of its rows and the elements of its one buffer."""
+    pitch of its rows and the elements of its one buffer; ``transposed``: the loop stores
+    the tile's columns as the array's rows (column-major byte planes of B)."""
 
     array: str
     part: ir.CopyPart
     pitch: int
     buffer: int
+    transposed: bool = False
 
 
 @dataclass(frozen=True)
@@ -55,15 +59,18 @@ def _product(e: ir.Expr) -> tuple[ir.Expr, int] | None:
     return None
 
 
-def _tile_place(e: ir.Expr, element: str) -> tuple[int, int] | None:
-    """``(cols, pitch)`` for ``e`` the place ``element / cols * pitch + element % cols``."""
+def _tile_place(e: ir.Expr, element: str) -> tuple[int, int, bool] | None:
+    """``(cols, pitch, False)`` for ``e`` the place ``element / cols * pitch + element %
+    cols`` (the tile's rows as rows), ``(cols, pitch, True)`` for ``element % cols * pitch +
+    element / cols`` (its columns as rows)."""
     match e:
         case ir.Binary(op=BinOp.ADD, a=ir.Binary(op=BinOp.MUL, a=ir.Binary(
-                op=BinOp.DIV, a=ir.Var(name=n1), b=ir.Const(value=cols)),
+                op=outer, a=ir.Var(name=n1), b=ir.Const(value=cols)),
                 b=ir.Const(value=pitch)), b=ir.Binary(
-                op=BinOp.REM, a=ir.Var(name=n2), b=ir.Const(value=cols2))) \
-                if n1 == n2 == element and cols == cols2:
-            return int(cols), int(pitch)
+                op=inner, a=ir.Var(name=n2), b=ir.Const(value=cols2))) \
+                if n1 == n2 == element and cols == cols2 and {outer, inner} == {
+                    BinOp.DIV, BinOp.REM}:
+            return int(cols), int(pitch), outer is BinOp.REM
     return None
 
 
@@ -100,14 +107,19 @@ def _conversion(s: ir.Stmt, decls: dict[str, ir.ArrayDecl], threads: int
         assert isinstance(store, ir.Store)
         term = decls.get(store.array)
         place = _tile_place(store.index, e.name)
-        if term is None or place is None or term.size != size // place[0] * place[1]:
-            return None  # one buffer of the tile's rows
+        if term is None or place is None:
+            return None
+        cols, pitch, transposed = place
+        if term.size != (cols if transposed else size // cols) * pitch:
+            return None  # one buffer of the tile's rows (columns)
+        if transposed and not (load.type.bits == 32 and term.elem.bits == 8):
+            return None  # the printer transposes 32-bit elements into byte planes only
         parts = SPLITS.get((load.type, term.elem), 0)
         index_of = [i for i in range(parts) if store.value == part(element, i, term.elem)]
         if not index_of:
             return None
         terms.append(_Term(term.name, ir.CopyPart(into=term.elem, index=index_of[0]),
-                           place[1], term.size))
+                           pitch, term.size, transposed))
     return load.array, _Raw(size, slot, tuple(terms))
 
 
@@ -148,9 +160,8 @@ def converting_copies(kernel: ir.Kernel, refills_first: bool = True) -> ir.Kerne
             case ir.StageCopy(dst=name) if name in raws:
                 found = _product(s.dst_offset)
                 assert found is not None  # _only_as_raw checked it
-                return [s.model_copy(update={
-                    "dst": t.array, "dst_offset": mul(found[0], const(t.buffer)),
-                    "dst_pitch": t.pitch, "part": t.part}) for t in raws[name].terms]
+                return [_landing(s, t, mul(found[0], const(t.buffer)))
+                        for t in raws[name].terms]
             case ir.FragLoad(array=name) if name in terms:
                 raw, t = terms[name]
                 return [s.model_copy(update={
@@ -177,6 +188,20 @@ def converting_copies(kernel: ir.Kernel, refills_first: bool = True) -> ir.Kerne
         return tuple(out)
 
     return kernel.model_copy(update={"body": replace_statements(block(kernel.body), fused)})
+
+
+def _landing(s: ir.StageCopy, t: _Term, offset: ir.Expr) -> ir.StageCopy:
+    """The copy of raw copy ``s``'s elements that lands term ``t`` at ``offset``: the same
+    tile, or for a transposed term its transpose (rows and columns, their strides and limits
+    exchanged), so that tile element (r, c) lands at ``offset + r * pitch + c`` as the
+    conversion loop stored it."""
+    update: dict[str, object] = {"dst": t.array, "dst_offset": offset, "dst_pitch": t.pitch,
+                                 "part": t.part}
+    if t.transposed:
+        update |= {"rows": s.cols, "cols": s.rows, "src_row_stride": s.src_col_stride,
+                   "src_col_stride": s.src_row_stride, "row_limit": s.col_limit,
+                   "col_limit": s.row_limit}
+    return s.model_copy(update=update)
 
 
 def _refills_first(stmts: list[ir.Stmt]) -> list[ir.Stmt]:

@@ -33,6 +33,7 @@ class Held:
     into: tuple[tuple[str, ir.CopyPart | None], ...]
     flag: str
     group: str | None = None
+    transposed: int = 0  # a transposed copy's pitch in 32-bit words (``transposed``)
 
     @property
     def ratio(self) -> int:
@@ -50,17 +51,37 @@ def loaded_per_word(s: ir.StageCopy) -> int:
     return per_quad(memory_type(s.fill.type))
 
 
+TRANSPOSED = 4
+"""A transposed copy moves blocks of 4 x 4 elements: four source words of four consecutive
+rows each, landing as four 32-bit words of four consecutive columns' bytes each."""
+
+
+def transposed(s: ir.StageCopy) -> bool:
+    """Whether ``s`` lands byte planes of 32-bit elements whose source is consecutive down
+    its tile's columns (row stride 1), not along its rows: B's planes staged column-major
+    from a row-major B (``sarek.staging.Staging.planes_b_col_major``). Such a copy is
+    printed in ``TRANSPOSED`` x ``TRANSPOSED`` blocks: an invocation loads four consecutive
+    rows of four columns as four 16-byte words and lands, per plane, one 32-bit word per
+    row (its four columns' bytes)."""
+    return (s.part is not None and is_literal(s.src_row_stride, 1)
+            and not is_literal(s.src_col_stride, 1) and memory_type(s.fill.type).bits == 32
+            and memory_type(stage_copy.landed_type(s)).bits == 8
+            and s.rows % TRANSPOSED == 0 and s.cols % TRANSPOSED == 0)
+
+
 def whole_tile(s: ir.StageCopy) -> ir.Expr | None:
-    """Whether the whole tile of ``s`` lies inside its limits with its source rows of
-    consecutive elements starting at 16-byte words (its source offset and row stride whole
-    words): the test, uniform over the block, under which each of its words is one 16-byte
-    load. None where its column stride is not 1 (each word is then tested alone)."""
-    if not is_literal(s.src_col_stride, 1):
+    """Whether the whole tile of ``s`` lies inside its limits with its source rows (columns,
+    for a ``transposed`` copy) of consecutive elements starting at 16-byte words (its source
+    offset and row stride, column stride for a transposed copy, whole words): the test,
+    uniform over the block, under which each of its words is one 16-byte load. None where
+    neither stride is 1 (each word is then tested alone)."""
+    across = s.src_row_stride if is_literal(s.src_col_stride, 1) else s.src_col_stride
+    if not (is_literal(s.src_col_stride, 1) or transposed(s)):
         return None
     per = loaded_per_word(s)
     whole = binary(BinOp.LAND, binary(BinOp.LE, const(s.rows), s.row_limit),
                    binary(BinOp.LE, const(s.cols), s.col_limit))
-    for start in (s.src_offset, s.src_row_stride):
+    for start in (s.src_offset, across):
         if divisor(start) % per:
             whole = binary(BinOp.LAND, whole, binary(
                 BinOp.EQ, binary(BinOp.AND, start, const(per - 1)), const(0)))
@@ -186,21 +207,29 @@ class CopyPrinter(ExpressionPrinter):
             return
         per, loaded = landed_per_word(s), loaded_per_word(s)
         threads = math.prod(self.kernel.block)
-        across = s.cols // per
         thread = stage_copy.linear_thread(self.kernel.block)
         self.scope = self.scope.new_child()
         places: list[tuple[str, str]] = []
         sources: list[tuple[str, str]] = []
+        # each place: a landed word's row and first column, or a transposed copy's block's;
+        # its sources: the loaded words along the row, or down the block's four columns
+        if transposed(s):
+            down, wide, apart, unit = TRANSPOSED, TRANSPOSED, 1, 4
+        else:
+            down, wide, apart, unit = 1, per, loaded, per
+        across = s.cols // wide
         for trip in range(s.rows * s.cols // per // threads):
             number = add(const(trip * threads), thread)
-            row = self.value(binary(BinOp.DIV, number, const(across)))
-            first = mul(binary(BinOp.REM, number, const(across)), const(per))
+            block_row = binary(BinOp.DIV, number, const(across))
+            row = self.value(mul(block_row, const(down)) if down > 1 else block_row)
+            first = mul(binary(BinOp.REM, number, const(across)), const(wide))
             places.append((row, self.value(first)))
             sources += [(row, places[-1][1] if not j else self.value(add(first, const(j))))
-                        for j in range(0, per, loaded)]
+                        for j in range(0, wide, apart)]
         words = self.tile_words(s, sources, loaded)
         i32 = self.type_of(T.I32)
-        offset, shift = self.value(s.dst_offset), self.const(per.bit_length() - 1, T.I32)
+        # the index of each landed word: in 16-byte words, a transposed copy's in 32-bit ones
+        offset, shift = self.value(s.dst_offset), self.const(unit.bit_length() - 1, T.I32)
         indices = []
         for row, col in places:
             self.scope["sk copy row"], self.scope["sk copy col"] = row, col
@@ -352,7 +381,8 @@ class CopyPrinter(ExpressionPrinter):
                     self.fn_vars.append(f"{group} = OpVariable "
                                         f"{self.pointer('Function', i32)} Function")
                     self.entry.append(f"OpStore {group} {self.const(0, T.I32)}")
-                sets.append(Held(tuple(words), tuple(at), tuple(into.items()), flag, group))
+                sets.append(Held(tuple(words), tuple(at), tuple(into.items()), flag, group,
+                                 s.dst_pitch // 4 if transposed(s) else 0))
             self.held[key] = tuple(sets)
 
     def commit(self) -> None:
@@ -405,6 +435,15 @@ class CopyPrinter(ExpressionPrinter):
             for name, part in held.into:
                 arr = self.array(name)
                 index = index or self.op(i32, "OpLoad", index_var)
+                if held.transposed:
+                    assert part is not None
+                    rows = self.transposed_parts([self.op(v4, "OpLoad", w) for w in loaded],
+                                                 part)
+                    for i, value in enumerate(rows):
+                        at = index if not i else self.op(
+                            i32, "OpIAdd", index, self.const(i * held.transposed, T.I32))
+                        self.do("OpStore", self.word_part(arr, at), value, *self.access(arr))
+                    continue
                 ptr = self.op(self.pointer("Workgroup", v4), "OpAccessChain", arr.var, index)
                 word = (self.op(v4, "OpLoad", loaded[0]) if part is None else
                         self.converted([self.op(v4, "OpLoad", w) for w in loaded], part))
@@ -440,17 +479,45 @@ class CopyPrinter(ExpressionPrinter):
             parts.append(word)
         return self.op(self.quad_type(), "OpCompositeConstruct", *parts)
 
+    def transposed_parts(self, words: list[str], part: ir.CopyPart) -> list[str]:
+        """Byte plane ``part`` of a ``transposed`` copy's block: from the loaded ``words``
+        (column j of the block, its four rows' i32 elements), one 32-bit word per row i,
+        column j's byte at bits 8j."""
+        u32 = self.type_of(T.U32)
+        values: list[list[str]] = [[] for _ in range(TRANSPOSED)]
+        self.scope = self.scope.new_child()
+        for loaded in words:
+            for i in range(TRANSPOSED):
+                raw = self.op(u32, "OpCompositeExtract", loaded, str(i))
+                self.scope["sk copy x"] = self.op(self.type_of(T.I32), "OpBitcast", raw)
+                values[i].append(self.unsigned_bits(self.value(stage_copy.part(
+                    var("sk copy x", T.I32), part.index, part.into)), part.into))
+        self.scope = self.scope.parents
+        rows = []
+        for row in values:
+            word = row[0]
+            for j, piece in enumerate(row[1:], 1):
+                word = self.op(u32, "OpBitwiseOr", word, self.op(
+                    u32, "OpShiftLeftLogical", piece, self.u32(8 * j)))
+            rows.append(word)
+        return rows
+
     def word(self, s: ir.StageCopy, row: ir.Expr, col: ir.Expr, per: int) -> str:
-        """The 16-byte word of tile row ``row`` from column ``col`` (see ``stage_copy``)."""
+        """The 16-byte word of tile row ``row`` from column ``col`` (see ``stage_copy``), or
+        of a ``transposed`` copy column ``col`` from row ``row``."""
         v4 = self.quad_type()
         first = stage_copy.source_index(s, row, col)
-        if not is_literal(s.src_col_stride, 1):
+        down = transposed(s)
+        if not (is_literal(s.src_col_stride, 1) or down):
             return self.packed(s, row, col, per)
         start = self.value(first)
         self.scope["sk copy at"] = start
         at = var("sk copy at")
         whole = binary(BinOp.LAND, binary(BinOp.LT, row, s.row_limit), binary(
             BinOp.LE, add(col, const(per)), s.col_limit))
+        if down:
+            whole = binary(BinOp.LAND, binary(BinOp.LE, add(row, const(per)), s.row_limit),
+                           binary(BinOp.LT, col, s.col_limit))
         aligned = binary(BinOp.EQ, binary(BinOp.AND, at, const(per - 1)), const(0))
         cond = self.value(binary(BinOp.LAND, whole, aligned))
         fast, slow, merge = self.fresh("words"), self.fresh("elements"), self.fresh("word_end")
@@ -463,17 +530,19 @@ class CopyPrinter(ExpressionPrinter):
         loaded, end_fast = self.op(v4, "OpLoad", ptr), self.label
         self.branch(merge)
         self.start(slow)
-        packed, end_slow = self.packed(s, row, col, per), self.label
+        packed, end_slow = self.packed(s, row, col, per, down), self.label
         self.branch(merge)
         self.start(merge)
         return self.op(v4, "OpPhi", loaded, end_fast, packed, end_slow)
 
-    def packed(self, s: ir.StageCopy, row: ir.Expr, col: ir.Expr, per: int) -> str:
-        """The word of ``per`` elements from (``row``, ``col``), each read inside the limits
-        and the fill outside, packed least significant first: the path of words that cross
-        the limits, printed as one loop over the elements that the driver is asked not to
-        unroll (``DontUnroll``), so that it costs little code and few registers beside the
-        16-byte loads of the words inside."""
+    def packed(self, s: ir.StageCopy, row: ir.Expr, col: ir.Expr, per: int,
+               down: bool = False) -> str:
+        """The word of ``per`` elements from (``row``, ``col``) along the row (down the
+        column where ``down``), each read inside the limits and the fill outside, packed
+        least significant first: the path of words that cross the limits, printed as one
+        loop over the elements that the driver is asked not to unroll (``DontUnroll``), so
+        that it costs little code and few registers beside the 16-byte loads of the words
+        inside."""
         elem = s.fill.type
         bits = memory_type(elem).bits
         u32, i32, v4 = self.type_of(T.U32), self.type_of(T.I32), self.quad_type()
@@ -495,10 +564,10 @@ class CopyPrinter(ExpressionPrinter):
         self.start(body)
         self.scope = self.scope.new_child()
         self.scope["sk copy i"] = i
-        c = add(col, var("sk copy i"))
+        r, c = (add(row, var("sk copy i")), col) if down else (row, add(col, var("sk copy i")))
         value = self.value(ir.Select(
-            cond=stage_copy.inside(s, row, c),
-            a=ir.Load(array=s.src, index=stage_copy.source_index(s, row, c), type=elem),
+            cond=stage_copy.inside(s, r, c),
+            a=ir.Load(array=s.src, index=stage_copy.source_index(s, r, c), type=elem),
             b=s.fill, type=elem))
         self.scope = self.scope.parents
         part = self.unsigned_bits(value, elem)

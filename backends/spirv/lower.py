@@ -34,7 +34,8 @@ from sarek.staging import Staging
 SUBGROUPS = (32, 64)
 FRAGMENTS = (16, 8)
 STAGING = Staging(row_pad_bytes=16, byte_k=32, shared_bytes=48 * 1024, exchange_in_tiles=True,
-                  converting_copies=True, small=tuple(
+                  converting_copies=True, planes_b_col_major=True, planes_pad_bytes=16,
+                  small=tuple(
     (name, Schedule(step=32)) for name in ("Int8_operands", "Int32_byte_planes")), large=(
     ("F16_operands", Schedule(tile=128, step=16, stages=3, wide=True)),
     ("Bf16_operands", Schedule(tile=128, step=16, stages=2, wide=True)),
@@ -45,7 +46,15 @@ STAGING = Staging(row_pad_bytes=16, byte_k=32, shared_bytes=48 * 1024, exchange_
 """Padded 16-bit rows spread the rows of one cooperative-matrix load over the shared-memory
 banks; 16 bytes keep every row 16-byte aligned (VUID ...-08986). 8-bit fragments multiply 32
 deep in 32-deep steps at every size: the 8-bit configurations Vulkan devices report (the
-H200's s8 and u8 ones) are 16x16x32 and 16x8x32, with no 16x16x16. Large regions take the
+H200's s8 and u8 ones) are 16x16x32 and 16x8x32, with no 16x16x16. Under pipelined
+schedules the byte planes' B is staged column-major, each column's 32 k in 48 bytes
+(``planes_b_col_major``, ``planes_pad_bytes``): NVIDIA's driver loads a row-major u8 B
+fragment byte by byte (128 ``LDS.S8`` per 32-deep step and invocation in the H200's code of
+``t64k32s2``) and a column-major one with ``ldmatrix``; the copies land it transposed
+(``backends.spirv.copies.transposed``), and ``t64k32s2`` went from 16.8 to 29.7 Tops at
+4096^3 (``bench/results/vulkan_profile_layouts_h200.json``,
+``vulkan_profile_release_h200.json``). Int8's B, copied as it is, stays row-major. Large
+regions take the
 schedule that measured fastest through Vulkan on the H200 at 4096^3 among those whose shared
 arrays fit the 48 KiB of workgroup memory NVIDIA's Vulkan gives a workgroup
 (``bench/vulkan_profile_h200.py``): pipelined ones, whose tiles move in 16-byte words

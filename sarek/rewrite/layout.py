@@ -50,12 +50,16 @@ class Layout:
         self.acc_m, self.acc_n = fragments.m, fragments.n
         # Row strides and B's layout of the staged tiles: the target's policy (padded 16-bit
         # rows, column-major 8-bit B), which moves elements but never changes a result.
-        pad = staging.row_pad_bytes * 8 // 16 if scheme.operand.bits == 16 else 0
+        # (the policy's byte-plane layout applies where its planes land by staged copies)
+        planes = scheme.operand is U8 and self.stages > 1
+        pad = (staging.row_pad_bytes * 8 // 16 if scheme.operand.bits == 16
+               else staging.planes_pad_bytes if planes else 0)
         self.a_stride, self.b_stride = self.step + pad, self.tile_n + pad
-        col_b = scheme.operand.bits == 8 and staging.narrow_b_col_major
+        col_b = scheme.operand.bits == 8 and (staging.narrow_b_col_major
+                                              or (planes and staging.planes_b_col_major))
         self.b_layout = FragLayout.COL if col_b else FragLayout.ROW
         if self.b_layout is FragLayout.COL:
-            self.b_stride = self.step
+            self.b_stride = self.step + (pad if planes else 0)
         # How deep one multiply-accumulate reduces: the fragment, or for 8-bit operands the
         # policy's deeper one where the steps divide into it (same sums: integers are exact).
         deep = staging.byte_k if scheme.operand.bits == 8 and frag == 16 else frag
