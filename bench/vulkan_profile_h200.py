@@ -36,6 +36,8 @@ as each variant ``--variant`` names (those that do not apply to a case are left 
   printing before loops were printed twice, their trips inside the limits first unchecked);
 * ``land at once``: each copy's words stored into workgroup memory right after their loads
   instead of held in registers until the wait (a copy complete when issued);
+* ``land after the first loop``: where a loop is printed twice, every held copy landed as
+  the first loop ends and its words then made zeros (not yet timed);
 * ``byte shuffles``: each byte plane a converting copy lands made by ``OpVectorShuffle`` of
   the loaded components as ``u8vec4`` instead of shifts and masks;
 * ``bf16 by OpFConvert``: f32 rounded to bf16 by ``OpFConvert`` to the bf16 float type
@@ -315,6 +317,26 @@ class _OneLoop(_Module):
         return []
 
 
+class _LandAfterFirstLoop(_Module):
+    """The printer with every held copy landed where the first of a loop printed twice ends,
+    its words then zeros: the words still in flight there are dead past it, so the driver
+    needs no copies of them at that loop's exit (its code copied the words the last step
+    loaded into the second loop's registers on every trip, which waited for the loads)."""
+
+    def trips(self, s: ir.For, var: str, stop: str, step: str, unroll: int,
+              inside: list[tuple[ir.StageCopy, ir.Expr]]) -> None:
+        super().trips(s, var, stop, step, unroll, inside)
+        if not inside:
+            return
+        v4, zero = self.quad_type(), self.const(0, ir.ElemType.U32)
+        empty = self.op(v4, "OpCompositeConstruct", zero, zero, zero, zero)
+        for sets in self.held.values():
+            for held in sets:
+                self.land(held)
+                for word in held.words:
+                    self.do("OpStore", word, empty)
+
+
 class _LandAtOnce(_Module):
     """The printer with each copy's words stored into workgroup memory right after their
     loads (a copy complete when issued), instead of held until the wait."""
@@ -370,6 +392,7 @@ class _ConvertBf16(_Module):
 
 
 PRINTERS: dict[str, type[_Module]] = {"one loop": _OneLoop, "land at once": _LandAtOnce,
+                                      "land after the first loop": _LandAfterFirstLoop,
                                       "byte shuffles": _ByteShuffles,
                                       "bf16 by OpFConvert": _ConvertBf16}
 

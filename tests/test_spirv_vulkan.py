@@ -226,6 +226,26 @@ def test_transposed_copies_land_the_simulators_byte_planes(index: int, pad: int)
         assert np.array_equal(got["out"], want["out"]), case
 
 
+@needs_vulkan
+@pytest.mark.parametrize("elem", [ElemType.F16, ElemType.I32], ids=str)
+def test_the_profiles_landing_after_the_first_loop_keeps_the_simulators_words(
+        elem: ElemType) -> None:
+    # bench/vulkan_profile_h200.py's variant: held copies landed where the first of a loop
+    # printed twice ends, their words then zeros; the second loop and the waits unchanged
+    from backends.spirv.device import device, runnable
+    from backends.spirv.lower import lower
+    from bench.vulkan_profile_h200 import PRINTERS
+
+    rng = np.random.default_rng(25)
+    for kernel in (staged_loop_kernel(elem), staged_pipeline_kernel(elem)):
+        text = runnable(PRINTERS["land after the first loop"](lower(kernel)).render(), device())
+        for case in LOOP_LIMITS:
+            args = staged_loop_args(elem, case, rng)
+            want = sarek.simulate(kernel, dict(args), grid=1, block=THREADS, target="spirv")
+            got, _ = vulkan.time_kernel(kernel, dict(args), (1,), (THREADS,), 1, text=text)
+            assert np.array_equal(got["out"], want["out"]), (kernel.name, case)
+
+
 SPECIAL_F32 = np.array([0x3F808000, 0x3F818000, 0x3F80FFFF, 0x7F800001, 0xFFC01234,
                         0x7F800000, 0xFF800000, 0x00008000, 0x80018000, 0x7F7FFFFF, 0xFF7F8000,
                         0x00000000, 0x80000000, 0x3F800001], np.uint32)
