@@ -41,7 +41,7 @@ from sarek.matrix_scheme import (
 )
 from sarek.rewrite.epilogue import Builder
 from sarek.rewrite.parts import I32
-from sarek.schedule import SEED, Schedule, ScheduleError
+from sarek.schedule import RESIDENT_BLOCKS, SEED, Schedule, ScheduleError
 from sarek.staging import DENSE, Staging
 
 EXTRA_NAMES = ("me", "ne", "ze", "d", "t")
@@ -57,10 +57,13 @@ def launch_dims(subgroup: int = 32, *, me: int, ne: int, ze: int, schedule: Sche
     """``(block, grid)`` of the rewritten kernel for a region: blocks of four waves (eight for a
     wide schedule, four more with a producer warpgroup), one per ``schedule.tile`` x
     ``schedule.tile_n`` block of output (64x64 by default), one grid layer per batch (a zero extent
-    gives a zero grid dimension: nothing to launch)."""
+    gives a zero grid dimension: nothing to launch); a persistent schedule's grid is one row of
+    at most ``RESIDENT_BLOCKS`` blocks that take the tiles in turn."""
     _check_subgroup(subgroup)
-    return (schedule.block_waves * subgroup, 1, 1), (-(-ne // schedule.tile_n),
-                                                -(-me // schedule.tile), ze)
+    grid = (-(-ne // schedule.tile_n), -(-me // schedule.tile), ze)
+    if schedule.persistent:  # each block takes tiles in turn
+        grid = (min(RESIDENT_BLOCKS, grid[0] * grid[1] * grid[2]), 1, 1)
+    return (schedule.block_waves * subgroup, 1, 1), grid
 
 
 def _placeholders(e: ir.Expr) -> Iterator[ir.Expr]:

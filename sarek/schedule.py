@@ -17,7 +17,9 @@ from sarek.errors import SarekError
 
 STAGE_QUANTUM = 16  # reduction steps are whole multiples of 16
 MAX_STAGES = 4  # steps a schedule keeps in shared memory at once
-_NAME = re.compile(r"t(\d{1,4})(?:x(\d{1,4}))?k(\d{1,4})(p?)(?:s(\d))?(g?)(f?)(b?)(w?)")
+RESIDENT_BLOCKS = 132  # a persistent grid's blocks: the H100's and H200's multiprocessors
+ORDER_ROWS = 16  # tile rows per group of the grouped tile order
+_NAME = re.compile(r"t(\d{1,4})(?:x(\d{1,4}))?k(\d{1,4})(p?)(?:s(\d))?(g?)(f?)(b?)(w?)(r?)(o?)")
 
 
 class ScheduleError(SarekError):
@@ -47,7 +49,13 @@ class Schedule:
     ``specialized`` (``w``, which implies ``bulk``) the block has one warpgroup more, which
     multiplies nothing: a target that specializes warps (CUDA: ``backends.cuda.roles``) makes
     it the producer that alone issues the staged copies, while the others only multiply; the
-    neutral kernel's copies spread over the whole block as always."""
+    neutral kernel's copies spread over the whole block as always. With ``persistent``
+    (``r``, after a ``w``) the grid has at most ``RESIDENT_BLOCKS`` blocks, each taking the
+    output tiles ``block_idx.x``, ``block_idx.x + grid_dim.x``, ... in turn (batch, then tile
+    row, then tile column, the column fastest), so that a target's producer runs into the
+    next tile while the consumers finish one; with ``ordered`` (``o``, after an ``r``) they
+    go down ``ORDER_ROWS`` tile rows before the next column (the last group as many rows as
+    are left), so that the tiles in flight at once share fewer rows of B and A."""
 
     tile: int = 64
     step: int = 16
@@ -58,6 +66,8 @@ class Schedule:
     in_flight: bool = False
     bulk: bool = False
     specialized: bool = False
+    persistent: bool = False
+    ordered: bool = False
 
     def __post_init__(self) -> None:
         if self.specialized and not self.bulk:
@@ -108,10 +118,12 @@ class Schedule:
                                 "t128x256k64s2, t128k16p or t128k64s2g (tile, step, p for "
                                 "prefetch, s and the stages, g for a warpgroup's fragments, f "
                                 "after it for one step's multiplies in flight, b for bulk "
-                                "tensor copies, w last for a producer warpgroup)")
+                                "tensor copies, w for a producer warpgroup, r for a persistent "
+                                "grid, o last for its grouped tile order)")
         return cls(tile=int(m[1]), step=int(m[3]), prefetch=bool(m[4]), stages=int(m[5] or 1),
                    wide=m[2] is not None, warpgroup=bool(m[6]), in_flight=bool(m[7]),
-                   bulk=bool(m[8]), specialized=bool(m[9]))
+                   bulk=bool(m[8]), specialized=bool(m[9]), persistent=bool(m[10]),
+                   ordered=bool(m[11]))
 
     @property
     def name(self) -> str:
@@ -120,7 +132,9 @@ class Schedule:
         group = "g" if self.warpgroup else ""
         flight = "f" if self.in_flight else ""
         bulk = "w" if self.specialized else "b" if self.bulk else ""
-        return f"t{tile}k{self.step}{'p' if self.prefetch else ''}{stages}{group}{flight}{bulk}"
+        resident = ("r" if self.persistent else "") + ("o" if self.ordered else "")
+        return (f"t{tile}k{self.step}{'p' if self.prefetch else ''}{stages}{group}{flight}{bulk}"
+                f"{resident}")
 
     def check(self, frag: int, threads: int) -> None:
         """``ScheduleError`` when the schedule does not divide into ``frag`` fragments and the
@@ -147,6 +161,12 @@ class Schedule:
         if self.bulk and not self.warpgroup:
             raise ScheduleError("bulk tensor copies stage a warpgroup schedule's tiles (a 'b' "
                                 "after its 'g')")
+        if self.persistent and not self.specialized:
+            raise ScheduleError("a persistent grid ('r') is a warp-specialized schedule's (an "
+                                "'r' after its 'w')")
+        if self.ordered and not self.persistent:
+            raise ScheduleError("a grouped tile order ('o') orders a persistent grid's tiles "
+                                "(an 'o' after its 'r')")
         if self.wave_tile % frag or self.step % frag:
             raise ScheduleError(f"a {self.wave_tile}x{self.wave_tile} wave tile with "
                                 f"{self.step}-deep steps does not divide into {frag}x{frag} "

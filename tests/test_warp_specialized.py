@@ -142,3 +142,79 @@ def test_consumers_that_never_free_a_buffer_are_misuse_not_a_hang() -> None:
 def test_the_printed_roles_compile_for_sm_90a() -> None:
     assert compile_cubin(sarek.emit(rewrite(SPECIALIZED, ALIGNED).kernel, "cuda"),
                          arch="sm_90")
+
+
+PERSISTENT = Schedule.parse("t128x256k64s3gwr")
+MANY = (300, 600, 136)  # 3 x 3 tiles of 128 x 256, ragged both ways, partial last step
+
+
+def test_r_names_a_persistent_grid_of_a_warp_specialized_schedule() -> None:
+    assert PERSISTENT.persistent and PERSISTENT.specialized
+    assert PERSISTENT.name == "t128x256k64s3gwr"
+    with pytest.raises(sarek.errors.SarekError, match=r"a persistent grid \('r'\) is a "
+                       "warp-specialized schedule's"):
+        Schedule.parse("t128x256k64s3gfbr").check(16, 256)
+
+
+def test_a_persistent_grid_has_at_most_one_block_per_multiprocessor() -> None:
+    from sarek.matrix_rewrite import launch_dims
+    from sarek.schedule import RESIDENT_BLOCKS
+
+    assert launch_dims(me=4096, ne=4096, ze=1, schedule=PERSISTENT) == (
+        (384, 1, 1), (RESIDENT_BLOCKS, 1, 1))
+    assert launch_dims(me=300, ne=600, ze=2, schedule=PERSISTENT)[1] == (18, 1, 1)
+
+
+@pytest.mark.parametrize("schedule", [PERSISTENT, Schedule.parse("t128x256k64s3gfwr")],
+                         ids=["gwr", "gfwr"])
+@pytest.mark.parametrize("blocks", [1, 2, 9])
+def test_each_block_takes_its_tiles_in_turn_with_the_seeds_bits(schedule: Schedule,
+                                                                blocks: int) -> None:
+    # fewer blocks than tiles: the ring of buffers runs on from one tile into the next
+    rw = rewrite(schedule, MANY)
+    seed = simulate(rewrite(Schedule(), MANY))
+    lowered = cuda_lower.lower(rw.kernel)
+    out = bits(sarek.simulate(lowered, dict(rw.args), grid=(blocks, 1, 1), block=rw.block,
+                              arith="h200")["c"])
+    neutral = bits(sarek.simulate(rw.kernel, dict(rw.args), grid=(blocks, 1, 1),
+                                  block=rw.block)["c"])
+    assert np.array_equal(out, seed)
+    assert np.array_equal(neutral, bits(rewrite(Schedule(), MANY).simulate()["c"]))
+
+
+def test_a_persistent_producer_that_runs_into_a_buffer_still_read_races() -> None:
+    rw = rewrite(PERSISTENT, MANY)
+    kernel = without(cuda_lower.lower(rw.kernel), ir.MbarrierWait, roles.EMPTY)
+    with pytest.raises(sarek.SharedRace):
+        sarek.simulate(kernel, dict(rw.args), grid=(1, 1, 1), block=rw.block, arith="h200")
+
+
+def test_a_persistent_grid_refuses_the_exchange_array_in_the_staged_buffers() -> None:
+    from backends.cstyle import EmitError
+
+    rw = rewrite(Schedule.parse("t128x256k64s4gwr"), MANY)
+    assert any(isinstance(s, ir.ArrayDecl) and s.shares for s in rw.kernel.body)
+    with pytest.raises(EmitError, match="a persistent producer refills the staged buffers"):
+        cuda_lower.lower(rw.kernel)
+
+
+def test_four_stages_put_the_exchange_array_in_the_staged_a_and_give_the_seeds_bits() -> None:
+    rw = rewrite(Schedule.parse("t128x256k64s4gw"), UNALIGNED)
+    (cs,) = [s for s in rw.kernel.body if isinstance(s, ir.ArrayDecl) and s.name == "sk_cs"]
+    assert cs.shares == "sk_a"
+    text = sarek.emit(rw.kernel, "cuda")
+    assert "float* const sk_cs = (float*)(sk_dynamic + 0);" in text
+    assert "unsigned short* const sk_a = (unsigned short*)(sk_dynamic + 0);" in text
+    assert np.array_equal(simulate(rw), simulate(rewrite(Schedule(), UNALIGNED)))
+
+
+def test_the_grouped_order_covers_every_tile_once_with_the_seeds_bits() -> None:
+    # 18 tile rows: a group of 16, then one of 2; two tile columns; five blocks in turn
+    size = (17 * 128 + 5, 300, 16)
+    ordered = Schedule.parse("t128x256k64s3gwro")
+    assert ordered.ordered and ordered.name == "t128x256k64s3gwro"
+    rw = rewrite(ordered, size)
+    seed = simulate(rewrite(Schedule(), size))
+    out = bits(sarek.simulate(cuda_lower.lower(rw.kernel), dict(rw.args), grid=(5, 1, 1),
+                              block=rw.block, arith="h200")["c"])
+    assert np.array_equal(out, seed)

@@ -310,12 +310,16 @@ def _print(kernel: ir.Kernel) -> str:
         return render(kernel, DIALECT)
 
     def hook(p: Printer, s: ir.Stmt) -> list[str] | None:
-        if not (isinstance(s, ir.ArrayDecl) and s.dynamic_offset is not None):
+        if not isinstance(s, ir.ArrayDecl):
+            return _hook(p, s)
+        host = p.arrays.get(s.shares) if s.shares is not None else None
+        offset = host.dynamic_offset if isinstance(host, ir.ArrayDecl) else s.dynamic_offset
+        if offset is None:
             return _hook(p, s)
         p.arrays[s.name] = s
-        t, offset = p.mem_t(s.elem), s.dynamic_offset
+        t = p.mem_t(s.elem)
         first = [f"extern __shared__ __align__(16) unsigned char {shared.DYNAMIC}[];"]
-        return [*(first if offset == 0 else []),
+        return [*(first if offset == 0 and host is None else []),
                 f"{t}* const {s.name} = ({t}*)({shared.DYNAMIC} + {offset});"]
 
     return render(kernel, dataclasses.replace(DIALECT, stmt_hook=hook))

@@ -47,6 +47,7 @@ PRODUCER_REGISTERS = 40  # setmaxnreg's count for the producer's warpgroup
 CONSUMER_REGISTERS = 232  # and for each consumer's: 2 x 232 + 40 warps' worth fit 64K
 WARPGROUP = 128
 CONSUMERS_BARRIER = 1  # the named barrier of the consumers (0 is the block's)
+TILE, RING = "sk_tile", "sk_ring"  # a persistent grid's tile loop; the steps before this tile
 I32 = ElemType.I32
 
 
@@ -79,17 +80,23 @@ def lower(kernel: ir.Kernel, places: dict[str, CoreLayout]) -> ir.Kernel:
     threads = math.prod(kernel.block)
     consumers = threads - WARPGROUP
     scalars = frozenset(p.name for p in kernel.params if isinstance(p, ir.ScalarParam))
-    body = kernel.body
-    at = next((i for i, s in enumerate(body) if isinstance(s, ir.For)
+    tiles = next((s for s in kernel.body if isinstance(s, ir.For) and s.var == TILE), None)
+    region = kernel.body if tiles is None else tiles.body  # one tile's statements
+    at = next((i for i, s in enumerate(region) if isinstance(s, ir.For)
                and any(isinstance(x, ir.StageCopy) for x in s.body)), None)
     if at is None:
         raise EmitError("a producer warpgroup feeds a pipelined reduction loop; this kernel "
                         "has none")
-    loop = body[at]
+    if tiles is not None and any(isinstance(s, ir.ArrayDecl) and s.shares is not None
+                                 for s in kernel.body):
+        raise EmitError("a persistent producer refills the staged buffers while the consumers "
+                        "leave a tile through the exchange array, which must not lie in them: "
+                        "take fewer stages")
+    loop = region[at]
     assert isinstance(loop, ir.For)
-    before = body[:at]
+    before = region[:at]
     ahead = sum(isinstance(s, ir.StageCommit) for s in before)
-    after = body[at + 1:]
+    after = region[at + 1:]
     if after[:1] != (ir.StageWait(pending=0),) or not ahead:
         raise EmitError("a producer warpgroup feeds the rewrite's pipelined loop (copies "
                         "issued ahead, a wait for all after it)")
@@ -106,7 +113,11 @@ def lower(kernel: ir.Kernel, places: dict[str, CoreLayout]) -> ir.Kernel:
         raise EmitError("a producer warpgroup copies the loop's tiles by tensor maps into "
                         "the arrays wgmma reads")
     stages = _stages(copies, places)
-    index = binary(BinOp.DIV, var(loop.var), const(depth))  # the step's number
+    # the step's number in the ring: counted on from the tiles before under a persistent grid
+    index: ir.Expr = binary(BinOp.DIV, var(loop.var), const(depth))
+    if tiles is not None:
+        index = add(var(RING), index)
+    slot = slot.model_copy(update={"value": binary(BinOp.REM, index, const(stages))})
     rounds = binary(BinOp.DIV, index, const(stages))
 
     def parity(back: int) -> ir.Expr:
@@ -140,14 +151,32 @@ def lower(kernel: ir.Kernel, places: dict[str, CoreLayout]) -> ir.Kernel:
             ir.MbarrierWait(barriers=EMPTY, index=var("sk_slot"), parity=parity(1)),)),
         *_fill(own, scalars, places, consumers))})
 
-    kept = [s for s in before if isinstance(s, ir.Let | ir.ArrayDecl)]
-    opening = [s for s in before if not isinstance(s, ir.Let | ir.ArrayDecl | ir.StageCopy
-                                                   | ir.StageCommit)]
-
     def named(stmts: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
         return replace_statements(stmts, lambda s: [ir.NamedBarrier(
             id=CONSUMERS_BARRIER, threads=consumers, line=s.line)] if isinstance(
                 s, ir.Barrier) else None)
+
+    def region_only(x: ir.Stmt) -> bool:
+        return not isinstance(x, ir.Let | ir.ArrayDecl | ir.StageCopy | ir.StageCommit)
+
+    origin = [x for x in before if isinstance(x, ir.Let)]  # the tile's (and the block's)
+    opening = [x for x in before if region_only(x)]
+    consumer: list[ir.Stmt] = [*opening, consumer_loop,
+                               *((ir.WgmmaWait(),) if in_flight else ()), *after]
+    producer: list[ir.Stmt] = [producer_loop]
+    kept = [x for x in kernel.body if isinstance(x, ir.Let | ir.ArrayDecl)]
+    outside: list[ir.Stmt] = []  # the consumers' statements before the tiles
+    if tiles is None:
+        kept = [x for x in before if isinstance(x, ir.Let | ir.ArrayDecl)]
+        outside, consumer = consumer[:len(opening)], consumer[len(opening):]
+    else:
+        outside = [x for x in kernel.body if region_only(x) and x is not tiles]
+        trips = ir.Select(cond=binary(BinOp.GT, loop.stop, const(0)), a=binary(
+            BinOp.DIV, add(loop.stop, const(depth - 1)), const(depth)), b=const(0), type=I32)
+        onward = ir.Assign(name=RING, value=add(var(RING), trips))
+        ring = ir.Let(name=RING, type=I32, value=const(0))
+        consumer = [ring, tiles.model_copy(update={"body": (*origin, *consumer, onward)})]
+        producer = [ring, tiles.model_copy(update={"body": (*origin, *producer, onward)})]
 
     first = binary(BinOp.EQ, var("sk_tid"), const(0))
     start = (
@@ -164,13 +193,12 @@ def lower(kernel: ir.Kernel, places: dict[str, CoreLayout]) -> ir.Kernel:
     roles = ir.WarpRoles(roles=(
         ir.WarpRole(first=0, count=consumers // WARPGROUP, body=(
             ir.SetMaxNReg(registers=CONSUMER_REGISTERS, increase=True),
-            *named((*opening, consumer_loop,
-                    *((ir.WgmmaWait(),) if in_flight else ()), *after)))),
+            *named((*outside, *consumer)))),
         ir.WarpRole(first=consumers // WARPGROUP, count=1, body=(
             ir.SetMaxNReg(registers=PRODUCER_REGISTERS, increase=False),
             ir.Let(name="sk_ptid", type=I32,
                    value=binary(BinOp.SUB, var("sk_tid"), const(consumers))),
-            producer_loop))))
+            *producer))))
     return kernel.model_copy(update={"body": (*kept, *start, roles)})
 
 

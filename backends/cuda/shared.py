@@ -4,7 +4,9 @@ Up to ``STATIC_BYTES`` (48 KiB, the most a kernel may declare statically) each s
 a ``__shared__`` declaration. Beyond, every shared array is carved, in declaration order and at
 its own alignment, out of one dynamic allocation (``extern __shared__``), which the launch
 asks for by size after raising the kernel's limit (``cuFuncSetAttribute``), up to
-``MAX_BYTES``, the most an sm_90 block may opt in to. CUDA's lowering records the placement
+``MAX_BYTES``, the most an sm_90 block may opt in to. An array in another's storage
+(``ir.ArrayDecl.shares``, which CUDA's policy asks for only past ``MAX_BYTES``) takes no bytes
+of its own: the printer points it at its storage's. CUDA's lowering records the placement
 (``place``: each shared array's ``dynamic_offset``), which the printer prints.
 """
 
@@ -25,6 +27,8 @@ def offsets(kernel: ir.Kernel) -> dict[str, int] | None:
     out: dict[str, int] = {}
     end = 0
     for decl in shared_arrays(kernel):
+        if decl.shares is not None:  # in its storage's bytes: placed with it
+            continue
         align = max(decl.align, 16)
         start = -(-end // align) * align
         out[decl.name] = start
@@ -46,7 +50,8 @@ def place(kernel: ir.Kernel) -> ir.Kernel:
         return kernel
 
     def replace(s: ir.Stmt) -> list[ir.Stmt] | None:
-        if isinstance(s, ir.ArrayDecl) and s.space is ir.MemSpace.SHARED:
+        if isinstance(s, ir.ArrayDecl) and s.space is ir.MemSpace.SHARED and \
+                s.shares is None:
             return [s.model_copy(update={"dynamic_offset": layout[s.name]})]
         return None
 
@@ -57,7 +62,7 @@ def dynamic_bytes(kernel: ir.Kernel) -> int:
     """Bytes of dynamic shared memory a launch of ``kernel`` asks for (0: none): where the
     lowering placed its shared arrays (``place``), or, for a kernel not lowered, where it
     would."""
-    decls = shared_arrays(kernel)
+    decls = [d for d in shared_arrays(kernel) if d.shares is None]
     placed = {d.name: d.dynamic_offset for d in decls if d.dynamic_offset is not None}
     layout = placed or offsets(kernel)
     if not layout:

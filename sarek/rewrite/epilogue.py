@@ -13,6 +13,7 @@ from sarek.rewrite.parts import (
     builtin,
     cast,
 )
+from sarek.schedule import ORDER_ROWS
 
 
 class Builder(Multiply):
@@ -84,22 +85,55 @@ class Builder(Multiply):
 
     def build(self) -> tuple[ir.Stmt, ...]:
         tid = builtin(Builtin.THREAD_IDX_X)
-        body: list[ir.Stmt] = [
+        start: list[ir.Stmt] = [
             ir.Let(name="sk_tid", type=I32, value=tid),
             ir.Let(name="sk_wave", type=I32, value=builtin(Builtin.SUBGROUP_ID)),
             ir.Let(name="sk_wave_lane", type=I32, value=builtin(Builtin.SUBGROUP_LANE)),
-            ir.Let(name="sk_row0", type=I32,
-                   value=mul(builtin(Builtin.BLOCK_IDX_Y), const(self.tile))),
-            ir.Let(name="sk_col0", type=I32,
-                   value=mul(builtin(Builtin.BLOCK_IDX_X), const(self.tile_n))),
-            ir.Let(name="sk_z", type=I32, value=builtin(Builtin.BLOCK_IDX_Z)),
-            *self.declarations(),
-            *self.start_accumulators(),
-            *self.reduction(),
-            *self.reduced(),
-            *self.finish(),
         ]
-        return tuple(body)
+        tile = [*self.start_accumulators(), *self.reduction(), *self.reduced(),
+                *self.finish()]
+        if not self.persistent:
+            return tuple([*start, *self.origin(builtin(Builtin.BLOCK_IDX_X),
+                                               builtin(Builtin.BLOCK_IDX_Y),
+                                               builtin(Builtin.BLOCK_IDX_Z)),
+                          *self.declarations(), *tile])
+        # A persistent grid: block b takes tiles b, b + blocks, ... (batch, tile row, tile
+        # column, the column fastest).
+        across = binary(BinOp.DIV, add(var("sk_ne"), const(self.tile_n - 1)),
+                        const(self.tile_n))
+        down = binary(BinOp.DIV, add(var("sk_me"), const(self.tile - 1)), const(self.tile))
+        t = var("sk_tile")
+        per_layer = mul(var("sk_across"), var("sk_down"))
+        where: list[ir.Stmt] = self.origin(
+            binary(BinOp.REM, t, var("sk_across")),
+            binary(BinOp.REM, binary(BinOp.DIV, t, var("sk_across")), var("sk_down")),
+            binary(BinOp.DIV, t, per_layer))
+        if self.ordered:  # ORDER_ROWS tile rows at a time, down each column first
+            group = mul(const(ORDER_ROWS), var("sk_across"))
+            first = mul(binary(BinOp.DIV, var("sk_in_layer"), group), const(ORDER_ROWS))
+            rows = ir.Call(fn=ir.MathFn.MIN, args=(
+                const(ORDER_ROWS), binary(BinOp.SUB, var("sk_down"), var("sk_first"))),
+                type=I32)
+            within = binary(BinOp.REM, var("sk_in_layer"), group)
+            where = [ir.Let(name="sk_in_layer", type=I32, value=binary(BinOp.REM, t, per_layer)),
+                     ir.Let(name="sk_first", type=I32, value=first),
+                     ir.Let(name="sk_rows", type=I32, value=rows),
+                     *self.origin(binary(BinOp.DIV, within, var("sk_rows")),
+                                  add(var("sk_first"), binary(BinOp.REM, within, var("sk_rows"))),
+                                  binary(BinOp.DIV, t, per_layer))]
+        return tuple([
+            *start, *self.declarations(),
+            ir.Let(name="sk_across", type=I32, value=across),
+            ir.Let(name="sk_down", type=I32, value=down),
+            ir.For(var="sk_tile", start=builtin(Builtin.BLOCK_IDX_X),
+                   stop=mul(per_layer, var("sk_ze")), step=builtin(Builtin.GRID_DIM_X),
+                   body=(*where, *tile))])
+
+    def origin(self, x: ir.Expr, y: ir.Expr, z: ir.Expr) -> list[ir.Stmt]:
+        """The block's output tile: tile column ``x``, tile row ``y``, batch ``z``."""
+        return [ir.Let(name="sk_row0", type=I32, value=mul(y, const(self.tile))),
+                ir.Let(name="sk_col0", type=I32, value=mul(x, const(self.tile_n))),
+                ir.Let(name="sk_z", type=I32, value=z)]
 
     def reduced(self) -> list[ir.Stmt]:
         """A barrier between the reduction's last reads of the staged tiles (and its last

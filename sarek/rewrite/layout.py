@@ -35,6 +35,8 @@ class Layout:
         self.stages, self.ahead = schedule.stages, schedule.ahead
         self.bulk = schedule.bulk  # staged copies a target may issue as bulk tensor copies
         self.specialized = schedule.specialized  # a warpgroup more, which multiplies nothing
+        self.persistent = schedule.persistent  # each block takes tiles in turn
+        self.ordered = schedule.ordered  # in groups of tile rows, down each column first
         self.threads = self.waves * subgroup
         self.per_wave = self.wave_tile // frag  # fragments along each side of a wave's tile
         # Accumulator fragments per wave as the target's policy shapes them for the schedule:
