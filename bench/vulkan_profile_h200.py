@@ -50,7 +50,9 @@ the printed module's bits. Each case's output is compared bit for bit with the l
 output through CUDA under CUDA's own policy (timed in the same run, ``CUDA policy`` rows): every
 schedule sums in the same order. With ``--same-tiling`` CUDA also runs each case's schedule.
 The driver's statistics (``VK_KHR_pipeline_executable_properties``: registers, spills, ...)
-are recorded per row where it reports them. Writes bench/results/vulkan_profile_h200.json
+are recorded per row where it reports them, and with ``--machine-code DIR`` its binary (a
+pipeline cache's data) and, where ``nvdisasm`` is on ``PATH``, its disassembly
+(``bench/vulkan_machine_code.py``). Writes bench/results/vulkan_profile_h200.json
 (``--out``) and prints a table.
 """
 
@@ -59,6 +61,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -80,6 +83,7 @@ from backends.spirv.run import time_kernel
 from backends.spirv.tools import TARGET_ENV, tool
 from bench.backends_speed_h200 import EXAMPLES
 from bench.gpu_speed_h200 import REPEATS, kernel_output, kernel_seconds
+from bench.vulkan_machine_code import disassembly
 from sarek import ir, packed_store
 from sarek.errors import SarekError
 from sarek.loader import load_module
@@ -411,6 +415,19 @@ def kernel_variant(kernel: ir.Kernel, name: str) -> str | None:
     return None
 
 
+def keep_machine_code(folder: Path, name: str, cache: bytes) -> None:
+    """``cache`` (a pipeline cache's data) as ``folder/name.cache``, with its disassembly
+    as ``.cache.sass`` where ``nvdisasm`` is on ``PATH``; ``name`` made a file name."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / (re.sub(r"[^A-Za-z0-9_.-]+", "_", name) + ".cache")
+    path.write_bytes(cache)
+    if shutil.which("nvdisasm"):
+        try:
+            path.with_name(path.name + ".sass").write_text(disassembly(cache))
+        except (ValueError, RuntimeError, subprocess.CalledProcessError) as e:
+            print(f"{path}: no disassembly ({e})", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=4096)
@@ -423,6 +440,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--same-tiling", action="store_true",
                         help="also time each case's schedule through CUDA")
     parser.add_argument("--out", default="vulkan_profile_h200.json")
+    parser.add_argument("--machine-code", type=Path, metavar="DIR",
+                        help="write each row's pipeline cache data (the driver's binary) to "
+                             "DIR, and its disassembly where nvdisasm is on PATH "
+                             "(bench/vulkan_machine_code.py)")
     opts = parser.parse_args(argv)
     n, flops = opts.n, 2.0 * opts.n ** 3
     arch = device_arch()
@@ -493,10 +514,14 @@ def main(argv: list[str] | None = None) -> int:
             if module is None:
                 continue
             stats: dict[str, float] = {}
+            binary: list[bytes] | None = [] if opts.machine_code else None
             try:
                 out, times = time_kernel(launch.kernel, dict(launch.args), launch.grid,
-                                         launch.block, REPEATS,
-                                         text=runnable(module, device()), statistics=stats)
+                                         launch.block, REPEATS, text=runnable(module, device()),
+                                         statistics=stats, binary=binary)
+                if binary:
+                    keep_machine_code(opts.machine_code, f"{lowering_name}_{schedule_name}_"
+                                      f"{label}", binary[0])
             except (SarekError, subprocess.CalledProcessError, AssertionError) as e:
                 row(lowering=lowering_name, schedule=schedule_name, variant=label,
                     error=str(e)[:300])

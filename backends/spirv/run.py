@@ -95,7 +95,8 @@ class _Pipeline:
     arrays in, dispatches ``repeats`` times (timestamps around each) and copies them out."""
 
     def __init__(self, d: Device, kernel: ir.Kernel, arrays: list[np.ndarray], pc: bytes,
-                 block: tuple[int, int, int], text: str | None = None) -> None:
+                 block: tuple[int, int, int], text: str | None = None,
+                 keep_binary: bool = False) -> None:
         vk = d.vk
         self.d, self.kernel = d, kernel
         text = emit(kernel) if text is None else text
@@ -141,11 +142,21 @@ class _Pipeline:
             flags=flags, stage=vk.VK_SHADER_STAGE_COMPUTE_BIT, module=self.module,
             pName=kernel.name, pSpecializationInfo=spec)
         capture = vk.VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR if d.statistics else 0
-        self.pipeline = vk.vkCreateComputePipelines(d.device, None, 1, [
+        cache = vk.vkCreatePipelineCache(d.device, vk.VkPipelineCacheCreateInfo(
+            sType=vk.VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO), None) if keep_binary else None
+        self.pipeline = vk.vkCreateComputePipelines(d.device, cache, 1, [
             vk.VkComputePipelineCreateInfo(sType=vk.VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
                                            flags=capture, stage=stage, layout=self.layout)],
             None)[0]
         self.objects.append(("vkDestroyPipeline", self.pipeline))
+        self.binary = b""  # the pipeline cache's data, where asked (the driver's binary)
+        if cache is not None:
+            size = vk.ffi.new("size_t*")
+            vk.lib.vkGetPipelineCacheData(d.device, cache, size, vk.ffi.NULL)
+            data = vk.ffi.new("char[]", size[0])
+            vk.lib.vkGetPipelineCacheData(d.device, cache, size, data)
+            self.binary = bytes(vk.ffi.buffer(data, size[0]))
+            vk.vkDestroyPipelineCache(d.device, cache, None)
         # buffers: device-local storage, one host-visible staging buffer for both directions
         usage = (vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT
                  | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT)
@@ -316,19 +327,24 @@ def run(kernel: ir.Kernel, args: Sequence[Any] | Mapping[str, Any], grid: tuple[
 
 def time_kernel(kernel: ir.Kernel, args: Sequence[Any] | Mapping[str, Any],
                 grid: tuple[int, ...], block: tuple[int, ...], repeats: int = 10,
-                text: str | None = None, statistics: dict[str, float] | None = None
+                text: str | None = None, statistics: dict[str, float] | None = None,
+                binary: list[bytes] | None = None
                 ) -> tuple[dict[str, np.ndarray], list[float]]:
     """Dispatches ``kernel`` ``repeats + 1`` times over the same buffers (the first warms up)
     and returns the arrays after the last and the seconds of each timed dispatch (GPU
     timestamps). ``text``: a module to run instead of the printed one (for experiments on
     the SPIR-V a kernel is printed as; its interface must be the kernel's). ``statistics``
-    receives what the driver reports of compiling it (``_Pipeline.statistics``)."""
+    receives what the driver reports of compiling it (``_Pipeline.statistics``), ``binary``
+    the data of a pipeline cache that compiled only it (NVIDIA's holds its machine code:
+    ``bench/vulkan_machine_code.py``)."""
     d = vulkan_device.device()
     params, arrays, pc = _prepare(kernel, args)
-    pipe = _Pipeline(d, kernel, arrays, pc, _dims(block), text)
+    pipe = _Pipeline(d, kernel, arrays, pc, _dims(block), text, binary is not None)
     try:
         if statistics is not None:
             statistics.update(pipe.statistics())
+        if binary is not None:
+            binary.append(pipe.binary)
         out, times = pipe.execute(_dims(grid), repeats + 1)
     finally:
         pipe.close()
