@@ -112,10 +112,7 @@ def _measure(target: str, done: Compiled, values: list[Any]
 
         return measure(done, values)
     base = "cuda" if target == "sim" else target.removeprefix("sim-")
-    params = done.launch.kernel.params
-    args = {p.name: (values[i] if i < len(values) else done.launch.args[p.name])
-            for i, p in enumerate(params)}
+    names = [p.name for p in done.launch.kernel.params[:len(values)]]
     start = time.perf_counter()
-    out = Launch(done.launch.kernel, args, done.launch.grid, done.launch.block).simulate(
-        target=base)
+    out = done.steps.with_args(dict(zip(names, values, strict=True))).simulate(target=base)
     return time.perf_counter() - start, out

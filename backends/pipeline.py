@@ -5,6 +5,12 @@ the region, selects a lowering, rewrites under the target's staging, subgroup an
 lowers for the target and prints. It returns a ``Compiled`` holding every stage, or the reason
 the kernel is not rewritten, in which case the original runs as written. The CLI, the demo,
 conformance, the benchmarks and the launch path call this; nothing else assembles the steps.
+
+A rewrite may run as a sequence of launches over temporaries it allocates (the conversion
+pre-pass of ``sarek.rewrite.prepass``, then the GEMM): ``Compiled.before`` holds the launches
+that run before ``Compiled.launch``, each lowered and printed, and ``Compiled.scratch`` the
+temporaries; ``Compiled.steps`` is the whole sequence, which the simulator and every runner
+run in order.
 """
 
 from __future__ import annotations
@@ -15,16 +21,33 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from sarek import ir, ir_check
 from sarek.errors import SarekError
-from sarek.launch import Launch
+from sarek.launch import Launch, Scratch, Steps
 from sarek.matrix_pattern import Gemm, NotAGemm
-from sarek.matrix_rewrite import RewriteError, Rewritten, configuration, rewrite_launch
+from sarek.matrix_rewrite import (
+    RewriteError,
+    Rewritten,
+    configuration,
+    operands_refusal,
+    rewrite_launch,
+)
 from sarek.matrix_scheme import Lowering, select
 from sarek.schedule import Schedule
+from sarek.staging import Staging
 
 if TYPE_CHECKING:
     from backends.target import Target
 
 Precision = Literal["accurate", "fast"]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One launch of a compiled sequence: the neutral launch, the target's kernel of it and
+    that kernel's text."""
+
+    launch: Launch
+    lowered: ir.Kernel
+    text: str
 
 
 @dataclass(frozen=True)
@@ -36,7 +59,9 @@ class Compiled:
     fragment and schedule (None when the original runs); ``launch`` what runs: the rewritten
     kernel's launch (the original's arguments, then the region's values; its grid and block)
     or the original launch; ``lowered`` the target's kernel the simulator runs lane by lane;
-    ``text`` what the target's printer prints of it."""
+    ``text`` what the target's printer prints of it. ``before`` are the launches that run
+    first (a conversion pre-pass), ``scratch`` the temporaries the sequence allocates; both
+    are empty where one kernel runs."""
 
     target: str
     original: Launch
@@ -46,11 +71,23 @@ class Compiled:
     launch: Launch
     lowered: ir.Kernel
     text: str
+    before: tuple[Step, ...] = ()
+    scratch: tuple[Scratch, ...] = ()
 
     @property
     def kernel(self) -> ir.Kernel:
         """The neutral kernel that runs (rewritten, or the original)."""
         return self.launch.kernel
+
+    @property
+    def runs(self) -> tuple[Step, ...]:
+        """Every launch in the order they run, the GEMM's (or the original's) last."""
+        return (*self.before, Step(self.launch, self.lowered, self.text))
+
+    @property
+    def steps(self) -> Steps:
+        """The neutral sequence that runs, with its temporaries."""
+        return Steps(tuple(s.launch for s in self.runs), self.scratch)
 
 
 def compile_launch(target: Target, launch: Launch, *, lowering: Lowering | None = None,
@@ -75,6 +112,7 @@ def compile_launch(target: Target, launch: Launch, *, lowering: Lowering | None 
 
     gemm: Gemm | None = None
     rewritten: Rewritten | None = None
+    steps: Steps | None = None
     not_rewritten: str | None = "rewrite=False: the kernel runs as written"
     if rewrite:
         try:
@@ -89,41 +127,87 @@ def compile_launch(target: Target, launch: Launch, *, lowering: Lowering | None 
             chosen = None
     if gemm is not None and chosen is not None:
         sg, fr = configuration(target, chosen, subgroup, frag)
-        rewritten = rewrite_launch(launch, lowering=chosen, subgroup=sg, frag=fr,
-                                   staging=target.staging, schedule=schedule)
+        rewritten, steps = rewrite_steps(launch, lowering=chosen, subgroup=sg, frag=fr,
+                                         staging=target.staging, schedule=schedule)
         not_rewritten = None
     runs = rewritten.launch if rewritten is not None else launch
     if rewritten is None:
         ir_check.ensure_valid(runs.kernel)
     lowered = target.lower(runs.kernel)
-    if rewritten is not None and refusal is not None and schedule is None:
-        rewritten, lowered = _runnable(target, launch, rewritten, lowered, refusal)
+    if rewritten is not None and steps is not None and refusal is not None and schedule is None:
+        rewritten, steps, lowered = _runnable(target, launch, rewritten, steps, lowered, refusal)
         runs = rewritten.launch
+    before = () if steps is None else tuple(
+        _step(target, s) for s in steps.launches[:-1])
     return Compiled(target.name, launch, gemm, rewritten, not_rewritten, runs, lowered,
-                    target.print_lowered(lowered))
+                    target.print_lowered(lowered), before,
+                    () if steps is None else steps.scratch)
 
 
-def _runnable(target: Target, original: Launch, rewritten: Rewritten, lowered: ir.Kernel,
-              refusal: Callable[[ir.Kernel], str | None]) -> tuple[Rewritten, ir.Kernel]:
-    """``rewritten`` (of ``original``) and its ``lowered`` kernel where ``refusal`` accepts
-    it, else the rewrite under the first of the policy's later schedules for the lowering
-    that it accepts; ``RewriteError`` with the device's reason when none is."""
+def _step(target: Target, launch: Launch) -> Step:
+    lowered = target.lower(launch.kernel)
+    return Step(launch, lowered, target.print_lowered(lowered))
+
+
+def rewrite_steps(launch: Launch, *, lowering: Lowering, subgroup: int, frag: int,
+                  staging: Staging, schedule: Schedule | None = None
+                  ) -> tuple[Rewritten, Steps]:
+    """The rewrite of ``launch`` under ``lowering``, ``subgroup``, ``frag`` and ``staging``,
+    and the launches that run it. The schedule is ``schedule``, else the first of
+    ``staging``'s candidates for the region that the rewrite builds for the operands as they
+    are or after the conversion pre-pass (``sarek.rewrite.prepass``). Where the schedule
+    multiplies the lowering's converted operands after the pre-pass only, the launches are
+    the pre-pass and the GEMM reading its temporaries, and the ``Rewritten`` is that GEMM's
+    (its ``gemm`` reads the temporaries); otherwise ``rewrite_launch``'s one launch. Raises
+    what ``rewrite_launch`` raises."""
+    from sarek.matrix_mapping import region
+    from sarek.matrix_pattern import recognize
+    from sarek.rewrite import prepass
+
+    launch.arg_list()  # a missing argument is named here, before any work
+    gemm = recognize(launch.kernel)
+    reg = region(gemm, launch.grid, launch.block, dict(launch.args))
+
+    def converted(s: Schedule) -> bool:
+        return (prepass.applies(gemm, lowering, s, staging)
+                and prepass.refusal(gemm, reg) is None)
+
+    if schedule is None:
+        schedule = staging.schedule_for(
+            lowering.value, reg.me, reg.ne,
+            takes=lambda s: converted(s) or operands_refusal(gemm, lowering, s, staging) is None)
+    if prepass.applies(gemm, lowering, schedule, staging):
+        planned = prepass.plan(launch, gemm, reg, lowering, subgroup, frag, staging, schedule)
+        return (Rewritten(planned.steps.last, planned.gemm, reg, lowering, subgroup, frag,
+                          schedule), planned.steps)
+    rewritten = rewrite_launch(launch, lowering=lowering, subgroup=subgroup, frag=frag,
+                               staging=staging, schedule=schedule)
+    return rewritten, Steps((rewritten.launch,))
+
+
+def _runnable(target: Target, original: Launch, rewritten: Rewritten, steps: Steps,
+              lowered: ir.Kernel, refusal: Callable[[ir.Kernel], str | None]
+              ) -> tuple[Rewritten, Steps, ir.Kernel]:
+    """``rewritten`` (of ``original``), its launches and its ``lowered`` kernel where
+    ``refusal`` accepts it, else the rewrite under the first of the policy's later schedules
+    for the lowering that it accepts; ``RewriteError`` with the device's reason when none
+    is."""
     why = refusal(lowered)
     if why is None:
-        return rewritten, lowered
+        return rewritten, steps, lowered
     region = rewritten.region
     later = target.staging.candidates(rewritten.lowering.value, region.me, region.ne)
     later = later[later.index(rewritten.schedule) + 1:] if rewritten.schedule in later else later
     for schedule in later:
         try:
-            other = rewrite_launch(original, lowering=rewritten.lowering,
-                                   subgroup=rewritten.subgroup, frag=rewritten.frag,
-                                   staging=target.staging, schedule=schedule)
+            other, other_steps = rewrite_steps(
+                original, lowering=rewritten.lowering, subgroup=rewritten.subgroup,
+                frag=rewritten.frag, staging=target.staging, schedule=schedule)
             other_lowered = target.lower(other.launch.kernel)
         except SarekError:  # a schedule the rewrite or the lowering cannot build here
             continue
         if refusal(other_lowered) is None:
-            return other, other_lowered
+            return other, other_steps, other_lowered
     raise RewriteError(f"{why}, and no other schedule of {target.name}'s policy for "
                        f"{rewritten.lowering} runs there either")
 

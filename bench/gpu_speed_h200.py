@@ -5,7 +5,11 @@ device and timed with CUDA events (median of 10 launches after a warm-up, the sa
 buffers each time): every lowering under the schedule CUDA's policy picks (its best, from
 ``bench/schedule_sweep_h200.py``) and under the seed's, the naive kernels, cuBLAS (through
 PyTorch: f16, bf16, and f32 without TF32) and CuPy's int32 matmul, side by side in one run.
-The best schedule's output is compared bit for bit with the seed's on the device (exit 1 on a
+Where the policy converts f32 operands in a pre-pass (``sarek.rewrite.prepass``), the
+lowering's time is the pre-pass's and the GEMM's together, the pre-pass is also timed alone (a
+row of its own, with the bytes it moves per second), and the kernel that converts each element
+as it stages it (``t128x256k32s3``, ``mma.sync``) is timed beside them. The best schedule's
+output (and that kernel's) is compared bit for bit with the seed's on the device (exit 1 on a
 difference). Writes bench/results/gpu_speed_h200.json, prints a table with TFLOP/s (2mnk per
 GEMM) and the ratios issues 27 and 28 set targets for (``RATIOS``, computed from the rates,
 so that a recorded result renders with every ratio), and puts the same table as Markdown into
@@ -30,48 +34,48 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from backends.cuda.nvrtc import compile_cubin
-from backends.cuda.run import device_arch, device_name, launch_cubin, time_cubin
-from backends.cuda.shared import dynamic_bytes
-from backends.cuda.tma import Request, requests
+from backends.cuda.launch import launchables
+from backends.cuda.run import Launchable, device_arch, device_name, launch_steps, time_steps
 from backends.pipeline import Compiled, compile_launch
 from backends.registry import target
 from bench.harness import RESULTS, ROOT, Timing, write
 from sarek.dsl import numpy_dtype
 from sarek.loader import load_module
 from sarek.matrix_scheme import Lowering
-from sarek.schedule import SEED
+from sarek.schedule import SEED, Schedule
 
 REPEATS = 10
+STAGED = Schedule.parse("t128x256k32s3")
+"""The schedule converted operands ran on before the conversion pre-pass (``mma.sync``, each
+element converted as it is staged), timed beside the pre-pass's."""
 
 
-def _compiled(compiled: Compiled, arch: str) -> tuple[bytes, list[Any], tuple[Request, ...]]:
+def _sequence(compiled: Compiled, upto: int | None = None
+              ) -> tuple[list[Launchable], dict[str, Any]]:
+    """The kernels that run (a conversion pre-pass, then the GEMM; the first ``upto`` of
+    them), compiled for the device, and the values they take by name, the temporaries
+    included."""
     launch = compiled.launch
-    cubin = compile_cubin(compiled.text, arch, f"{launch.kernel.name}.cu")
-    params: list[Any] = []
+    values: dict[str, Any] = {}
     for p in launch.kernel.params:
-        dt = numpy_dtype(p.elem)
-        value = launch.args[p.name]
-        params.append(np.asarray(value, dt) if hasattr(value, "shape") else dt.type(value))
-    return cubin, params, requests(compiled.lowered, dict(launch.args))
+        if p.name in launch.args:
+            dt = numpy_dtype(p.elem)
+            value = launch.args[p.name]
+            values[p.name] = np.asarray(value, dt) if hasattr(value, "shape") else dt.type(value)
+    return launchables(compiled, values)[:upto], values
 
 
-def kernel_seconds(compiled: Compiled, arch: str) -> float:
-    cubin, params, maps = _compiled(compiled, arch)
-    launch = compiled.launch
-    return Timing.of(time_cubin(cubin, launch.kernel.name, params, launch.grid, launch.block,
-                                REPEATS, dynamic_bytes(compiled.lowered), maps=maps)).median_s
+def kernel_seconds(compiled: Compiled, arch: str, upto: int | None = None) -> float:
+    """Median seconds of the launches that run (every kernel of a sequence, or its first
+    ``upto``), CUDA events around them."""
+    steps, values = _sequence(compiled, upto)
+    return Timing.of(time_steps(steps, values, REPEATS)).median_s
 
 
 def kernel_output(compiled: Compiled, arch: str, array: str) -> np.ndarray:
     """``array`` after one launch on the device (its bit pattern)."""
-    cubin, params, maps = _compiled(compiled, arch)
-    launch = compiled.launch
-    out = launch_cubin(cubin, launch.kernel.name, params, launch.grid, launch.block,
-                       dynamic_bytes(compiled.lowered), maps)
-    index = [p.name for p in launch.kernel.params].index(array)
-    result = out[index]
-    assert result is not None
+    steps, values = _sequence(compiled)
+    result = launch_steps(steps, values)[array]
     return result.view(f"u{result.dtype.itemsize}")
 
 
@@ -135,6 +139,10 @@ LOWERINGS = ((F16, "gemm_f16", Lowering.F16_OPERANDS),
 RATIOS = (("F16 / cuBLAS f16", F16, "cuBLAS f16"),
           ("Bf16 / cuBLAS bf16", BF16, "cuBLAS bf16"),
           ("F16 of f32 / cuBLAS bf16", F16_OF_F32, "cuBLAS bf16"),
+          ("Bf16 converting as it stages / cuBLAS bf16", f"{BF16}, t128x256k32s3",
+           "cuBLAS bf16"),
+          ("F16 of f32 converting as it stages / cuBLAS bf16", f"{F16_OF_F32}, t128x256k32s3",
+           "cuBLAS bf16"),
           ("F16 / naive f32", F16, "naive f32 (original gemm_f32)"),
           ("Bf16x3 / cuBLAS SGEMM", BF16X3, "cuBLAS SGEMM (no TF32)"),
           ("F16 seed schedule / cuBLAS f16", f"{F16}, seed schedule", "cuBLAS f16"),
@@ -175,6 +183,13 @@ def markdown(result: dict[str, Any]) -> str:
                  for n in sizes]
         lines.append(f"| {kernel} | {f'`{schedule}`' if schedule else ''} | "
                      + " | ".join(cells) + " |")
+    alone = {(r["n"], r["prepass"]): r for r in result["rows"] if "prepass" in r}
+    for kernel in dict.fromkeys(k for _, k in alone):
+        cells = [f"{alone[n, kernel]['median_s'] * 1e3:.3f} ms, "
+                 f"{alone[n, kernel]['gb_per_s']:.0f} GB/s" if (n, kernel) in alone else ""
+                 for n in sizes]
+        lines.append(f"| {kernel}: the conversion pre-pass alone | | " + " | ".join(cells)
+                     + " |")
     for what in dict.fromkeys(w for n in sizes for w in ratios.get(n, {})):
         target = f" (target ≥ {TARGETS[what]}x at 4096³)" if what in TARGETS else ""
         cells = [f"{ratios[n][what]:.3f}x" if what in ratios.get(n, {}) else "" for n in sizes]
@@ -226,6 +241,7 @@ def main() -> int:
             times[label] = kernel_seconds(compile_launch(cuda, made[name], rewrite=False), arch)
             schedules[label] = "original"
         same: dict[str, bool] = {}
+        prepasses: list[dict[str, Any]] = []
         for label, name, lowering in LOWERINGS:
             launch = made[name]
             best = compile_launch(cuda, launch, lowering=lowering)
@@ -239,13 +255,30 @@ def main() -> int:
             # Every schedule takes each output's products in the same order: the device must
             # give the seed's bits under the best one too.
             c = best.gemm.c.array
-            same[label] = bool(np.array_equal(kernel_output(best, arch, c),
-                                              kernel_output(seed, arch, c)))
+            seed_c = kernel_output(seed, arch, c)
+            same[label] = bool(np.array_equal(kernel_output(best, arch, c), seed_c))
+            if best.before:  # a conversion pre-pass, then the GEMM: also timed alone, and
+                # the kernel converting each element as it stages it beside them
+                schedules[label] = f"pre-pass + {schedules[label]}"
+                seconds = kernel_seconds(best, arch, upto=len(best.before))
+                moved = sum(s.size for s in best.scratch) * (4 + 2)  # read f32, write 16-bit
+                prepasses.append({"n": n, "prepass": label,
+                                  "prepass_kernel": best.before[0].lowered.name,
+                                  "median_s": seconds, "gb_per_s": moved / seconds / 1e9})
+                staged = compile_launch(cuda, launch, lowering=lowering, schedule=STAGED)
+                staged_label = f"{label}, {STAGED.name}"
+                times[staged_label] = kernel_seconds(staged, arch)
+                schedules[staged_label] = STAGED.name
+                same[staged_label] = bool(np.array_equal(kernel_output(staged, arch, c), seed_c))
         for label, seconds in times.items():
             rows.append({"n": n, "kernel": label, "schedule": schedules[label],
                          "median_s": seconds, "tflops": flops / seconds / 1e12})
             table.add_row(str(n), label, schedules[label], f"{seconds * 1e3:.3f}",
                           f"{flops / seconds / 1e12:.1f}")
+        for pre in prepasses:
+            rows.append(pre)
+            table.add_row(str(n), f"{pre['prepass']}: the pre-pass alone", pre["prepass_kernel"],
+                          f"{pre['median_s'] * 1e3:.3f}", f"{pre['gb_per_s']:.0f} GB/s")
         ratios = ratios_of({label: flops / seconds for label, seconds in times.items()})
         rows.append({"n": n, "ratios": ratios, "best_bit_identical_to_seed": same})
         for what, r in ratios.items():

@@ -256,7 +256,7 @@ def _cmd_emit(args: argparse.Namespace) -> int:
             frag=_preferred(args.frag, target.fragments, 16), schedule=_schedule(args.schedule))
         if compiled.rewritten is None:
             raise SarekError(f"{compiled.not_rewritten}; --original prints the kernel as written")
-        text = compiled.text
+        text = "\n".join(step.text for step in compiled.runs)  # a pre-pass first
     if not args.out:
         print(text, end="" if text.endswith("\n") else "\n")
         return 0

@@ -313,14 +313,6 @@ def typed(plan: tuple[Slot, ...], bound: Bound) -> list[Any]:
                                                                  strict=True)]
 
 
-def arguments(done: Compiled, bound: Bound, plan: tuple[Slot, ...]) -> list[Any]:
-    """The rewritten (or original) kernel's arguments in parameter order: the caller's
-    (scalars as NumPy scalars of their types), then the region's values."""
-    user = typed(plan, bound)
-    extra = [done.launch.args[p.name] for p in done.launch.kernel.params[len(user):]]
-    return [*user, *extra]
-
-
 # --------------------------------------------------------------------------- running
 
 
@@ -354,20 +346,21 @@ def launch(kernel: ir.Kernel, memo: Memo, grid: Any, block: Any, stream: Any,
     done = compiled(kernel, memo, target, g, b, bound, options)
     if not all(done.launch.grid):
         return
-    values = arguments(done, bound, memo.plan)
-    names = [p.name for p in done.launch.kernel.params]
+    values = typed(memo.plan, bound)
+    names = [p.name for p in done.launch.kernel.params[:len(values)]]
+    steps = done.steps.with_args(dict(zip(names, values, strict=True)))
     if target.startswith("sim"):
         base = "cuda" if target == "sim" else target.removeprefix("sim-")
-        out = Launch(done.launch.kernel, dict(zip(names, values, strict=True)),
-                     done.launch.grid, done.launch.block).simulate(target=base)
+        out = steps.simulate(target=base)
     else:
         from backends import registry
 
         runner = registry.target(target)
         reason = runner.device_reason()
-        if reason is not None or runner.run is None:
+        run = runner.run
+        if reason is not None or run is None:
             raise SarekError(f"the {target} target cannot run here: {reason}")
-        out = runner.run(done.launch.kernel, values, done.launch.grid, done.launch.block)
+        out = steps.run(lambda one: run(one.kernel, one.arg_list(), one.grid, one.block))
     _write_back(out, names, values)
     for i, array in opencl_arrays.items():
         array.set(values[i])

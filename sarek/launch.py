@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from sarek import ir
+from sarek.dtypes import numpy_dtype
 from sarek.errors import LaunchError
 from sarek.targets import simulate
 
@@ -74,3 +75,60 @@ class Launch:
         """Runs the launch in the simulator (``sarek.simulate``, which takes ``target=`` and
         ``arith=``) and returns every array."""
         return simulate(self.kernel, dict(self.args), grid=self.grid, block=self.block, **options)
+
+
+@dataclass(frozen=True)
+class Scratch:
+    """A temporary array that a sequence of launches allocates for itself: the parameter name
+    its kernels give it, its element type and its element count. Its contents before the
+    first launch that writes it are undefined (zeros in the simulator); no launch reads an
+    element that an earlier one of the sequence did not write."""
+
+    name: str
+    elem: ir.ElemType
+    size: int
+
+
+@dataclass(frozen=True)
+class Steps:
+    """Launches run one after another over one set of arrays: the caller's arguments and the
+    ``scratch`` temporaries. Each launch takes the arrays its kernel names, as the launches
+    before it left them; the last launch is the one the caller asked for (a rewritten GEMM),
+    those before it prepare its temporaries (a conversion pre-pass). A single launch is the
+    sequence of one with no temporaries."""
+
+    launches: tuple[Launch, ...]
+    scratch: tuple[Scratch, ...] = ()
+
+    @property
+    def last(self) -> Launch:
+        """The launch whose results the caller sees."""
+        return self.launches[-1]
+
+    def with_args(self, changes: Mapping[str, Any]) -> Steps:
+        """The sequence with ``changes`` among every launch's arguments."""
+        return replace(self, launches=tuple(replace(launch, args={**launch.args, **changes})
+                                            for launch in self.launches))
+
+    def run(self, one: Callable[[Launch], Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        """Runs every launch in order through ``one`` (which returns the final contents of its
+        launch's arrays by name, as ``sarek.simulate`` does) and returns the final contents of
+        every array the launches name except the temporaries."""
+        temporary = {s.name for s in self.scratch}
+        arrays: dict[str, np.ndarray] = {
+            s.name: np.zeros(s.size, numpy_dtype(s.elem)) for s in self.scratch}
+        for launch in self.launches:
+            args = {p.name: arrays.get(p.name, launch.args.get(p.name))
+                    for p in launch.kernel.params}
+            missing = [name for name, v in args.items() if v is None]
+            if missing:
+                raise LaunchError(f"the launch of {launch.kernel.name!r} has no argument for "
+                                  f"{', '.join(map(repr, missing))}")
+            out = one(replace(launch, args=args))
+            arrays.update({name: np.asarray(a) for name, a in out.items()
+                           if isinstance(launch.kernel.param(name), ir.ArrayParam)})
+        return {name: a for name, a in arrays.items() if name not in temporary}
+
+    def simulate(self, **options: Any) -> dict[str, np.ndarray]:
+        """Runs the sequence in the simulator (``Launch.simulate``'s options)."""
+        return self.run(lambda launch: launch.simulate(**options))

@@ -9,10 +9,9 @@ from typing import Any
 
 from backends.target import Target
 from sarek.errors import SarekError
-from sarek.launch import Dim3, Launch
+from sarek.launch import Dim3, Launch, Steps
 from sarek.loader import load_module
 from sarek.matrix_pattern import recognize
-from sarek.matrix_rewrite import rewrite_launch
 from sarek.matrix_scheme import SUPPORTED_FRAGMENT, SUPPORTED_SUBGROUP, Lowering, lowerings_taking
 from sarek.schedule import Schedule
 from sarek.staging import Staging
@@ -106,21 +105,25 @@ def refusal(target: Target, launch: Launch, rewrite: Rewrite, schedule: Schedule
     take ``schedule``, or why the target's device would not run what it gives
     (``Target.run_refusal``), or None when neither."""
     try:
-        rw = rewritten(target, launch, rewrite, schedule)
+        rw = rewritten(target, launch, rewrite, schedule).last
     except SarekError as e:
         return e.reason
     return target.run_refusal(rw.kernel, rw.block)
 
 
 def rewritten(target: Target, launch: Launch, rewrite: Rewrite,
-              schedule: Schedule | None) -> Launch:
-    """The launch ``target.compile`` runs for ``launch`` under ``rewrite`` and ``schedule``
-    (None: the one the target's policy picks), before it is lowered and printed: the
-    simulator and the device's runner each lower it themselves (printing it here as well
-    would cost as much as a case's run)."""
+              schedule: Schedule | None) -> Steps:
+    """The launches ``target.compile`` runs for ``launch`` under ``rewrite`` and ``schedule``
+    (None: the one the target's policy picks), before they are lowered and printed: the
+    rewritten GEMM's, after the conversion pre-pass where the schedule takes the converted
+    operands so (``backends.pipeline.rewrite_steps``). The simulator and the device's runner
+    each lower them themselves (printing them here as well would cost as much as a case's
+    run)."""
+    from backends.pipeline import rewrite_steps
+
     lowering, subgroup, frag = rewrite
-    return rewrite_launch(launch, lowering=lowering, subgroup=subgroup, frag=frag,
-                          staging=target.staging, schedule=schedule).launch
+    return rewrite_steps(launch, lowering=lowering, subgroup=subgroup, frag=frag,
+                         staging=target.staging, schedule=schedule)[1]
 
 
 def matrix(target: Target, examples: Path, *, quick: bool = False, only: tuple[str, ...] = (),

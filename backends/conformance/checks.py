@@ -16,7 +16,7 @@ from backends.target import Target
 from sarek import ir, simulate
 from sarek.demo_rows import compare
 from sarek.errors import SarekError
-from sarek.launch import Launch
+from sarek.launch import Launch, Steps
 from sarek.loader import load_module
 from sarek.matrix_mapping import covered, region
 from sarek.matrix_pattern import recognize
@@ -68,13 +68,19 @@ def canary(dtype: np.dtype[Any], count: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Prepared:
-    """A case ready to run: the launch with canaries in its output, and per array the mask of
-    the elements the kernel may write."""
+    """A case ready to run: the launches with canaries in their output (the rewritten GEMM's,
+    after the conversion pre-pass where it has one; the original's), and per array of the
+    caller's the mask of the elements the launches may write."""
 
-    launch: Launch
+    steps: Steps
     writable: Mapping[str, np.ndarray]
     original: Launch  # the example's launch (no canaries), for its reference()
     module: ModuleType
+
+    @property
+    def launch(self) -> Launch:
+        """The launch whose outputs the case compares (the last)."""
+        return self.steps.last
 
 
 def _prepare(case: Case, target: Target) -> Prepared:
@@ -91,15 +97,18 @@ def _prepare(case: Case, target: Target) -> Prepared:
     guarded = np.concatenate([out.ravel(), canary(out.dtype, GUARD)])
     guarded[~writable] = canary(out.dtype, int((~writable).sum()))
 
-    launch = original
+    steps = Steps((original,))
     if case.lowering is not None:
-        launch = rewritten(target, original, (case.lowering, case.subgroup or 32,
-                                              case.frag or 16), case.schedule)
-    launch = replace(launch, args={**launch.args, gemm.c.array: guarded})
+        steps = rewritten(target, original, (case.lowering, case.subgroup or 32,
+                                             case.frag or 16), case.schedule)
+    steps = steps.with_args({gemm.c.array: guarded})
+    temporary = {s.name for s in steps.scratch}
+    last = steps.last
     masks = {p.name: (writable if p.name == gemm.c.array
-                      else np.zeros(np.asarray(launch.args[p.name]).size, bool))
-             for p in launch.kernel.params if isinstance(p, ir.ArrayParam)}
-    return Prepared(launch, masks, original, module)
+                      else np.zeros(np.asarray(last.args[p.name]).size, bool))
+             for p in last.kernel.params
+             if isinstance(p, ir.ArrayParam) and p.name not in temporary}
+    return Prepared(steps, masks, original, module)
 
 
 def simulated(launch: Launch, target: str | None, arith: str) -> dict[str, np.ndarray]:
@@ -148,15 +157,18 @@ class Side:
 
 
 def _sides(case: Case, prep: Prepared, target: Target, device: bool) -> tuple[Side, Side]:
-    lowered = Side("lowered", simulated(prep.launch, target.name, target.arith))
+    lowered = Side("lowered", prep.steps.run(
+        lambda launch: simulated(launch, target.name, target.arith)))
     if device:
         assert target.run is not None  # the CLI's main() checked
-        run = prep.launch
-        got = target.run(run.kernel, dict(run.args), run.grid, run.block)
+        run = target.run
+        got = prep.steps.run(lambda launch: run(launch.kernel, dict(launch.args), launch.grid,
+                                                launch.block))
         return Side("device", got), replace(lowered, name="simulator")
     if case.lowering is None:
         return lowered, Side("NumPy reference", _expected(prep), ran=False)
-    return lowered, Side("neutral", simulated(prep.launch, None, target.arith))
+    return lowered, Side("neutral", prep.steps.run(
+        lambda launch: simulated(launch, None, target.arith)))
 
 
 def check(case: Case, target: Target, device: bool) -> Outcome:

@@ -21,9 +21,10 @@ import dataclasses
 import json
 import math
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -34,7 +35,7 @@ from sarek import cache as kernel_cache
 from sarek.errors import LaunchError, SarekError
 
 if TYPE_CHECKING:
-    from backends.pipeline import Compiled
+    from backends.pipeline import Compiled, Step
 
 CUBINS = kernel_cache.Cache("cuda")
 """Cubins by ``cubin_key``."""
@@ -218,7 +219,10 @@ class Ready:
     plain enough to keep on disk: the kernel's name, text and the key of its cubin (for the
     architecture it was made for), the rewritten (or original) grid and block, every
     parameter's element type, how many are the caller's, the region's values that follow them,
-    and the dynamic shared memory."""
+    and the dynamic shared memory. A sequence (a conversion pre-pass, then the GEMM) is the
+    GEMM's record with the records of the launches before it (``before``) and its temporaries
+    (``scratch``: element type and count of each), which are the last parameters of every
+    kernel of the sequence."""
 
     name: str
     text: str
@@ -231,27 +235,45 @@ class Ready:
     region: tuple[int, ...]
     shared: int
     maps: tuple[Request, ...] = ()  # the tensor maps after the parameters (backends.cuda.tma)
+    before: tuple[Ready, ...] = ()
+    scratch: tuple[tuple[str, int], ...] = ()
 
     @classmethod
     def of(cls, done: Compiled, arch: str) -> Ready:
-        from backends.cuda.shared import dynamic_bytes
-
-        params = done.launch.kernel.params
         user = len(done.original.kernel.params)
-        return cls(done.lowered.name, done.text, arch, cubin_key(done.text, arch),
-                   done.launch.grid, done.launch.block, tuple(p.elem.value for p in params),
-                   user, tuple(int(done.launch.args[p.name]) for p in params[user:]),
-                   dynamic_bytes(done.lowered), requests(done.lowered, dict(done.launch.args)))
+        *before, last = (cls.of_step(step, arch, user) for step in done.runs)
+        return dataclasses.replace(last, before=tuple(before), scratch=tuple(
+            (s.elem.value, s.size) for s in done.scratch))
+
+    @classmethod
+    def of_step(cls, step: Step, arch: str, user: int) -> Ready:
+        """The record of one launch of a compiled sequence whose first ``user`` parameters
+        are the caller's."""
+        from backends.cuda.shared import dynamic_bytes
+        from sarek import ir
+
+        launch = step.launch
+        params = launch.kernel.params
+        return cls(step.lowered.name, step.text, arch, cubin_key(step.text, arch), launch.grid,
+                   launch.block, tuple(p.elem.value for p in params), user,
+                   tuple(int(launch.args[p.name]) for p in params[user:]
+                         if isinstance(p, ir.ScalarParam)),
+                   dynamic_bytes(step.lowered), requests(step.lowered, dict(launch.args)))
 
     def to_bytes(self) -> bytes:
         return json.dumps(dataclasses.asdict(self)).encode()
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> Ready:
-        d = json.loads(raw)
+        return cls.from_dict(json.loads(raw))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Ready:
         return cls(**{**d, "grid": tuple(d["grid"]), "block": tuple(d["block"]),
                       "elems": tuple(d["elems"]), "region": tuple(d["region"]),
-                      "maps": tuple(Request(**m) for m in d.get("maps", ()))})
+                      "maps": tuple(Request(**m) for m in d.get("maps", ())),
+                      "before": tuple(cls.from_dict(b) for b in d.get("before", ())),
+                      "scratch": tuple((str(e), int(n)) for e, n in d.get("scratch", ()))})
 
 
 READY = kernel_cache.Cache("cuda-launch")
@@ -423,9 +445,10 @@ class Repeat:
 def run_compiled(done: Ready, values: list[Any], stream: Any,
                  call: tuple[Any, Any, tuple[Any, ...]] | None = None) -> Repeat | None:
     """Launches ``done`` with the caller's ``values`` (parameter order: NumPy arrays,
-    ``DeviceArray``s and checked Python scalars); the region's values follow them. With
-    ``call`` (the caller's grid, block and arguments), a launch of device arrays alone returns
-    the ``Repeat`` that launches it again."""
+    ``DeviceArray``s and checked Python scalars); the region's values follow them. A sequence
+    launches its kernels in order on the one stream, over temporaries of this device and
+    stream (``_scratch``). With ``call`` (the caller's grid, block and arguments), a launch of
+    device arrays alone by one kernel returns the ``Repeat`` that launches it again."""
     cu = _driver()
 
     devices = {v.device for v in values if type(v) is DeviceArray and v.device is not None}
@@ -436,27 +459,39 @@ def run_compiled(done: Ready, values: list[Any], stream: Any,
     if getattr(_THREADS, "device", None) != device:
         _check(cu.cuCtxSetCurrent(_context(device)), "cuCtxSetCurrent")  # in this thread
         _THREADS.device = device
-    p = _params(done, device)
+    records = (*done.before, done)
     handle = _stream_handle(stream, values, device)
     copies: list[tuple[Any, np.ndarray]] = []
     try:
-        for i, v in enumerate(values):
+        slots: list[Any] = []  # per caller's value: a pointer, or the scalar itself
+        for v in values:
             if type(v) is DeviceArray:
-                p.block[i] = v.ptr
+                slots.append(v.ptr)
             elif type(v) is np.ndarray:
                 ptr = _check(cu.cuMemAlloc(max(v.nbytes, 1)), "cuMemAlloc")
                 copies.append((ptr, v))
                 if v.nbytes:
                     _check(cu.cuMemcpyHtoDAsync(ptr, v.ctypes.data, v.nbytes, handle),
                            "cuMemcpyHtoDAsync")
-                p.block[i] = int(ptr)
+                slots.append(int(ptr))
             else:
-                p.views[i][0] = v
-        for request, held in zip(done.maps, p.maps, strict=True):
-            encode(request, int(p.block[request.param]), held)
-        (gx, gy, gz), (bx, by, bz) = p.grid, p.dims
-        _check(cu.cuLaunchKernel(p.function, gx, gy, gz, bx, by, bz, p.shared, handle,
-                                 p.addresses.ctypes.data, 0), "cuLaunchKernel")
+                slots.append(None)
+        scratch = _scratch(done.scratch, device, handle) if done.scratch else ()
+        for record in records:
+            p = _params(record, device)
+            for i, (v, slot) in enumerate(zip(values, slots, strict=True)):
+                if slot is None:
+                    p.views[i][0] = v
+                else:
+                    p.block[i] = slot
+            for i, ptr in enumerate(scratch, len(record.elems) - len(scratch)):
+                p.block[i] = ptr
+            for request, held in zip(record.maps, p.maps, strict=True):
+                encode(request, int(p.block[request.param]), held)
+            (gx, gy, gz), (bx, by, bz) = p.grid, p.dims
+            if gx and gy and gz:
+                _check(cu.cuLaunchKernel(p.function, gx, gy, gz, bx, by, bz, p.shared, handle,
+                                         p.addresses.ctypes.data, 0), "cuLaunchKernel")
         if copies:
             for ptr, host in copies:
                 if host.nbytes:
@@ -466,38 +501,93 @@ def run_compiled(done: Ready, values: list[Any], stream: Any,
     finally:
         for ptr, _ in copies:
             cu.cuMemFree(ptr)
-    if copies or call is None:
+    if copies or call is None or done.before:
         return None
     return Repeat(call, stream, p, [v for v in values if type(v) is DeviceArray][:1], device)
 
 
-def measure(done: Compiled, values: list[Any], repeats: int = 5
-            ) -> tuple[float, dict[str, np.ndarray]]:
-    """Median seconds of a launch of ``done`` (CUDA events, after a warm-up) and the arrays one
-    launch leaves, both on copies of ``values`` (device arrays copied to the host first): for
-    ``schedule="autotune"``, which must not write the caller's arrays."""
-    from backends.cuda.run import launch_cubin, time_cubin
+_SCRATCH: OrderedDict[tuple[int, int, tuple[tuple[str, int], ...]], tuple[int, ...]] = (
+    OrderedDict())
+_SCRATCH_LOCK = threading.Lock()
+SCRATCH_KEPT = 4
+"""Sets of temporaries kept allocated (the most recently used first)."""
+
+
+def _scratch(layout: tuple[tuple[str, int], ...], device: int, stream: int) -> tuple[int, ...]:
+    """Device pointers to temporaries of ``layout`` (element type and count of each) on
+    ``device`` for launches on ``stream``: allocated on the first launch of that layout there
+    and kept (launches on one stream run in order, so each finds them free), up to
+    ``SCRATCH_KEPT`` sets; the oldest is freed after the device has finished with it."""
     from sarek.dtypes import numpy_dtype
+    from sarek.ir import ElemType
 
     cu = _driver()
-    host: list[Any] = []
-    for v in values:
+    key = (device, stream, layout)
+    with _SCRATCH_LOCK:
+        found = _SCRATCH.get(key)
+        if found is not None:
+            _SCRATCH.move_to_end(key)
+            return found
+        made = tuple(int(_check(cu.cuMemAlloc(max(
+            count * numpy_dtype(ElemType(elem)).itemsize, 1)), "cuMemAlloc"))
+            for elem, count in layout)
+        _SCRATCH[key] = made
+        while len(_SCRATCH) > SCRATCH_KEPT:
+            _, old = _SCRATCH.popitem(last=False)
+            _check(cu.cuCtxSynchronize(), "cuCtxSynchronize")
+            for ptr in old:
+                cu.cuMemFree(ptr)
+        return made
+
+
+def measure(done: Compiled, values: list[Any], repeats: int = 5
+            ) -> tuple[float, dict[str, np.ndarray]]:
+    """Median seconds of a launch of ``done`` (CUDA events, after a warm-up; every kernel of a
+    sequence) and the caller's arrays one launch leaves, both on copies of ``values`` (device
+    arrays copied to the host first): for ``schedule="autotune"``, which must not write the
+    caller's arrays."""
+    from backends.cuda.run import launch_steps, time_steps
+
+    cu = _driver()
+    params = done.launch.kernel.params
+    host: dict[str, Any] = {}
+    for p, v in zip(params, values, strict=False):
         if type(v) is DeviceArray:
-            copy = np.empty(v.size, numpy_dtype(done.launch.kernel.params[len(host)].elem))
+            copy = np.empty(v.size, _dtype(p.elem.value))
             if copy.nbytes:
                 _check(cu.cuMemcpyDtoH(copy.ctypes.data, v.ptr, copy.nbytes), "cuMemcpyDtoH")
-            host.append(copy)
+            host[p.name] = copy
         else:
-            host.append(v)
-    params = done.launch.kernel.params
-    host += [np.int32(done.launch.args[p.name]) for p in params[len(host):]]
-    record = Ready.of(done, device_arch(0))
-    binary = CUBINS.get_or_make(record.cubin_key,
-                                lambda: _compile(record.text, record.name, record.arch))
-    out = launch_cubin(binary, record.name, host, record.grid, record.block, record.shared,
-                       record.maps)
-    times = time_cubin(binary, record.name, host, record.grid, record.block, repeats,
-                       record.shared, maps=record.maps)
-    arrays = {p.name: a for p, a in zip(params, out, strict=True) if a is not None}
+            host[p.name] = v
+    user = list(host)
+    steps = launchables(done, host)
+    out = launch_steps(steps, host)
+    times = time_steps(steps, host, repeats)
+    arrays = {name: out[name] for name in user if name in out}
     return float(np.median(times)), arrays
 
+
+def _dtype(elem: str) -> np.dtype[Any]:
+    from sarek.dtypes import numpy_dtype
+    from sarek.ir import ElemType
+
+    return numpy_dtype(ElemType(elem))
+
+
+def launchables(done: Compiled, host: dict[str, Any]) -> list[Any]:
+    """``done``'s kernels in the order they run, as ``backends.cuda.run.Launchable``s (compiled
+    for device 0, from the cache where they were compiled before), ``host`` given the region's
+    values (i32) and the temporaries (host arrays) by name beside the caller's arrays."""
+    from backends.cuda.run import Launchable
+
+    record = Ready.of(done, device_arch(0))
+    for s in done.scratch:
+        host[s.name] = np.zeros(s.size, _dtype(s.elem.value))
+    steps = []
+    for r, step in zip((*record.before, record), done.runs, strict=True):
+        names = tuple(p.name for p in step.launch.kernel.params)
+        for name in names[r.user_count:r.user_count + len(r.region)]:
+            host[name] = np.int32(step.launch.args[name])
+        binary = CUBINS.get_or_make(r.cubin_key, partial(_compile, r.text, r.name, r.arch))
+        steps.append(Launchable(binary, r.name, names, r.grid, r.block, r.shared, r.maps))
+    return steps

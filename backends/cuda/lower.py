@@ -42,6 +42,8 @@ STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True, byte_k=32, packed_p
     ("F16_operands", Schedule(tile=128, step=64, stages=3, wide=True, warpgroup=True,
                               specialized=True)),
     ("F16_operands", Schedule(tile=128, step=32, stages=3, wide=True)),
+    ("Bf16_operands", Schedule(tile=128, step=64, stages=3, wide=True, warpgroup=True,
+                               specialized=True)),
     ("Bf16_operands", Schedule(tile=128, step=32, stages=3, wide=True)),
     ("Bf16x3_operands", Schedule(tile=128, step=16, stages=3, wide=True)),
     ("Int32_byte_planes", Schedule(step=32, prefetch=True)),
@@ -83,10 +85,16 @@ so that one ``wgmma`` of the warpgroup multiplies the four warps' strips by the 
 sub-step) ran at the rate of ``t128k64s2g`` in one run with it while each step waited for its
 group (``bench/results/schedule_sweep_wgmma_wide_h200.json``); one warpgroup's tiles with a
 group in flight (``t128k64s3gf``, ``t128k64s4gf``) ran slower (288 and 300 TFLOP/s).
-Converted operands stay on ``mma.sync``: lowerings that put them on ``wgmma`` (the f32 copied
-raw and converted once per block as it lands, in registers or through a raw buffer) ran at
-24.0 to 130.3 TFLOP/s, the best (``t128x256k32s3gf``) against 136.6 for ``t128x256k32s3`` in
-the same call: the warpgroups that multiply also convert, at 255 registers
+Converted operands of large regions take F16's warpgroup schedule after the conversion
+pre-pass (``sarek.rewrite.prepass``: each f32 element rounded once into a 16-bit temporary;
+Bf16 at 4096^3, the pre-pass included, 421.2 TFLOP/s under ``t128x256k64s3gw`` and 363.0
+under ``t128x256k64s3gf`` against 108.2 for ``t128x256k32s3``, which converts as it stages,
+in one run, ``bench/results/schedule_sweep_prepass_h200.json``;
+``specs/matrix-pattern-rewrite.md`` 6.10).
+Lowerings that put them on ``wgmma`` converting in the kernel (the f32 copied raw and
+converted once per block as it lands, in registers or through a raw buffer) ran at 24.0 to
+130.3 TFLOP/s, the best (``t128x256k32s3gf``) against 136.6 for ``t128x256k32s3`` in the same
+call: the warpgroups that multiply also convert, at 255 registers
 (``specs/matrix-pattern-rewrite.md`` 6.9,
 ``bench/results/schedule_sweep_h200_converted_held.json``)."""
 

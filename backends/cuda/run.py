@@ -2,6 +2,8 @@
 
 ``run`` mirrors ``sim.simulate``: the same arguments, and every array parameter's final
 contents by name, so that a device and the simulator can be compared bit for bit.
+``launch_steps`` and ``time_steps`` run a sequence of kernels (a conversion pre-pass, then
+the GEMM) over one set of device arrays, the temporaries included.
 """
 
 from __future__ import annotations
@@ -219,4 +221,108 @@ def time_cubin(cubin: bytes, name: str, params: Sequence[np.ndarray | np.generic
             ms = _check(cu.cuEventElapsedTime(start, stop), "cuEventElapsedTime")
             if i:  # the first launch warms up
                 times.append(float(ms) / 1e3 / together)
+        return times
+
+
+@dataclass(frozen=True)
+class Launchable:
+    """One kernel of a sequence as ``launch_steps`` and ``time_steps`` launch it: its cubin
+    and name, its parameters' names in order, its grid and block, its dynamic shared memory
+    and the tensor maps after its parameters."""
+
+    cubin: bytes
+    name: str
+    params: tuple[str, ...]
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
+    shared_bytes: int = 0
+    maps: tuple[Request, ...] = ()
+
+
+@contextmanager
+def _sequence(steps: Sequence[Launchable], values: Mapping[str, np.ndarray | np.generic]
+              ) -> Iterator[tuple[list[_Loaded], dict[str, tuple[Any, np.ndarray]]]]:
+    """Every array of ``values`` copied to device 0 once, and each step loaded over those
+    copies (its scalars from ``values`` by name); frees everything afterwards."""
+    from cuda.bindings import driver as cu
+
+    _check(cu.cuInit(0), "cuInit")
+    dev = _check(cu.cuDeviceGet(0), "cuDeviceGet")
+    _check(cu.cuCtxSetCurrent(_check(cu.cuDevicePrimaryCtxRetain(dev),
+                                     "cuDevicePrimaryCtxRetain")), "cuCtxSetCurrent")
+    arrays: dict[str, tuple[Any, np.ndarray]] = {}
+    modules: list[Any] = []
+    kept: list[list[np.ndarray]] = []
+    try:
+        for name, value in values.items():
+            if isinstance(value, np.ndarray):
+                host = np.ascontiguousarray(value).ravel()
+                ptr = _check(cu.cuMemAlloc(max(host.nbytes, 1)), "cuMemAlloc")
+                arrays[name] = (ptr, host)
+                if host.nbytes:
+                    _check(cu.cuMemcpyHtoD(ptr, host.ctypes.data, host.nbytes), "cuMemcpyHtoD")
+        loaded = []
+        for step in steps:
+            module = _check(cu.cuModuleLoadData(step.cubin), "cuModuleLoadData")
+            modules.append(module)
+            function = _check(cu.cuModuleGetFunction(module, step.name.encode()),
+                              "cuModuleGetFunction")
+            if step.shared_bytes:
+                _check(cu.cuFuncSetAttribute(
+                    function,
+                    cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    step.shared_bytes), "cuFuncSetAttribute")
+            holders = [np.array([int(arrays[n][0])], np.uint64) if n in arrays
+                       else np.array([values[n]]) for n in step.params]
+            holders += [encode(r, int(arrays[step.params[r.param]][0])) for r in step.maps]
+            pointers = np.array([h.ctypes.data for h in holders], dtype=np.uint64)
+            loaded.append(_Loaded(function, pointers, [], step.shared_bytes))
+            kept.append(holders)  # the slots the pointers name, alive until the end
+        yield loaded, arrays
+    finally:
+        for ptr, _ in arrays.values():
+            cu.cuMemFree(ptr)
+        for module in modules:
+            cu.cuModuleUnload(module)
+
+
+def launch_steps(steps: Sequence[Launchable], values: Mapping[str, np.ndarray | np.generic]
+                 ) -> dict[str, np.ndarray]:
+    """Launches ``steps`` once, in order, on device 0 over copies of the arrays of ``values``
+    (by parameter name; the temporaries among them too) and returns every array's contents
+    afterwards."""
+    from cuda.bindings import driver as cu
+
+    with _sequence(steps, values) as (loaded, arrays):
+        for step, k in zip(steps, loaded, strict=True):
+            k.launch(step.grid, step.block)
+        _check(cu.cuCtxSynchronize(), "cuCtxSynchronize")
+        out = {}
+        for name, (ptr, host) in arrays.items():
+            result = np.empty_like(host)
+            if host.nbytes:
+                _check(cu.cuMemcpyDtoH(result.ctypes.data, ptr, host.nbytes), "cuMemcpyDtoH")
+            out[name] = result
+        return out
+
+
+def time_steps(steps: Sequence[Launchable], values: Mapping[str, np.ndarray | np.generic],
+               repeats: int = 10) -> list[float]:
+    """Seconds per run of the whole sequence ``steps`` over the same device copies of
+    ``values``, timed with CUDA events around its launches after one warm-up run: one figure
+    per repeat."""
+    from cuda.bindings import driver as cu
+
+    with _sequence(steps, values) as (loaded, _):
+        start, stop = (_check(cu.cuEventCreate(0), "cuEventCreate") for _ in range(2))
+        times = []
+        for i in range(repeats + 1):
+            _check(cu.cuEventRecord(start, 0), "cuEventRecord")
+            for step, k in zip(steps, loaded, strict=True):
+                k.launch(step.grid, step.block)
+            _check(cu.cuEventRecord(stop, 0), "cuEventRecord")
+            _check(cu.cuEventSynchronize(stop), "cuEventSynchronize")
+            ms = _check(cu.cuEventElapsedTime(start, stop), "cuEventElapsedTime")
+            if i:  # the first run warms up
+                times.append(float(ms) / 1e3)
         return times

@@ -1,0 +1,247 @@
+"""The conversion pre-pass: f32 operands rounded once into 16-bit temporaries by a kernel of
+their own, then multiplied by the rewrite of a GEMM that reads the temporaries.
+
+A lowering that rounds f32 operands to one 16-bit term (``F16_operands``, ``Bf16_operands``)
+converts each element as it stages it, inside the reduction loop, and a warpgroup schedule,
+which reads its operands from shared memory as they lie in memory, cannot take them at all.
+``plan`` builds the alternative: a conversion kernel that writes the elements of A and of B
+that the GEMM reads, rounded to the lowering's type (the same ``Cast`` the staged conversion
+is), into two temporaries, and the rewrite of the same GEMM reading those. The GEMM kernel
+applies the region's checks and the padding of partial tiles exactly as the rewrite of the
+original does (out-of-range elements of A staged as -0.0, of B as +0.0), so the pre-pass
+converts the region's elements only:
+
+* A's temporary holds, per layer, ``me`` rows of ``lda = ceil(d / 8) * 8`` elements: element
+  ``(row, k)`` is ``A[row, k_start + k]`` rounded, for ``k < d``; B's holds per layer ``d``
+  rows of ``ldb = ceil(ne / 8) * 8``: element ``(k, col)`` is ``B[k_start + k, col]`` rounded.
+  Rows start 16-byte aligned so that the GEMM's staged copies take them 16 bytes at a time;
+  the elements past ``d`` (``ne``) in a row are never written nor read.
+* An operand whose address depends on the batch has ``ze`` layers, another one.
+
+The cost is one read of each f32 element and one write of its 16-bit value (6 bytes an
+element of A and of B), against the GEMM's ``2 * me * ne * d`` operations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from sarek import ir, ir_check
+from sarek.gemm import Access, Gemm
+from sarek.ir import BinOp, Builtin, ElemType
+from sarek.ir_build import add, binary, const, is_literal, mul, var
+from sarek.launch import Launch, Scratch, Steps
+from sarek.matrix_mapping import Region
+from sarek.matrix_scheme import Lowering, scheme_for
+from sarek.schedule import Schedule
+from sarek.staging import Staging
+
+ROW_ALIGN = 8
+"""Elements a temporary's rows are padded to (16 bytes of a 16-bit type)."""
+BLOCK = 256
+"""Invocations per block of the conversion kernel."""
+PER_INVOCATION = 4
+"""Elements each invocation converts: loads in flight enough to keep memory busy."""
+MOST_Y = 65535
+"""Blocks a CUDA grid may have along y."""
+I32 = ElemType.I32
+_MOST = 2**31 - 1 - BLOCK  # elements of a temporary: every index stays in i32
+
+
+def applies(gemm: Gemm, lowering: Lowering, schedule: Schedule,
+            staging: Staging) -> bool:
+    """Whether ``schedule`` multiplies ``gemm`` under ``lowering`` after a pre-pass only: the
+    operands are f32, the lowering rounds them to one 16-bit term, and the schedule (a
+    warpgroup one) reads 16-bit operands as they lie in memory."""
+    scheme = scheme_for(lowering, gemm.operand_elt, staging.whole_int32)
+    return (schedule.warpgroup and gemm.operand_elt is ElemType.F32
+            and scheme.terms == ("",) and scheme.operand.bits == 16)
+
+
+def refusal(gemm: Gemm, region: Region) -> str | None:
+    """Why the pre-pass cannot convert ``gemm``'s operands over ``region``, or None: a
+    temporary would hold more elements than a 32-bit index reaches, or its grid would have
+    more blocks along y than a launch may (rows of 67 million elements)."""
+    a, b = sizes(gemm, region)
+    if max(a, b) > _MOST or region.me + region.d > _MOST:
+        return (f"the converted operands would take {a} and {b} elements, more than the "
+                f"pre-pass's 32-bit indices reach ({_MOST})")
+    if -(-max(region.d, region.ne) // (BLOCK * PER_INVOCATION)) > MOST_Y:
+        return (f"rows of {max(region.d, region.ne)} elements need more than {MOST_Y} "
+                f"blocks of the pre-pass along y")
+    return None
+
+
+def _ceil(x: int) -> int:
+    return -(-x // ROW_ALIGN) * ROW_ALIGN
+
+
+def sizes(gemm: Gemm, region: Region) -> tuple[int, int]:
+    """Elements of A's and of B's temporary over ``region``."""
+    layers_a = region.ze if _batched(gemm.a) else min(region.ze, 1)
+    layers_b = region.ze if _batched(gemm.b) else min(region.ze, 1)
+    return layers_a * region.me * _ceil(region.d), layers_b * region.d * _ceil(region.ne)
+
+
+def _batched(access: Access) -> bool:
+    return not is_literal(access.batch_stride, 0)
+
+
+def _aligned(extent: ir.Expr) -> ir.Expr:
+    """``ceil(extent / ROW_ALIGN) * ROW_ALIGN`` as IR."""
+    return mul(binary(BinOp.DIV, add(extent, const(ROW_ALIGN - 1)), const(ROW_ALIGN)),
+               const(ROW_ALIGN))
+
+
+def _minus(x: ir.Expr) -> ir.Expr:
+    return const(0) if is_literal(x, 0) else binary(BinOp.SUB, const(0), x)
+
+
+def converted_gemm(gemm: Gemm, names: tuple[str, str], elem: ElemType,
+                   region_vars: Mapping[str, ir.Expr]) -> Gemm:
+    """``gemm`` reading A and B from the temporaries called ``names`` (of ``elem``), laid out
+    as the module docstring says; ``region_vars`` are the region's values ``me``, ``ne``,
+    ``d`` as the GEMM kernel names them."""
+    me, ne, d = region_vars["me"], region_vars["ne"], region_vars["d"]
+    lda, ldb = _aligned(d), _aligned(ne)
+    a = Access(names[0], elem, offset=_minus(gemm.k_start), row_stride=lda, col_stride=const(0),
+               batch_stride=mul(me, lda) if _batched(gemm.a) else const(0),
+               red_stride=const(1))
+    b = Access(names[1], elem, offset=_minus(mul(gemm.k_start, ldb)), row_stride=const(0),
+               col_stride=const(1),
+               batch_stride=mul(d, ldb) if _batched(gemm.b) else const(0), red_stride=ldb)
+    return replace(gemm, a=a, b=b)
+
+
+def conversion_kernel(original: ir.Kernel, gemm: Gemm, params: tuple[ir.Param, ...],
+                      names: tuple[str, str], elem: ElemType, region_names: tuple[str, ...]
+                      ) -> ir.Kernel:
+    """The pre-pass, launched as ``conversion_grid(region)`` blocks of ``BLOCK``: block
+    ``(x, y, z)`` converts the ``BLOCK * PER_INVOCATION`` elements from ``y * BLOCK *
+    PER_INVOCATION`` on of row ``x`` of layer ``z``, A's ``me`` rows first, then B's ``d`` (a
+    temporary of one layer takes layer 0 only), each invocation ``PER_INVOCATION`` of them
+    ``BLOCK`` apart: it reads all of its elements before it stores any, so that each has that
+    many loads in flight. ``params`` are the kernel's parameters (the original's, the region's
+    values, the temporaries). Its indices are products and sums, no divisions by run-time
+    values."""
+    me, ne, d = (var(region_names[i]) for i in (0, 1, 3))
+    lda, ldb = var("sk_lda"), var("sk_ldb")
+    row, layer = var("sk_row"), var("sk_layer")
+
+    def layers_ok(access: Access) -> ir.Expr:
+        return const(True, ElemType.BOOL) if _batched(access) else binary(
+            BinOp.EQ, layer, const(0))
+
+    def side(access: Access, name: str, r: ir.Expr, length: ir.Expr, ld: ir.Expr,
+             layer_rows: ir.Expr) -> tuple[ir.Stmt, ...]:
+        first = layer if _batched(access) else const(0)
+        start = mul(add(mul(first, layer_rows), r), ld)
+        loads: list[ir.Stmt] = []
+        stores: list[ir.Stmt] = []
+        for j in range(PER_INVOCATION):
+            col = var(f"sk_col{j}")
+            inside = binary(BinOp.LT, col, length)
+            k, c = (col, const(0)) if access is gemm.a else (r, col)
+            load = ir.Load(array=access.array,
+                           index=access.address(const(0) if access is gemm.b else r, c, layer,
+                                                add(gemm.k_start, k)),
+                           type=access.elem)
+            loads.append(ir.Let(name=f"sk_x{j}", type=elem, value=ir.Select(
+                cond=inside, a=ir.Cast(x=load, type=elem), b=ir.Const(value=0.0, type=elem),
+                type=elem)))
+            stores.append(ir.If(cond=inside, then=(ir.Store(
+                array=name, index=add(var("sk_start"), col), value=var(f"sk_x{j}", elem)),)))
+        return (ir.If(cond=layers_ok(access), then=(
+            ir.Let(name="sk_start", type=I32, value=start), *loads, *stores)),)
+
+    kb = var("sk_kb")
+    base = mul(ir.BuiltinValue(which=Builtin.BLOCK_IDX_Y), const(BLOCK * PER_INVOCATION))
+    body: tuple[ir.Stmt, ...] = (
+        ir.Let(name="sk_row", type=I32, value=ir.BuiltinValue(which=Builtin.BLOCK_IDX_X)),
+        *(ir.Let(name=f"sk_col{j}", type=I32, value=add(
+            base, add(ir.BuiltinValue(which=Builtin.THREAD_IDX_X), const(j * BLOCK))))
+          for j in range(PER_INVOCATION)),
+        ir.Let(name="sk_layer", type=I32, value=ir.BuiltinValue(which=Builtin.BLOCK_IDX_Z)),
+        ir.Let(name="sk_lda", type=I32, value=_aligned(d)),
+        ir.Let(name="sk_ldb", type=I32, value=_aligned(ne)),
+        ir.If(cond=binary(BinOp.LT, row, me),
+              then=side(gemm.a, names[0], row, d, lda, me),
+              orelse=(ir.Let(name="sk_kb", type=I32, value=binary(BinOp.SUB, row, me)),
+                      *side(gemm.b, names[1], kb, ne, ldb, d))),
+    )
+    made = ir.Kernel(name=f"{original.name}_to_{elem.value}", params=params, body=body,
+                     block=(BLOCK, 1, 1))
+    ir_check.ensure_valid(made)
+    return made
+
+
+def conversion_grid(region: Region) -> tuple[int, int, int]:
+    """The pre-pass's grid over ``region``: a block column per row of A and of B, enough
+    blocks along each for the longer of the two rows, a layer per batch (none when one of the
+    temporaries is empty, nothing to convert)."""
+    if not region.me or not region.ne or not region.d or not region.ze:
+        return 0, 0, 0
+    return region.me + region.d, -(-max(region.d, region.ne) // (BLOCK * PER_INVOCATION)), \
+        region.ze
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A rewrite that runs as a sequence: the conversion's launch, then the GEMM's (``steps``),
+    and the GEMM its last launch computes (reading the temporaries)."""
+
+    steps: Steps
+    gemm: Gemm
+
+
+def plan(original: Launch, gemm: Gemm, region: Region, lowering: Lowering, subgroup: int,
+         frag: int, staging: Staging, schedule: Schedule) -> Plan:
+    """The pre-pass and the rewritten GEMM for ``original`` (whose recognized nest is ``gemm``
+    and region ``region``) under ``lowering``, ``subgroup``, ``frag``, ``staging`` and
+    ``schedule``. Both kernels take the original's parameters (renamed as the rewrite renames
+    them), then the region's five values, then the two temporaries; ``RewriteError`` where the
+    rewrite refuses the converted GEMM, or the pre-pass the region (``refusal``)."""
+    from sarek import matrix_rewrite as mr
+    from sarek.matrix_pattern import recognize
+
+    why = refusal(gemm, region)
+    if why is not None:
+        raise mr.RewriteError(why)
+    kernel = original.kernel
+    renames = mr.user_renames(kernel)
+    if renames:
+        kernel = mr.renamed(kernel, renames)
+        gemm = recognize(kernel)
+    elem = scheme_for(lowering, gemm.operand_elt, staging.whole_int32).operand
+    extra = mr.region_names(kernel)
+    taken = {p.name for p in kernel.params} | set(extra)
+    names: list[str] = []
+    for operand in (gemm.a.array, gemm.b.array):
+        name = f"{operand}_{elem.value}"
+        while name in taken:
+            name += "_"
+        taken.add(name)
+        names.append(name)
+    pair = (names[0], names[1])
+    temporaries = tuple(ir.ArrayParam(name=n, elem=elem) for n in pair)
+    region_params = tuple(ir.ScalarParam(name=n, elem=I32) for n in extra)
+    internal = {n: var(f"sk_{n}") for n in ("me", "ne", "d")}
+    rewritten = mr.kernel(kernel.model_copy(update={"params": (*kernel.params, *temporaries)}),
+                          converted_gemm(gemm, pair, elem, internal), lowering, subgroup,
+                          frag, staging, schedule)
+    params = (*kernel.params, *region_params, *temporaries)
+    rewritten = rewritten.model_copy(update={"params": params})
+    prepass = conversion_kernel(kernel, gemm, params, pair, elem, extra)
+    args = {**{renames.get(n, n): v for n, v in original.args.items()},
+            **dict(zip(extra, region.args, strict=True))}
+    size_a, size_b = sizes(gemm, region)
+    block, grid = mr.launch_dims(subgroup, me=region.me, ne=region.ne, ze=region.ze,
+                                 schedule=schedule)
+    notes = {**original.notes, "lowering": lowering.value, "subgroup": subgroup, "frag": frag,
+             "schedule": schedule.name, "prepass": prepass.name}
+    steps = Steps((Launch(prepass, args, conversion_grid(region), (BLOCK, 1, 1)),
+                   Launch(rewritten, args, grid, block, notes)),
+                  (Scratch(pair[0], elem, size_a), Scratch(pair[1], elem, size_b)))
+    return Plan(steps, converted_gemm(gemm, pair, elem, {n: var(n2) for n, n2 in zip(
+        ("me", "ne", "d"), (extra[0], extra[1], extra[3]), strict=True)}))

@@ -1,0 +1,197 @@
+"""The conversion pre-pass (``sarek.rewrite.prepass``, ``backends.pipeline.rewrite_steps``):
+f32 operands rounded once into 16-bit temporaries, then multiplied on ``wgmma`` under the
+H200's model with the bits of the ``mma.sync`` kernel that converts while it stages; the
+temporaries hold exactly the region's rounded elements; CUDA's policy takes it for large
+regions only; every path (the simulator's launch, conformance, the launch records) runs the
+sequence."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import ml_dtypes
+import numpy as np
+import pytest
+from conftest import EXAMPLES, example
+
+import sarek
+from backends import conformance, registry
+from backends.cuda.launch import Ready
+from backends.pipeline import compile_launch, rewrite_steps
+from sarek.launch import Launch, Steps
+from sarek.matrix_mapping import Region, region
+from sarek.matrix_pattern import recognize
+from sarek.matrix_rewrite import RewriteError, rewrite_launch
+from sarek.matrix_scheme import Lowering
+from sarek.rewrite import prepass
+from sarek.schedule import Schedule
+
+WGMMA = Schedule.parse("t128x256k64s3gf")  # 16-bit operands read as they lie in memory
+TODAY = Schedule.parse("t128x256k32s3")  # mma.sync, each element converted as it is staged
+CONVERTED = [Lowering.BF16_OPERANDS, Lowering.F16_OPERANDS]
+ROUNDED = {Lowering.BF16_OPERANDS: ml_dtypes.bfloat16, Lowering.F16_OPERANDS: np.float16}
+
+
+def cuda_steps(launch: Launch, lowering: Lowering, schedule: Schedule | None) -> Steps:
+    return rewrite_steps(launch, lowering=lowering, subgroup=32, frag=16,
+                         staging=registry.target("cuda").staging, schedule=schedule)[1]
+
+
+def on_h200(steps: Steps) -> dict[str, np.ndarray]:
+    """The sequence lowered for CUDA, simulated under the H200's tensor-core model."""
+    return steps.simulate(target="cuda", arith="h200")
+
+
+def bits(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x).view(f"u{x.dtype.itemsize}")
+
+
+@pytest.mark.parametrize("lowering", CONVERTED, ids=lambda x: x.value)
+@pytest.mark.parametrize(("name", "size"), [
+    ("gemm_f32", (150, 133, 70)),  # more than one tile each way, a partial last step
+    ("gemm_colmajor_b", (70, 45, 33)),  # B read along its columns
+    ("gemm_batched", (40, 33, 17)),  # A and B of three batches
+    ("gemm_epilogue", (70, 45, 33)),  # an epilogue of scalars
+    ("gemm_f32_1d", (70, 45, 33)),  # a 1-D mapping
+    ("gemm_tiled", (70, 45, 33)),  # a staged original
+])
+def test_the_prepass_and_wgmma_give_the_bits_of_the_kernel_converting_as_it_stages(
+        name: str, size: tuple[int, int, int], lowering: Lowering) -> None:
+    launch = example(name).make(*size, seed=5)
+    steps = cuda_steps(launch, lowering, WGMMA)
+    assert [s.kernel.name.endswith(WGMMA.name) for s in steps.launches] == [False, True]
+    today = cuda_steps(launch, lowering, TODAY)
+    assert len(today.launches) == 1
+    c = recognize(launch.kernel).c.array
+    assert np.array_equal(bits(on_h200(steps)[c]), bits(on_h200(today)[c]))
+
+
+def special_values(size: int, rng: np.random.Generator) -> np.ndarray:
+    """Normal values with, at random places, NaNs with payloads, infinities, zeros of both
+    signs, f32 subnormals, values that round to f16's and bf16's infinity, and ties."""
+    x = rng.standard_normal(size).astype(np.float32)
+    specials = np.array([0x7FC00001, 0xFFA00000, 0x7F800000, 0xFF800000, 0x80000000, 0x00000001,
+                         0x80400000, 0x477FF000, 0x7F7F8000, 0x3F808000, 0x3F818000],
+                        np.uint32).view(np.float32)
+    where = rng.choice(size, size // 8, replace=False)
+    x[where] = rng.choice(specials, where.size)
+    return x
+
+
+@pytest.mark.parametrize("lowering", CONVERTED, ids=lambda x: x.value)
+def test_special_operands_keep_the_bits_of_the_kernel_converting_as_it_stages(
+        lowering: Lowering) -> None:
+    rng = np.random.default_rng(7)
+    launch = example("gemm_f32").make(70, 45, 33)
+    launch = replace(launch, args={**launch.args, "a": special_values(70 * 33, rng),
+                                   "b": special_values(33 * 45, rng)})
+    got, want = on_h200(cuda_steps(launch, lowering, WGMMA)), on_h200(
+        cuda_steps(launch, lowering, TODAY))
+    assert np.array_equal(bits(got["c"]), bits(want["c"]))
+    assert np.isnan(got["c"]).any() and np.isinf(got["c"]).any()  # the specials reached C
+
+
+@pytest.mark.parametrize("lowering", CONVERTED, ids=lambda x: x.value)
+def test_the_temporaries_hold_the_region_rounded_and_nothing_else(lowering: Lowering) -> None:
+    # B read along its columns; the launch covers 48 of the 70 rows (three blocks of 16)
+    launch = example("gemm_colmajor_b").make(70, 45, 33, seed=2)
+    launch = replace(launch, grid=(launch.grid[0], 3, 1))
+    reg = region(recognize(launch.kernel), launch.grid, launch.block, dict(launch.args))
+    assert (reg.me, reg.ne, reg.d) == (48, 45, 33)
+    steps = cuda_steps(launch, lowering, WGMMA)
+    first = steps.launches[0]
+    poison = {s.name: np.full(s.size, np.nan, ROUNDED[lowering]) for s in steps.scratch}
+    out = sarek.simulate(first.kernel, {**first.args, **poison}, first.grid, first.block)
+    a_tmp, b_tmp = (out[s.name] for s in steps.scratch)
+    a = launch.args["a"].reshape(70, 33)[:48]
+    b = launch.args["b"].reshape(45, 33).T  # element (p, col) at col * k + p
+    rounded = ROUNDED[lowering]
+    assert np.array_equal(bits(a_tmp.reshape(48, 40)[:, :33]), bits(a.astype(rounded)))
+    assert np.array_equal(bits(b_tmp.reshape(33, 48)[:, :45]), bits(b.astype(rounded)))
+    assert np.isnan(a_tmp.reshape(48, 40)[:, 33:].astype(np.float32)).all()  # rows' padding
+    assert np.isnan(b_tmp.reshape(33, 48)[:, 45:].astype(np.float32)).all()
+
+
+def test_the_temporaries_of_a_batched_operand_have_a_layer_per_batch() -> None:
+    launch = example("gemm_batched").make(20, 18, 9)
+    reg = region(recognize(launch.kernel), launch.grid, launch.block, dict(launch.args))
+    assert reg.ze == 3
+    steps = cuda_steps(launch, Lowering.BF16_OPERANDS, WGMMA)
+    assert [s.size for s in steps.scratch] == [3 * 20 * 16, 3 * 9 * 24]
+    assert steps.launches[0].grid == (20 + 9, 1, 3)
+
+
+@pytest.mark.parametrize("lowering", CONVERTED, ids=lambda x: x.value)
+def test_cuda_takes_the_prepass_for_large_regions_of_f32_operands_only(
+        lowering: Lowering) -> None:
+    cuda = registry.target("cuda")
+    large = compile_launch(cuda, example("gemm_f32").make(1024, 1024, 16), lowering=lowering)
+    first = cuda.staging.candidates(lowering.value, 1024, 1024)[0]  # the policy's first choice
+    assert first.warpgroup
+    assert large.rewritten is not None and large.rewritten.schedule == first
+    names = {Lowering.BF16_OPERANDS: "matmul_to_bf16", Lowering.F16_OPERANDS: "matmul_to_f16"}
+    assert [s.lowered.name for s in large.before] == [names[lowering]]
+    assert [s.size for s in large.scratch] == [1024 * 16, 16 * 1024]
+    small = compile_launch(cuda, example("gemm_f32").make(256, 256, 16), lowering=lowering)
+    assert small.before == () and small.scratch == ()
+
+
+def test_the_prepass_leaves_other_lowerings_operands_and_targets_as_they_were() -> None:
+    cuda, nv = registry.target("cuda"), registry.target("opencl-nv")
+    f32 = example("gemm_f32").make(1024, 1024, 16)
+    assert compile_launch(cuda, f32, lowering=Lowering.BF16X3_OPERANDS).before == ()
+    assert compile_launch(nv, f32, lowering=Lowering.BF16_OPERANDS).before == ()
+    f16 = compile_launch(cuda, example("gemm_f16").make(1024, 1024, 16))
+    assert f16.before == () and f16.rewritten is not None and f16.rewritten.schedule.warpgroup
+
+
+def test_rewrite_launch_alone_still_refuses_a_warpgroup_schedule_for_f32_operands() -> None:
+    launch = example("gemm_f32").make(70, 45, 33)
+    with pytest.raises(RewriteError, match="warpgroup schedule multiplies one 16-bit term"):
+        rewrite_launch(launch, lowering=Lowering.BF16_OPERANDS,
+                       staging=registry.target("cuda").staging, schedule=WGMMA)
+
+
+def test_a_region_beyond_32_bit_indices_is_refused_with_the_reason() -> None:
+    gemm = recognize(example("gemm_f32").matmul.ir)
+    assert prepass.refusal(gemm, Region(me=70000, ne=70000, ze=1, d=70000, t=70000**2)) \
+        is not None
+    assert prepass.refusal(gemm, Region(me=4096, ne=4096, ze=1, d=4096, t=4096**2)) is None
+
+
+def test_an_empty_region_converts_nothing() -> None:
+    assert prepass.conversion_grid(Region(me=0, ne=20, ze=1, d=10, t=0)) == (0, 0, 0)
+    launch = example("gemm_f32").make(17, 5, 0)
+    steps = cuda_steps(launch, Lowering.BF16_OPERANDS, WGMMA)
+    out = on_h200(steps)
+    assert np.array_equal(out["c"], np.zeros(17 * 5, np.float32))  # the initial value, 0
+
+
+def test_kernel_launch_in_the_simulator_runs_the_sequence_and_writes_only_c() -> None:
+    launch = example("gemm_f32").make(70, 45, 33, seed=9)
+    matmul = example("gemm_f32").matmul
+    args = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in launch.args.items()}
+    before = {k: v.copy() for k, v in args.items() if isinstance(v, np.ndarray)}
+    run = matmul.with_options(target="sim", lowering="Bf16_operands", schedule=WGMMA.name)
+    run[launch.grid, launch.block](*args.values())
+    want = on_h200(cuda_steps(launch, Lowering.BF16_OPERANDS, TODAY))["c"]
+    assert np.array_equal(bits(args["c"]), bits(want))
+    assert all(np.array_equal(args[k], before[k]) for k in ("a", "b"))
+
+
+def test_conformance_runs_the_prepass_under_the_warpgroup_schedules() -> None:
+    cuda = registry.target("cuda")
+    cases = [c for c in conformance.matrix(cuda, EXAMPLES, only=("gemm_f32",))
+             if c.schedule is not None and c.schedule.warpgroup]
+    assert {c.lowering for c in cases} == set(CONVERTED)
+    bf16 = next(c for c in cases if c.lowering is Lowering.BF16_OPERANDS)
+    outcome = conformance.check(replace(bf16, size=conformance.RAGGED), cuda, device=False)
+    assert outcome.ok, outcome.error or outcome.arrays
+
+
+def test_a_launch_record_of_a_sequence_reads_back_the_same() -> None:
+    step = Ready("k", "text", "sm_90", "key", (1, 2, 1), (256, 1, 1), ("f32", "i32"), 1, (7,),
+                 0)
+    record = replace(step, name="gemm", before=(replace(step, name="to_bf16"),),
+                     scratch=(("bf16", 10), ("bf16", 20)))
+    assert Ready.from_bytes(record.to_bytes()) == record
