@@ -223,8 +223,8 @@ def target_row(ex: Example, name: str, compiled: Compiled | Refused) -> Row:
     ops = (f"{text.count(operation)} {operation.strip('( ')}" if operation else
            "fragments in local memory")
     arith = target(name).arith
-    lowered = compiled.launch.simulate(target=name)
-    neutral = compiled.launch.simulate(arith=arith, subgroup=rw.subgroup)
+    lowered = compiled.steps.simulate(target=name)  # a conversion pre-pass first, if any
+    neutral = compiled.steps.simulate(arith=arith, subgroup=rw.subgroup)
     how = compare_all(lowered, neutral)
     cells = (ex.name, name, f"{len(text.splitlines())} lines",
              f"{rw.lowering}, sg {rw.subgroup} frag {rw.frag}: {ops}", arith,
