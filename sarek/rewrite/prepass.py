@@ -121,10 +121,10 @@ def conversion_kernel(original: ir.Kernel, gemm: Gemm, params: tuple[ir.Param, .
     ``(x, y, z)`` converts the ``BLOCK * PER_INVOCATION`` elements from ``y * BLOCK *
     PER_INVOCATION`` on of row ``x`` of layer ``z``, A's ``me`` rows first, then B's ``d`` (a
     temporary of one layer takes layer 0 only), each invocation ``PER_INVOCATION`` of them
-    ``BLOCK`` apart: it reads all of its elements before it stores any, so that each has that
-    many loads in flight. ``params`` are the kernel's parameters (the original's, the region's
-    values, the temporaries). Its indices are products and sums, no divisions by run-time
-    values."""
+    ``BLOCK`` apart: it reads all of its elements before it converts and stores any, so that
+    each has that many loads in flight whatever code the conversion compiles to. ``params``
+    are the kernel's parameters (the original's, the region's values, the temporaries). Its
+    indices are products and sums, no divisions by run-time values."""
     me, ne, d = (var(region_names[i]) for i in (0, 1, 3))
     lda, ldb = var("sk_lda"), var("sk_ldb")
     row, layer = var("sk_row"), var("sk_layer")
@@ -147,11 +147,12 @@ def conversion_kernel(original: ir.Kernel, gemm: Gemm, params: tuple[ir.Param, .
                            index=access.address(const(0) if access is gemm.b else r, c, layer,
                                                 add(gemm.k_start, k)),
                            type=access.elem)
-            loads.append(ir.Let(name=f"sk_x{j}", type=elem, value=ir.Select(
-                cond=inside, a=ir.Cast(x=load, type=elem), b=ir.Const(value=0.0, type=elem),
-                type=elem)))
+            loads.append(ir.Let(name=f"sk_x{j}", type=access.elem, value=ir.Select(
+                cond=inside, a=load, b=ir.Const(value=0.0, type=access.elem),
+                type=access.elem)))
             stores.append(ir.If(cond=inside, then=(ir.Store(
-                array=name, index=add(var("sk_start"), col), value=var(f"sk_x{j}", elem)),)))
+                array=name, index=add(var("sk_start"), col),
+                value=ir.Cast(x=var(f"sk_x{j}", access.elem), type=elem)),)))
         return (ir.If(cond=layers_ok(access), then=(
             ir.Let(name="sk_start", type=I32, value=start), *loads, *stores)),)
 
