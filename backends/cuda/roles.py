@@ -26,7 +26,12 @@ whose staged copies, all marked ``bulk``, the whole block issues (``sarek.rewrit
   mbarrier, invocation 0 expecting the bulk copies' bytes.
 
 The producer fills every buffer as soon as the consumers free it, so the copies run up to
-``stages`` steps ahead of the products instead of the neutral loop's ``ahead``.
+``stages`` steps ahead of the products instead of the neutral loop's ``ahead``. Where the
+neutral loop keeps a group in flight (its copies ``stages - 2`` steps ahead), each consumer
+step leaves its ``wgmma`` group running and frees the previous step's buffer instead. Under a
+persistent grid (the neutral kernel's loop over ``sk_tile``) both roles run that loop, and a
+count of the steps of the block's earlier tiles (``sk_ring``) carries the ring's buffers and
+parities from one tile into the next.
 """
 
 from __future__ import annotations
