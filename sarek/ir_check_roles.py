@@ -42,11 +42,11 @@ class RoleRules(ExpressionRules):
         groups = size // WARPGROUP
         owner: dict[int, int] = {}
         for j, role in enumerate(s.roles):
-            for g in range(role.first, role.first + role.count):
-                if g >= groups:
-                    self.report(f"{path}.roles[{j}]", f"role {j} takes warpgroup {g}; the "
-                                f"block has {groups}")
-                elif g in owner:
+            if role.first + role.count > groups:  # checked before counting: count is unbounded
+                self.report(f"{path}.roles[{j}]", f"role {j} takes warpgroups {role.first} to "
+                            f"{role.first + role.count - 1}; the block has {groups}")
+            for g in range(role.first, min(role.first + role.count, groups)):
+                if g in owner:
                     self.report(f"{path}.roles[{j}]", f"warpgroup {g} is in roles {owner[g]} "
                                 f"and {j}")
                 owner.setdefault(g, j)

@@ -167,6 +167,16 @@ def test_every_warpgroup_belongs_to_one_role() -> None:
         k.model_copy(update={"body": (*k.body[:-1], twice)}))
 
 
+def test_a_role_past_the_blocks_warpgroups_is_refused_at_once_whatever_its_count() -> None:
+    k = kernel()
+    roles = k.body[-1]
+    assert isinstance(roles, ir.WarpRoles)
+    huge = roles.roles[0].model_copy(update={"count": 10**12})
+    text = problems(k.model_copy(update={"body": (
+        *k.body[:-1], roles.model_copy(update={"roles": (huge,)}))}))
+    assert "role 0 takes warpgroups 0 to 999999999999; the block has 2" in text
+
+
 def test_setmaxnreg_takes_a_multiple_of_eight_from_24_to_256() -> None:
     for registers in (20, 44, 264):
         text = problems(kernel(consumer_body=(ir.SetMaxNReg(registers=registers,
