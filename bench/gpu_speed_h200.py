@@ -50,11 +50,9 @@ STAGED = Schedule.parse("t128x256k32s3")
 element converted as it is staged), timed beside the pre-pass's."""
 
 
-def _sequence(compiled: Compiled, upto: int | None = None
-              ) -> tuple[list[Launchable], dict[str, Any]]:
-    """The kernels that run (a conversion pre-pass, then the GEMM; the first ``upto`` of
-    them), compiled for the device, and the values they take by name, the temporaries
-    included."""
+def host_values(compiled: Compiled) -> dict[str, Any]:
+    """The arguments of ``compiled``'s launch by name, each of its parameter's type: arrays
+    as NumPy arrays, scalars as NumPy scalars."""
     launch = compiled.launch
     values: dict[str, Any] = {}
     for p in launch.kernel.params:
@@ -62,6 +60,15 @@ def _sequence(compiled: Compiled, upto: int | None = None
             dt = numpy_dtype(p.elem)
             value = launch.args[p.name]
             values[p.name] = np.asarray(value, dt) if hasattr(value, "shape") else dt.type(value)
+    return values
+
+
+def _sequence(compiled: Compiled, upto: int | None = None
+              ) -> tuple[list[Launchable], dict[str, Any]]:
+    """The kernels that run (a conversion pre-pass, then the GEMM; the first ``upto`` of
+    them), compiled for the device, and the values they take by name, the temporaries
+    included."""
+    values = host_values(compiled)
     return launchables(compiled, values)[:upto], values
 
 

@@ -32,10 +32,10 @@ import numpy as np
 from backends.cuda.launch import Ready, launchables
 from backends.cuda.nvrtc import compile_cubin
 from backends.cuda.run import Launchable, device_arch, device_name, launch_steps, time_steps
-from backends.pipeline import Compiled, compile_launch
+from backends.pipeline import compile_launch
 from backends.registry import target
+from bench.gpu_speed_h200 import host_values
 from bench.harness import ROOT, Timing, show, table, write
-from sarek.dsl import numpy_dtype
 from sarek.loader import load_module
 from sarek.matrix_scheme import Lowering
 from sarek.schedule import Schedule
@@ -83,17 +83,6 @@ def variant_text(text: str, define: Any) -> str:
     return text
 
 
-def _values(compiled: Compiled) -> dict[str, Any]:
-    launch = compiled.launch
-    values: dict[str, Any] = {}
-    for p in launch.kernel.params:
-        if p.name in launch.args:
-            dt = numpy_dtype(p.elem)
-            value = launch.args[p.name]
-            values[p.name] = np.asarray(value, dt) if hasattr(value, "shape") else dt.type(value)
-    return values
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=4096)
@@ -107,7 +96,7 @@ def main() -> int:
     for lowering, schedule in KERNELS:
         compiled = compile_launch(cuda, launch, lowering=Lowering(lowering),
                                   schedule=Schedule.parse(schedule))
-        values = _values(compiled)
+        values = host_values(compiled)
         (step,) = launchables(compiled, values)
         record = Ready.of(compiled, arch)
         steps: dict[str, Launchable] = {
