@@ -105,9 +105,11 @@ def compile_launch(target: Target, launch: Launch, *, lowering: Lowering | None 
     not print, a schedule the rewrite refuses) raises the rewrite's error with the reason; it
     is never silently run another way. ``refusal`` says why the device that is to run it
     cannot run a lowered kernel (the launch path's CUDA device: ``backends.cuda.fit``); where
-    the schedule was not asked for and the device refuses the policy's, the rewrite takes the
-    policy's next schedule for the lowering that the device runs
-    (``Staging.candidates``, down to the seed's)."""
+    the schedule was not asked for and the target cannot lower or print the policy's for this
+    launch (CUDA's producer warpgroup where no tensor map serves a copy, as for batched
+    operands) or the device refuses it, the rewrite takes the policy's next schedule for the
+    lowering that the target builds and the device runs (``Staging.candidates``, down to the
+    seed's)."""
     from sarek.matrix_pattern import recognize
 
     gemm: Gemm | None = None
@@ -130,18 +132,26 @@ def compile_launch(target: Target, launch: Launch, *, lowering: Lowering | None 
         rewritten, steps = rewrite_steps(launch, lowering=chosen, subgroup=sg, frag=fr,
                                          staging=target.staging, schedule=schedule)
         not_rewritten = None
+    if rewritten is not None and steps is not None and schedule is None:
+        rewritten, steps, built = _runnable(target, launch, rewritten, steps, refusal)
+    else:
+        runs = rewritten.launch if rewritten is not None else launch
+        if rewritten is None:
+            ir_check.ensure_valid(runs.kernel)
+        built = _built(target, runs if steps is None else steps)
+    lowered, text, before = built
     runs = rewritten.launch if rewritten is not None else launch
-    if rewritten is None:
-        ir_check.ensure_valid(runs.kernel)
-    lowered = target.lower(runs.kernel)
-    if rewritten is not None and steps is not None and refusal is not None and schedule is None:
-        rewritten, steps, lowered = _runnable(target, launch, rewritten, steps, lowered, refusal)
-        runs = rewritten.launch
-    before = () if steps is None else tuple(
-        _step(target, s) for s in steps.launches[:-1])
-    return Compiled(target.name, launch, gemm, rewritten, not_rewritten, runs, lowered,
-                    target.print_lowered(lowered), before,
-                    () if steps is None else steps.scratch)
+    return Compiled(target.name, launch, gemm, rewritten, not_rewritten, runs, lowered, text,
+                    before, () if steps is None else steps.scratch)
+
+
+def _built(target: Target, runs: Launch | Steps) -> tuple[ir.Kernel, str, tuple[Step, ...]]:
+    """The last launch of ``runs`` lowered for ``target`` and printed, and the launches
+    before it (a conversion pre-pass) as ``Step``s."""
+    launches = runs.launches if isinstance(runs, Steps) else (runs,)
+    lowered = target.lower(launches[-1].kernel)
+    return (lowered, target.print_lowered(lowered),
+            tuple(_step(target, s) for s in launches[:-1]))
 
 
 def _step(target: Target, launch: Launch) -> Step:
@@ -186,28 +196,35 @@ def rewrite_steps(launch: Launch, *, lowering: Lowering, subgroup: int, frag: in
 
 
 def _runnable(target: Target, original: Launch, rewritten: Rewritten, steps: Steps,
-              lowered: ir.Kernel, refusal: Callable[[ir.Kernel], str | None]
-              ) -> tuple[Rewritten, Steps, ir.Kernel]:
-    """``rewritten`` (of ``original``), its launches and its ``lowered`` kernel where
-    ``refusal`` accepts it, else the rewrite under the first of the policy's later schedules
-    for the lowering that it accepts; ``RewriteError`` with the device's reason when none
-    is."""
-    why = refusal(lowered)
-    if why is None:
-        return rewritten, steps, lowered
+              refusal: Callable[[ir.Kernel], str | None] | None
+              ) -> tuple[Rewritten, Steps, tuple[ir.Kernel, str, tuple[Step, ...]]]:
+    """``rewritten`` (of ``original``, under the schedule the target's policy chose), its
+    launches and what ``_built`` makes of them, where the target lowers and prints them and
+    ``refusal`` (the device's, if any) accepts the lowered kernel; else the same for the
+    first of the policy's later schedules for the lowering where all three hold. Where none
+    does: the first schedule's error, or ``RewriteError`` with the device's reason."""
     region = rewritten.region
     later = target.staging.candidates(rewritten.lowering.value, region.me, region.ne)
     later = later[later.index(rewritten.schedule) + 1:] if rewritten.schedule in later else later
-    for schedule in later:
+    first: SarekError | None = None
+    why: str | None = None
+    for schedule in (None, *later):
         try:
-            other, other_steps = rewrite_steps(
-                original, lowering=rewritten.lowering, subgroup=rewritten.subgroup,
-                frag=rewritten.frag, staging=target.staging, schedule=schedule)
-            other_lowered = target.lower(other.launch.kernel)
-        except SarekError:  # a schedule the rewrite or the lowering cannot build here
+            if schedule is not None:
+                rewritten, steps = rewrite_steps(
+                    original, lowering=rewritten.lowering, subgroup=rewritten.subgroup,
+                    frag=rewritten.frag, staging=target.staging, schedule=schedule)
+            built = _built(target, steps)
+        except SarekError as e:  # a schedule the rewrite, lowering or printer cannot build
+            first = first or e
             continue
-        if refusal(other_lowered) is None:
-            return other, other_steps, other_lowered
+        refused = None if refusal is None else refusal(built[0])
+        if refused is None:
+            return rewritten, steps, built
+        why = why or refused
+    if why is None:
+        assert first is not None
+        raise first
     raise RewriteError(f"{why}, and no other schedule of {target.name}'s policy for "
                        f"{rewritten.lowering} runs there either")
 

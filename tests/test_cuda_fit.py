@@ -13,6 +13,7 @@ from backends.cuda.shared import dynamic_bytes
 from backends.pipeline import compile_launch
 from backends.registry import target
 from sarek import ir
+from sarek.errors import SarekError
 from sarek.ir_walk import walk
 from sarek.loader import load_module
 from sarek.matrix_rewrite import RewriteError
@@ -88,3 +89,26 @@ def test_the_reasons_name_the_instruction_and_the_bytes() -> None:
 def test_what_an_sm_80_device_gets_compiles_for_sm_80() -> None:
     fitted = compile_launch(CUDA, large("gemm_f16"), refusal=A100.refusal)
     compile_cubin(fitted.text, "sm_80")
+
+
+@pytest.mark.parametrize("lowering", [Lowering.F16_OPERANDS, Lowering.BF16_OPERANDS])
+def test_a_policy_schedule_the_target_cannot_lower_gives_way_to_the_next(
+        lowering: Lowering) -> None:
+    # batched operands: no tensor map serves the producer warpgroup's copies (their origin
+    # moves with the batch), so the policy's next schedule, wgmma fed by cp.async, runs
+    launch = large("gemm_batched")
+    chosen = compile_launch(CUDA, launch, lowering=lowering)
+    assert chosen.rewritten is not None
+    assert chosen.rewritten.schedule.name == "t128x256k64s3gf" and wgmma(chosen.lowered)
+    with pytest.raises(SarekError, match="a producer warpgroup copies the loop's tiles by "
+                                         "tensor maps"):
+        compile_launch(CUDA, launch, lowering=lowering,
+                       schedule=Schedule.parse("t128x256k64s3gw"))
+
+
+def test_conformance_leaves_out_a_schedule_the_target_cannot_lower_with_the_reason() -> None:
+    from backends.conformance.cases import refusal
+
+    why = refusal(CUDA, large("gemm_batched"), (Lowering.BF16_OPERANDS, 32, 16),
+                  Schedule.parse("t128x256k64s3gw"))
+    assert why is not None and "tensor maps" in why

@@ -102,10 +102,12 @@ def _examples(target: Target, examples: Path, only: tuple[str, ...]
 
 def refusal(target: Target, launch: Launch, rewrite: Rewrite, schedule: Schedule) -> str | None:
     """Why the rewrite of ``launch`` under ``rewrite``, staged as ``target`` stages it, does not
-    take ``schedule``, or why the target's device would not run what it gives
-    (``Target.run_refusal``), or None when neither."""
+    take ``schedule``, or why the target cannot lower what it gives (CUDA's producer
+    warpgroup where no tensor map serves a copy), or why the target's device would not run
+    it (``Target.run_refusal``), or None when none of these."""
     try:
         rw = rewritten(target, launch, rewrite, schedule).last
+        target.lower(rw.kernel)
     except SarekError as e:
         return e.reason
     return target.run_refusal(rw.kernel, rw.block)
