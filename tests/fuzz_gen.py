@@ -53,6 +53,7 @@ from sarek.ir import ElemType
 from sarek.launch import Launch
 from sarek.matrix_rewrite import rewrite_launch
 from sarek.matrix_scheme import Lowering
+from sarek.schedule import Schedule
 from sim.launch import Limits
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -200,6 +201,12 @@ def seeds() -> tuple[Seed, ...]:
             if subgroup == 32:
                 lowered = registry.lower(rw.launch.kernel, "cuda")
                 out.append(Seed(f"{name}-cuda", lowered, replace(rw.launch, kernel=lowered)))
+        if name == "gemm_f16":  # the warp roles, mbarriers, bulk copies and wgmma CUDA prints
+            cuda = registry.target("cuda")
+            rw = rewrite_launch(run, staging=cuda.staging,
+                                schedule=Schedule.parse("t128x256k64s3gw"))
+            lowered = cuda.lower(rw.launch.kernel)
+            out.append(Seed(f"{name}-cuda-roles", lowered, replace(rw.launch, kernel=lowered)))
     for i, spec in enumerate((GemmSpec(), GemmSpec(mapping="1d-row", batch=True, batches=2,
                                                    block=(8, 1, 1)),
                               GemmSpec(a_major="col", init="c_old", epilogue="alpha_beta"),
