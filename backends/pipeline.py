@@ -132,26 +132,22 @@ def compile_launch(target: Target, launch: Launch, *, lowering: Lowering | None 
         rewritten, steps = rewrite_steps(launch, lowering=chosen, subgroup=sg, frag=fr,
                                          staging=target.staging, schedule=schedule)
         not_rewritten = None
-    if rewritten is not None and steps is not None and schedule is None:
+    if rewritten is None or steps is None:
+        ir_check.ensure_valid(launch.kernel)
+        steps = Steps((launch,))
+        built = _built(target, steps)
+    elif schedule is None:
         rewritten, steps, built = _runnable(target, launch, rewritten, steps, refusal)
     else:
-        runs = rewritten.launch if rewritten is not None else launch
-        if rewritten is None:
-            ir_check.ensure_valid(runs.kernel)
-        built = _built(target, runs if steps is None else steps)
-    lowered, text, before = built
-    runs = rewritten.launch if rewritten is not None else launch
-    return Compiled(target.name, launch, gemm, rewritten, not_rewritten, runs, lowered, text,
-                    before, () if steps is None else steps.scratch)
+        built = _built(target, steps)
+    last = built[-1]
+    return Compiled(target.name, launch, gemm, rewritten, not_rewritten, last.launch,
+                    last.lowered, last.text, built[:-1], steps.scratch)
 
 
-def _built(target: Target, runs: Launch | Steps) -> tuple[ir.Kernel, str, tuple[Step, ...]]:
-    """The last launch of ``runs`` lowered for ``target`` and printed, and the launches
-    before it (a conversion pre-pass) as ``Step``s."""
-    launches = runs.launches if isinstance(runs, Steps) else (runs,)
-    lowered = target.lower(launches[-1].kernel)
-    return (lowered, target.print_lowered(lowered),
-            tuple(_step(target, s) for s in launches[:-1]))
+def _built(target: Target, steps: Steps) -> tuple[Step, ...]:
+    """Each launch of ``steps`` lowered for ``target`` and printed."""
+    return tuple(_step(target, s) for s in steps.launches)
 
 
 def _step(target: Target, launch: Launch) -> Step:
@@ -197,12 +193,12 @@ def rewrite_steps(launch: Launch, *, lowering: Lowering, subgroup: int, frag: in
 
 def _runnable(target: Target, original: Launch, rewritten: Rewritten, steps: Steps,
               refusal: Callable[[ir.Kernel], str | None] | None
-              ) -> tuple[Rewritten, Steps, tuple[ir.Kernel, str, tuple[Step, ...]]]:
+              ) -> tuple[Rewritten, Steps, tuple[Step, ...]]:
     """``rewritten`` (of ``original``, under the schedule the target's policy chose), its
-    launches and what ``_built`` makes of them, where the target lowers and prints them and
-    ``refusal`` (the device's, if any) accepts the lowered kernel; else the same for the
-    first of the policy's later schedules for the lowering where all three hold. Where none
-    does: the first schedule's error, or ``RewriteError`` with the device's reason."""
+    launches and each of them lowered and printed (``_built``), where the target lowers and
+    prints them and ``refusal`` (the device's, if any) accepts the last; else the same for
+    the first of the policy's later schedules for the lowering where all three hold. Where
+    none does: the first schedule's error, or ``RewriteError`` with the device's reason."""
     region = rewritten.region
     later = target.staging.candidates(rewritten.lowering.value, region.me, region.ne)
     later = later[later.index(rewritten.schedule) + 1:] if rewritten.schedule in later else later
@@ -218,7 +214,7 @@ def _runnable(target: Target, original: Launch, rewritten: Rewritten, steps: Ste
         except SarekError as e:  # a schedule the rewrite, lowering or printer cannot build
             first = first or e
             continue
-        refused = None if refusal is None else refusal(built[0])
+        refused = None if refusal is None else refusal(built[-1].lowered)
         if refused is None:
             return rewritten, steps, built
         why = why or refused

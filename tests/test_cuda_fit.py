@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from conftest import EXAMPLES
 
+from backends.conformance.cases import refusal
 from backends.cuda import compile_cubin, nvrtc_available
 from backends.cuda.fit import Device
 from backends.cuda.shared import dynamic_bytes
@@ -107,8 +108,6 @@ def test_a_policy_schedule_the_target_cannot_lower_gives_way_to_the_next(
 
 
 def test_conformance_leaves_out_a_schedule_the_target_cannot_lower_with_the_reason() -> None:
-    from backends.conformance.cases import refusal
-
     why = refusal(CUDA, large("gemm_batched"), (Lowering.BF16_OPERANDS, 32, 16),
                   Schedule.parse("t128x256k64s3gw"))
     assert why is not None and "tensor maps" in why
