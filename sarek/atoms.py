@@ -309,6 +309,10 @@ GMMA_MN_SW128 = GmmaAtom("MN_SW128", "mn", (64, 8), (1, 64), SWIZZLE_128B, 1, "m
 """MN-major in 128-byte swizzle: 8 k-rows of 64 elements along M or N, 1024 bytes."""
 GMMA_K_SW128 = GmmaAtom("K_SW128", "k", (8, 64), (64, 1), SWIZZLE_128B, 1, "")
 """K-major in 128-byte swizzle: 8 rows of 64 elements along K, 1024 bytes."""
+GMMA_K_INTER_8BIT = GmmaAtom("K_INTER_8BIT", "k", (8, 16), (16, 1), None, 0, "k",
+                             element_bytes=1)
+"""A core matrix of 8-bit elements, K-major without swizzle: 8 rows of 16 bytes along K, one
+per m or n (``wgmma`` reads 8-bit operands K-major only)."""
 
 
 @dataclass(frozen=True)
@@ -360,11 +364,30 @@ class WgmmaFacts:
         return LaneLayout(self.m, n, (4, 8, 4), (128, 1, 16), (2, 2, n // self.n_step),
                           (64, 8, 512))
 
+    a_8bit: LaneLayout = LaneLayout(64, 32, (4, 8, 4), (256, 1, 16), (4, 2, 2), (64, 8, 1024))
+
+    def depth(self, operand: ElemType) -> int:
+        """How deep one instruction reduces: 16 for 16-bit operands, 32 for 8-bit ones."""
+        return self.k * 16 // operand.bits
+
+    def a_layout(self, operand: ElemType) -> LaneLayout:
+        """A's layout in registers for ``operand`` (CuTe's ``ALayout_64x16`` or, for 8-bit
+        operands, ``ALayout_64x32``: each warp's 16 rows as ``mma.sync.m16n8k32``'s A)."""
+        return self.a_8bit if operand.bits == 8 else self.a
+
+    def accumulator(self, operand: ElemType) -> ElemType:
+        """f32 for 16-bit operands, s32 (wrapping) for 8-bit integer ones."""
+        return ElemType.I32 if operand.bits == 8 else ElemType.F32
+
     def ptx(self, n: int, operand: ElemType) -> str:
-        """The opcode accumulating ``operand`` products into f32."""
+        """The opcode accumulating ``operand`` products into f32, or 8-bit integer ones into
+        s32 (``.s32.u8.u8``, ``.s32.s8.s8``: wrapping, no ``.satfinite``)."""
+        if operand.bits == 8:
+            t = {ElemType.U8: "u8", ElemType.I8: "s8"}[operand]
+            return f"wgmma.mma_async.sync.aligned.m{self.m}n{n}k{self.depth(operand)}.s32.{t}.{t}"
         t = operand.value
         return f"wgmma.mma_async.sync.aligned.m{self.m}n{n}k{self.k}.f32.{t}.{t}"
 
 
 WGMMA = WgmmaFacts()
-"""The one ``wgmma`` form the project prints (f16 or bf16 into f32)."""
+"""The ``wgmma`` forms the project prints: f16 or bf16 into f32, u8 or s8 into s32."""

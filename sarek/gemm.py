@@ -168,6 +168,9 @@ class Gemm:
     init: ir.Expr
     epilogue: ir.Expr
     staging: Staging | None = None
+    # A and B are the stacked byte planes of int32 operands that the conversion pre-pass
+    # wrote (``sarek.matrix_scheme.STACKED_PLANES``), never a recognized kernel's own arrays
+    stacked_planes: bool = False
 
     @property
     def operand_elt(self) -> ElemType:

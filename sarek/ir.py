@@ -395,8 +395,17 @@ class Wgmma(_Stmt):
     (k/8)*core_k + (k%8)*8 + (c/8)*core_n + c%8``; with ``swizzle`` 128 in 128-byte swizzle
     atoms of 8 rows of 64: at ``b_index + (k/8)*core_k + (c/64)*core_n + (k%8)*64 + (((c%64)/8)
     ^ (k%8))*8 + c%8``, the atoms 1024-byte aligned. ``a_index`` and ``b_index`` are the same
-    for the whole warpgroup. ``b_descriptor`` and ``a_descriptor`` (A from shared memory) are
-    the descriptors' strides and modes for those layouts, which a printer prints. The
+    for the whole warpgroup.
+
+    With ``elem`` u8 or i8 the instruction is ``m64n{n}k32.s32.{u8,s8}``: 32 deep, ``D_w`` the
+    warp's i32 accumulator (same layout; products exact, sums wrapping modulo 2^32), ``A_w``
+    the warp's 16x32 A in four u32 registers (``mma.sync.m16n8k32``'s A layout; never from
+    shared memory), and B the 32 x ``n`` matrix K-major in core matrices of 8 columns of 16
+    bytes (the 8-bit operands ``wgmma`` reads are K-major only): element ``(k, c)`` at
+    ``b_index + (k/16)*core_k + (c/8)*core_n + (c%8)*16 + k%16``.
+
+    ``b_descriptor`` and ``a_descriptor`` (A from shared memory) are the descriptors'
+    strides and modes for those layouts, which a printer prints. The
     instruction is preceded by a ``wgmma.fence`` and complete after the ``WgmmaWait`` that
     retires its group."""
 

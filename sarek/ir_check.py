@@ -205,11 +205,17 @@ class _Checker(FragmentRules, BulkRules, RoleRules):
                 for operand_at in (index,) if a_index is None else (index, a_index):
                     self.expr(operand_at, scope, path)
                     self._index(operand_at, path)
-                if elem not in (ElemType.F16, ElemType.BF16):
-                    self.report(path, f"wgmma multiplies f16 or bf16 here, not {elem}")
+                byte = elem in (ElemType.U8, ElemType.I8)
+                if elem not in (ElemType.F16, ElemType.BF16) and not byte:
+                    self.report(path, f"wgmma multiplies f16, bf16, u8 or i8 here, not {elem}")
+                if byte and a_index is not None:
+                    self.report(path, "wgmma takes 8-bit A from registers only here")
+                if byte and s.swizzle:
+                    self.report(path, "wgmma reads 8-bit B K-major without swizzle here")
                 if a_index is None:
                     self._registers(scope, path, a, ElemType.U32, 4)
-                self._registers(scope, path, d, ElemType.F32, n // 2)
+                self._registers(scope, path, d, ElemType.I32 if byte else ElemType.F32,
+                                n // 2)
                 for use, name in (("B", b),) if a_index is None else (("A", a), ("B", b)):
                     sym = scope.lookup(name)
                     if not isinstance(sym, Array) or sym.space is not MemSpace.SHARED or \

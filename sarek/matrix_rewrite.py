@@ -28,14 +28,17 @@ from typing import Literal, Protocol
 
 from sarek import ir, ir_check
 from sarek.errors import SarekError
+from sarek.ir import ElemType
 from sarek.launch import Launch
 from sarek.matrix_mapping import Region
 from sarek.matrix_pattern import Gemm, recognize
 from sarek.matrix_scheme import (
+    STACKED_PLANES,
     SUPPORTED_FRAGMENT,
     SUPPORTED_SUBGROUP,
     Lowering,
     LoweringError,
+    Scheme,
     config_of,
     scheme_for,
 )
@@ -86,15 +89,28 @@ def operands_refusal(gemm: Gemm, lowering: Lowering, schedule: Schedule,
     """Why ``schedule`` cannot multiply ``gemm``'s operands under ``lowering`` as ``staging``
     stages them, or None: a warpgroup schedule multiplies one 16-bit term with B staged as it
     is in memory."""
-    scheme = scheme_for(lowering, gemm.operand_elt, staging.whole_int32)
-    if schedule.warpgroup and (scheme.terms != ("",) or scheme.operand.bits != 16
-                               or gemm.b.elem is not scheme.operand):
+    scheme = _scheme(gemm, lowering, staging)
+    if scheme.stacked and (schedule.bulk or not schedule.warpgroup):
+        return ("the stacked byte planes are multiplied by a warpgroup schedule of cp.async "
+                "copies ('g' without 'b' or 'w')")
+    if schedule.warpgroup and not scheme.stacked and (
+            scheme.terms != ("",) or scheme.operand.bits != 16
+            or gemm.b.elem is not scheme.operand):
         return (f"a warpgroup schedule multiplies one 16-bit term with B staged as it is in "
-                f"memory; {lowering} on {gemm.b.elem} B is not that")
+                f"memory, or the byte planes after the pre-pass; {lowering} on {gemm.b.elem} "
+                f"B is not that")
     if schedule.specialized and gemm.a.elem is not scheme.operand:
         return (f"a producer warpgroup ('w') only copies: A is staged as it is in memory, and "
                 f"{lowering} on {gemm.a.elem} A converts it")
     return None
+
+
+def _scheme(gemm: Gemm, lowering: Lowering, staging: Staging) -> Scheme:
+    """The scheme the rewrite builds ``gemm`` with: the lowering's for its operands, or the
+    stacked byte planes where the pre-pass wrote them."""
+    if gemm.stacked_planes:
+        return STACKED_PLANES
+    return scheme_for(lowering, gemm.operand_elt, staging.whole_int32)
 
 
 def kernel(original: ir.Kernel, gemm: Gemm, lowering: Lowering, subgroup: int = 32,
@@ -108,11 +124,14 @@ def kernel(original: ir.Kernel, gemm: Gemm, lowering: Lowering, subgroup: int = 
     if frag not in SUPPORTED_FRAGMENT:
         raise RewriteError(f"fragment {frag} has no template; supported: "
                            f"{', '.join(map(str, SUPPORTED_FRAGMENT))}")
+    if gemm.stacked_planes and lowering is not Lowering.INT32_BYTE_PLANES:
+        raise RewriteError(f"stacked byte planes are multiplied by Int32_byte_planes, not "
+                           f"{lowering}")
     try:
-        config_of(lowering, gemm.operand_elt, frag)
+        config_of(lowering, ElemType.I32 if gemm.stacked_planes else gemm.operand_elt, frag)
     except LoweringError as e:
         raise RewriteError(e.reason) from None
-    scheme = scheme_for(lowering, gemm.operand_elt, staging.whole_int32)
+    scheme = _scheme(gemm, lowering, staging)
     if gemm.acc_type is not scheme.acc:
         raise RewriteError(f"{lowering} accumulates in {scheme.acc}; the kernel's accumulator "
                            f"is {gemm.acc_type}")

@@ -67,6 +67,9 @@ class Scheme:
     # original's own loop: split terms of an infinite or NaN operand (inf - inf) and products
     # near the overflow threshold would otherwise give NaN where the original gives inf.
     original_beyond: float | None = None
+    # The byte planes stacked along k (``STACKED_PLANES``): one u8 product per k of the
+    # stacked operands, in phases whose sums are shifted 8 bits apart.
+    stacked: bool = False
 
 
 SCHEMES = {
@@ -84,6 +87,32 @@ SCHEMES = {
     # i8 or u8 as written (``scheme_for`` puts the operands' own type here)
     Lowering.INT8_OPERANDS: Scheme(ElemType.I8, ("",), ((0, 0, 0),), 1, ElemType.I32),
 }
+
+
+def _stacked_blocks() -> tuple[tuple[tuple[int, int], ...], ...]:
+    """The byte planes' products by phase: shift class 3 first, then 2, 1 and 0, each with the
+    (A plane, B plane) pairs of the class in the order ``Int32_byte_planes`` multiplies them."""
+    products = SCHEMES[Lowering.INT32_BYTE_PLANES].products
+    return tuple(tuple((p, q) for p, q, s in products if s == shift)
+                 for shift in range(3, -1, -1))
+
+
+PLANE_PHASES = _stacked_blocks()
+"""The byte planes stacked along k: phase ``i`` multiplies the blocks of its (A plane, B
+plane) pairs, ``((0, 3), (1, 2), (2, 1), (3, 0))`` for shift class 3 down to ``((0, 0),)``
+for class 0; ten blocks in all, each the reduction's depth rounded up to
+``PLANE_ALIGN``."""
+PLANE_ALIGN = 16
+"""Elements (bytes) each block of the stacked planes is rounded up to, zero past the
+reduction's depth: whole 16-byte copies and 32-deep multiplies never mix real elements of two
+blocks with anything but zeros."""
+STACKED_PLANES = Scheme(ElemType.U8, ("",), ((0, 0, 0),), 1, ElemType.I32, stacked=True)
+"""The byte planes after the pre-pass (``sarek.rewrite.prepass``) has split each int32
+operand into its planes and stacked them along k as ``PLANE_PHASES`` orders them: a wrapping
+u8 x u8 + s32 GEMM over each phase's blocks in turn into one accumulator, shifted left by 8
+bits between phases (Horner's rule: ``((S3 << 8 + S2) << 8 + S1) << 8 + S0``, modulo 2^32 the
+byte planes' ``sum_s S_s << 8s``). The same ten products, each exact; wrapping addition and
+shifts modulo 2^32 give the bits of every other order."""
 
 
 WHOLE_INT32 = Scheme(ElemType.I32, ("",), ((0, 0, 0),), 1, ElemType.I32)

@@ -115,10 +115,16 @@ class Tiles(Core):
             raise LaunchError(f"wgmma is issued by whole warpgroups of {lanes.WARPGROUP} "
                               f"invocations; the launch's blocks have {geo.block_size}",
                               site.path, site.line)
-        # B (k x n) in MN-major atoms (sarek.atoms): atoms core_k apart along k, core_n along n
-        b_atom = atoms.GMMA_MN_SW128 if s.swizzle else atoms.GMMA_MN_INTER
-        along_n, along_k = b_atom.shape
-        k, c = np.arange(atoms.WGMMA.k)[:, None], np.arange(s.n)[None, :]
+        # B (k x n) in MN-major atoms (sarek.atoms): atoms core_k apart along k, core_n along
+        # n; 8-bit B K-major in core matrices of 8 columns of 16 k
+        depth = atoms.WGMMA.depth(s.elem)
+        k, c = np.arange(depth)[:, None], np.arange(s.n)[None, :]
+        if s.elem.bits == 8:
+            b_atom = atoms.GMMA_K_INTER_8BIT
+            along_n, along_k = b_atom.shape
+        else:
+            b_atom = atoms.GMMA_MN_SW128 if s.swizzle else atoms.GMMA_MN_INTER
+            along_n, along_k = b_atom.shape
         b_offsets = (k // along_k) * s.core_k + (c // along_n) * s.core_n + np.asarray(
             b_atom.offset(c % along_n, k % along_k))
         # A (m x k) K-major in 128-byte swizzle atoms, a_core_m apart along m; the swizzle
@@ -174,7 +180,8 @@ class Tiles(Core):
             if f_a is None:
                 local_a = st.arrays[a.slot]
                 assert isinstance(local_a, LocalArray)
-                a_tile = lanes.a_registers(s.elem, (local_a, a.size), warps)
+                a_tile = lanes.a_registers(s.elem, (local_a, a.size), warps,
+                                           atoms.WGMMA.a_layout(s.elem))
             else:
                 a_tile = operand(st, m, f_a, a, a_offsets, warps, "A")
             local_d = st.arrays[d.slot]

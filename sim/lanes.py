@@ -32,10 +32,10 @@ WARPGROUP = atoms.WGMMA.threads  # invocations that issue one wgmma together
 
 def wgmma(model: fragments.Model, a: np.ndarray, d: tuple[LocalArray, int], b: np.ndarray,
           n: int, warps: np.ndarray) -> None:
-    """Runs one ``wgmma m64nNk16`` for ``warps`` (whole warpgroups): ``a[group]`` the
-    warpgroup's 64x16 A, ``b[group]`` its 16 x ``n`` B, the 64 x ``n`` accumulator from its
-    threads' ``n / 2`` elements of ``d`` (``sarek.atoms.WGMMA.c``); ``D = A * B + D`` under
-    ``model``, dealt back."""
+    """Runs one ``wgmma m64nNk16`` (``k32`` for 8-bit operands) for ``warps`` (whole
+    warpgroups): ``a[group]`` the warpgroup's 64 x k A, ``b[group]`` its k x ``n`` B, the
+    64 x ``n`` accumulator from its threads' ``n / 2`` elements of ``d``
+    (``sarek.atoms.WGMMA.c``); ``D = A * B + D`` under ``model``, dealt back."""
     layout = atoms.WGMMA.c(n)
     threads = warp_lanes(warps).reshape(-1, WARPGROUP)
     d_array, d_size = d
@@ -44,12 +44,11 @@ def wgmma(model: fragments.Model, a: np.ndarray, d: tuple[LocalArray, int], b: n
     d_array.data[flat] = layout.gather(fragments.mul_add(a, b, c, model))
 
 
-def a_registers(operand: ElemType, a: tuple[LocalArray, int], warps: np.ndarray
-                ) -> np.ndarray:
-    """``[group, 64, 16]``: each warpgroup's A from its threads' registers
-    (``sarek.atoms.WGMMA.a``)."""
+def a_registers(operand: ElemType, a: tuple[LocalArray, int], warps: np.ndarray,
+                layout: atoms.LaneLayout = atoms.WGMMA.a) -> np.ndarray:
+    """``[group, 64, k]``: each warpgroup's A from its threads' registers (``layout``:
+    ``sarek.atoms.WGMMA.a``, or ``a_8bit`` for 8-bit operands, k = 32)."""
     a_array, a_size = a
-    layout = atoms.WGMMA.a
     words = layout.values * operand.bits // 32
     threads = warp_lanes(warps).reshape(-1, WARPGROUP)
     raw = np.ascontiguousarray(a_array.data[threads[..., None] * a_size + np.arange(words)])

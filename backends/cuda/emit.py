@@ -157,15 +157,16 @@ def _wgmma(p: Printer, s: ir.Wgmma) -> list[str]:
     through its descriptor, B through its descriptor (the strides and modes the lowering
     recorded)."""
     values = atoms.WGMMA.c(s.n).values  # accumulator elements of each thread
+    integer = s.elem.bits == 8  # s32 accumulators; no scales nor transposes to give
     d = ", ".join(f"%{j}" for j in range(values))
-    outs = ", ".join(f'"+f"({s.d}[{j}])' for j in range(values))
+    outs = ", ".join(f'"+{"r" if integer else "f"}"({s.d}[{j}])' for j in range(values))
     b_desc = _descriptor(p, s.b, s.b_index, s.b_descriptor)
     if s.a_index is None:
-        words = atoms.WGMMA.a.values * s.elem.bits // 32  # A's registers of each thread
+        words = atoms.WGMMA.a_layout(s.elem).values * s.elem.bits // 32  # A's registers
         a = "{" + ", ".join(f"%{values + j}" for j in range(words)) + "}"
         ins = ", ".join(f'"r"({s.a}[{j}])' for j in range(words))
         b = f"%{values + words}"
-        scales = "p, 1, 1, 1"  # scale-d, scale-a, scale-b, transpose-b
+        scales = "p" if integer else "p, 1, 1, 1"  # scale-d, scale-a, scale-b, transpose-b
     else:
         a_desc = _descriptor(p, s.a, s.a_index, s.a_descriptor)
         a, b = f"%{values}", f"%{values + 1}"

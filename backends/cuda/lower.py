@@ -348,16 +348,18 @@ class _Lowering:
     def decl(self, d: ir.FragDecl) -> list[ir.Stmt]:
         shape = d.shape
         wgmma_n = shape.n % atoms.WGMMA.n_step == 0 and shape.n <= atoms.WGMMA.n_max
-        wide = shape.n > EDGE and shape.m == EDGE and shape.k == atoms.WGMMA.k and wgmma_n \
-            and d.elem in (ElemType.F16, ElemType.BF16, ElemType.F32)
+        wide = shape.n > EDGE and shape.m == EDGE and wgmma_n and (
+            (shape.k == atoms.WGMMA.k and d.elem in (ElemType.F16, ElemType.BF16, ElemType.F32))
+            or (shape.k == atoms.WGMMA.depth(ElemType.U8)
+                and d.elem in (ElemType.U8, ElemType.I8, ElemType.I32)))
         if ((shape.m, shape.n) != (EDGE, EDGE) and not wide) or not any(
                 f.k == shape.k and d.elem in (f.operand, f.accumulator)
                 for f in atoms.MMA.values()):
             raise EmitError(f"fragment {d.name!r} is of a {shape.m}x{shape.n}x{shape.k} "
                             f"multiply-add of {d.elem}; CUDA multiplies 16x16x16 fragments "
                             "(m16n8k16), 8-bit ones also 16x16x32 (m16n8k32), 16-bit ones "
-                            "16 x n x 16 with n a multiple of 8 up to 256 (wgmma), and has no "
-                            "8x8x8 float shape")
+                            "16 x n x 16 and 8-bit ones 16 x n x 32 with n a multiple of 8 up "
+                            "to 256 (wgmma), and has no 8x8x8 float shape")
         facts = self.facts(d)
         self.frags[d.name] = d
         if (d.use is FragUse.B and wide) or d.name in self.a_in_place:
@@ -502,10 +504,12 @@ class _Lowering:
               line: int | None) -> ir.Wgmma:
         """A multiply-add by a 16 x n B fragment: one ``wgmma`` of the warpgroup, B read where
         its last load pointed, in the array's core layout (``backends.cuda.wgmma``)."""
-        if c != fd.name or fd.elem is not ElemType.F32 or fa.elem is not fb.elem or \
-                fa.elem not in (ElemType.F16, ElemType.BF16):
-            raise EmitError(f"wgmma accumulates f16 or bf16 products into f32 in place; "
-                            f"{fd.name!r} = {fa.name!r} x {fb.name!r} + {c!r} is not that")
+        if c != fd.name or fa.elem is not fb.elem or \
+                fa.elem not in (ElemType.F16, ElemType.BF16, ElemType.U8, ElemType.I8) or \
+                fd.elem is not atoms.WGMMA.accumulator(fa.elem):
+            raise EmitError(f"wgmma accumulates f16 or bf16 products into f32, u8 or i8 ones "
+                            f"into i32, in place; {fd.name!r} = {fa.name!r} x {fb.name!r} + "
+                            f"{c!r} is not that")
         group = atoms.WGMMA.threads
         block = self.kernel.block
         if block is None or block[1:] != (1, 1) or block[0] % group:

@@ -47,6 +47,8 @@ WARPGROUP_ROWS = atoms.WGMMA.m  # rows of A one wgmma multiplies: 16 for each of
 ELEMENT_BYTES = atoms.GMMA_MN_SW128.element_bytes
 _SWIZZLE = atoms.SWIZZLE_128B.recast(ELEMENT_BYTES)  # over element offsets
 _LOG_CORE, _LOG_ROW = CORE.bit_length() - 1, SWIZZLE_ROW.bit_length() - 1
+_K8 = atoms.GMMA_K_INTER_8BIT.row  # k of one 16-byte row of an 8-bit K-major core matrix
+_LOG_K8 = _K8.bit_length() - 1
 
 
 @dataclass(frozen=True)
@@ -60,15 +62,23 @@ class CoreLayout:
     pitch: int
     swizzle: bool = False
     cols: int = 0  # of the staged tiles (0: not recorded)
+    # 8-bit B, staged column-major (copy rows along n, columns along k) and read K-major:
+    # core matrices of 8 columns of 16 k, ``GMMA_K_INTER_8BIT``
+    k_major: bool = False
 
     @property
     def core_k(self) -> int:
-        """Elements between the 8-row groups adjacent along k."""
+        """Elements between the 8-row groups (K-major: the core matrices) adjacent along k."""
+        if self.k_major:
+            return self.atom.bytes
         return SWIZZLE_ROW * CORE if self.swizzle else CORE * CORE
 
     @property
     def atom(self) -> atoms.GmmaAtom:
-        """The atom a B tile lies in (transposed: rows of 16 bytes along n)."""
+        """The atom a B tile lies in (transposed: rows of 16 bytes along n; K-major 8-bit:
+        rows of 16 bytes along k)."""
+        if self.k_major:
+            return atoms.GMMA_K_INTER_8BIT
         return atoms.GMMA_MN_SW128 if self.swizzle else atoms.GMMA_MN_INTER
 
     def descriptor(self) -> ir.MatrixDescriptor:
@@ -82,6 +92,8 @@ class CoreLayout:
     @property
     def core_n(self) -> int:
         """Elements between the column blocks (core matrices, or atoms) adjacent along n."""
+        if self.k_major:  # 8 columns of the tile's k, the core matrices along k in between
+            return CORE * self.cols
         return (self.rows // CORE) * SWIZZLE_ROW * CORE if self.swizzle else CORE * self.rows
 
     def element(self, offset: ir.Expr, row: ir.Expr, col: ir.Expr) -> ir.Expr:
@@ -95,6 +107,11 @@ class CoreLayout:
         def high(x: ir.Expr, bits: int) -> ir.Expr:
             return binary(BinOp.SHR, x, const(bits))
 
+        if self.k_major:  # row: the column of B (along n), col: its k
+            along = add(mul(high(row, _LOG_CORE), const(self.core_n)),
+                        mul(high(col, _LOG_K8), const(self.core_k)))
+            inside = add(mul(low(row, _LOG_CORE), const(_K8)), low(col, _LOG_K8))
+            return add(offset, add(along, inside))
         # (row / 8) * core_k + (row % 8) * per_row is row * per_row: core_k = 8 * per_row
         if not self.swizzle:
             blocked = add(mul(high(col, _LOG_CORE), const(self.core_n)), low(col, _LOG_CORE))
@@ -111,6 +128,9 @@ class CoreLayout:
         that begins an 8-row group)."""
         within = binary(BinOp.REM, neutral, const(self.rows * self.pitch))
         base = binary(BinOp.SUB, neutral, within)
+        if self.k_major:  # a fragment's first column, at k 16 * j: the j-th core matrix
+            k = binary(BinOp.REM, within, const(self.pitch))
+            return add(base, mul(binary(BinOp.DIV, k, const(_K8)), const(self.core_k)))
         per_row = SWIZZLE_ROW if self.swizzle else CORE
         return add(base, mul(binary(BinOp.DIV, within, const(self.pitch)), const(per_row)))
 
@@ -140,14 +160,21 @@ def wgmma_arrays(kernel: ir.Kernel) -> dict[str, CoreLayout]:
     by_other = {s.a for s in stmts if isinstance(s, ir.FragMulAdd) and s.b not in wide_b}
     loads = [s for s in stmts if isinstance(s, ir.FragLoad)]
     out: dict[str, CoreLayout] = {}
+    byte_b = {s.name for s in stmts if isinstance(s, ir.FragDecl) and s.name in wide_b
+              and s.elem.bits == 8}
     for name in {s.array for s in loads if s.frag in wide_b}:
-        layout, refusal = _staged_layout(stmts, name, wide_b)
+        layout, refusal = _staged_layout(stmts, name, wide_b,
+                                         k_major=any(s.frag in byte_b for s in loads
+                                                     if s.array == name))
         if refusal is not None:
             raise EmitError(refusal)
         assert layout is not None
         out[name] = layout
+    byte_a = {s.name for s in stmts if isinstance(s, ir.FragDecl) and s.elem.bits == 8}
     for name in {s.array for s in loads if s.frag in by_wide_b} - out.keys():
         frags = {s.frag for s in loads if s.array == name}
+        if frags & byte_a:  # 8-bit A stays in registers (its atoms here are 16-bit ones)
+            continue
         layout, refusal = _staged_layout(stmts, name, frags)
         if refusal is None and layout is not None and layout.swizzle and \
                 not frags & by_other and layout.cols == SWIZZLE_ROW and \
@@ -157,17 +184,21 @@ def wgmma_arrays(kernel: ir.Kernel) -> dict[str, CoreLayout]:
     return out
 
 
-def _staged_layout(stmts: list[ir.Stmt], name: str, frags: set[str]
+def _staged_layout(stmts: list[ir.Stmt], name: str, frags: set[str], k_major: bool = False
                    ) -> tuple[CoreLayout | None, str | None]:
     """The layout of ``name``'s staged tiles when only its staged copies and loads of
-    ``frags`` touch it, or the reason it cannot be laid out."""
+    ``frags`` touch it, or the reason it cannot be laid out; with ``k_major`` (8-bit B staged
+    column-major) in K-major core matrices."""
     copies = [s for s in stmts if isinstance(s, ir.StageCopy) and s.dst == name]
     shapes = {(s.rows, s.cols, s.dst_pitch) for s in copies}
     if len(shapes) != 1:
         return None, (f"wgmma reads {name!r}, which must be filled by staged copies of one "
                       f"tile shape (found {sorted(shapes)})")
     rows, cols, pitch = shapes.pop()
-    if rows % (2 * CORE) or cols % CORE:
+    if k_major and (rows % CORE or cols % _K8):
+        return None, (f"wgmma's 8-bit tiles in {name!r} are whole 8-column, 16-deep core "
+                      f"matrices; these copies are {rows} x {cols}")
+    if not k_major and (rows % (2 * CORE) or cols % CORE):
         return None, (f"wgmma's tiles in {name!r} are whole 16-row, 8-column blocks; these "
                       f"copies are {rows} x {cols}")
     for s in stmts:
@@ -176,16 +207,22 @@ def _staged_layout(stmts: list[ir.Stmt], name: str, frags: set[str]
         if touches:
             return None, (f"{name!r} feeds wgmma and is also accessed by a "
                           f"{type(s).__name__}; CUDA lays it out for wgmma alone")
+    if k_major:
+        return CoreLayout(rows, pitch, False, cols, k_major=True), None
     swizzle = rows * pitch * ELEMENT_BYTES % SWIZZLE_BYTES == 0 and cols % SWIZZLE_ROW == 0
     return CoreLayout(rows, pitch, swizzle, cols), None
 
 
 def wide_b_load(load: ir.FragLoad, decl: ir.ArrayDecl | ir.ArrayParam | None) -> None:
-    """Refuses a B fragment load ``wgmma`` cannot read from (not row-major shared rows)."""
+    """Refuses a B fragment load ``wgmma`` cannot read from (not shared rows: row-major for
+    16-bit B, column-major for 8-bit B)."""
+    layout = ir.FragLayout.COL if decl is not None and decl.elem.bits == 8 \
+        else ir.FragLayout.ROW
     if not isinstance(decl, ir.ArrayDecl) or decl.space is not MemSpace.SHARED or \
-            load.layout is not ir.FragLayout.ROW:
+            load.layout is not layout:
         raise EmitError(f"wgmma reads B fragment {load.frag!r} from shared memory staged "
-                        f"row-major; {load.array!r} is not that")
+                        f"{'column' if layout is ir.FragLayout.COL else 'row'}-major; "
+                        f"{load.array!r} is not that")
 
 
 def in_flight_loops(kernel: ir.Kernel, places: dict[str, CoreLayout]) -> frozenset[str]:

@@ -148,14 +148,21 @@ class Copies(Layout):
         def left(extent: str, start: ir.Expr) -> ir.Expr:  # rows or columns left in the region
             return binary(BinOp.SUB, var(extent), start)
 
+        k = k0 if self.k_base is None else add(self.k_base, k0)
         if name == "a":
-            origin = self.address(access, var("sk_row0"), const(0), k0)
+            origin = self.address(access, var("sk_row0"), const(0), k)
             strides = (access.row_stride, access.red_stride)
-            limits = (left("sk_me", var("sk_row0")), left("sk_d", k0))
+            limits = (left("sk_me", var("sk_row0")), left(self.k_stop, k0))
+        elif self.b_layout is FragLayout.COL and not self.raw(name):
+            # as it is, column-major: a tile row per column of B
+            origin = self.address(access, const(0), var("sk_col0"), k)
+            strides = (access.col_stride, access.red_stride)
+            limits = (left("sk_ne", var("sk_col0")), left(self.k_stop, k0))
+            rows, cols = cols, rows
         else:
-            origin = self.address(access, const(0), var("sk_col0"), k0)
+            origin = self.address(access, const(0), var("sk_col0"), k)
             strides = (access.red_stride, access.col_stride)
-            limits = (left("sk_d", k0), left("sk_ne", var("sk_col0")))
+            limits = (left(self.k_stop, k0), left("sk_ne", var("sk_col0")))
         fill = pad(name, access.elem)
         pitch = cols if self.raw(name) else self.a_stride if name == "a" else self.b_stride
         return ir.StageCopy(dst=f"sk_r{name}" if self.raw(name) else self.staged(name, ""),

@@ -65,9 +65,12 @@ class Builder(Multiply):
                                     space=MemSpace.LOCAL))
         for i, j in self.frag_names():
             if self.scheme.accumulators == 1:
+                # the stacked byte planes' sum started at 0: the initial value added last
+                total_of = add(exchanged, cast(self.init(), I32)) if self.scheme.stacked \
+                    else exchanged
                 out += self.exchange_turns(
                     [self.through_exchange(f"sk_acc0_{i}_{j}")],
-                    [self.per_lane([*self.fragment_coordinates(i, j), store(exchanged)])])
+                    [self.per_lane([*self.fragment_coordinates(i, j), store(total_of)])])
                 continue
             # Byte planes: sk_out[q] = init + sum_s (acc_s << 8s), wrapping.
             total = ir.Load(array="sk_out", index=var("sk_q"), type=I32)

@@ -55,6 +55,7 @@ class Layout:
         # (the policy's byte-plane layout applies where its planes land by staged copies)
         planes = scheme.operand is U8 and self.stages > 1
         pad = (staging.row_pad_bytes * 8 // 16 if scheme.operand.bits == 16
+               else staging.row_pad_bytes if scheme.stacked
                else staging.planes_pad_bytes if planes else 0)
         self.a_stride, self.b_stride = self.step + pad, self.tile_n + pad
         col_b = scheme.operand.bits == 8 and (staging.narrow_b_col_major
@@ -75,6 +76,11 @@ class Layout:
                            (rows * cols // PACK) % self.threads == 0
                            for rows, cols in ((self.tile, self.step), (self.step, self.tile_n))))
         self.converting = staging.converting_copies
+        # Where the staged copies read along k: from k_start (the reduction's first element)
+        # up to the region value ``sk_d``, or for the stacked byte planes one phase's blocks
+        # (``Multiply.stacked``)
+        self.k_base: ir.Expr | None = None
+        self.k_stop = "sk_d"
         self.exchange_host: str | None = None  # the staged array whose bytes sk_cs reuses
         limit = staging.shared_bytes
         if limit is not None and self.shared_bytes() > limit:
@@ -138,7 +144,7 @@ class Layout:
         own type, B row-major), so that a staged copy puts them where the fragments read."""
         access = self.gemm.a if name == "a" else self.gemm.b
         return self.scheme.terms == ("",) and self.scheme.operand == access.elem and (
-            name == "a" or self.b_layout is FragLayout.ROW)
+            name == "a" or self.b_layout is FragLayout.ROW or self.scheme.stacked)
 
     def raw(self, name: str) -> bool:
         """Whether a pipelined schedule stages operand ``name`` raw: its elements as they are

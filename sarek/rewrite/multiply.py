@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from sarek import ir
 from sarek.ir import BinOp, FragLayout, MemSpace
 from sarek.ir_build import add, binary, const, mul, var
+from sarek.matrix_scheme import PLANE_ALIGN, PLANE_PHASES
 from sarek.rewrite.copies import Copies
 from sarek.rewrite.parts import (
     I32,
@@ -23,7 +24,8 @@ class Multiply(Copies):
     def start_accumulators(self) -> list[ir.Stmt]:
         init = self.gemm.init
         constant = isinstance(init, ir.Const)
-        planes = self.scheme.accumulators > 1  # their initial value is added at the end
+        # the byte planes' initial value is added at the end (its sums are shifted)
+        planes = self.scheme.accumulators > 1 or self.scheme.stacked
         if planes or constant:
             value = init if constant and not planes else zero(self.scheme.acc)
             return [ir.FragFill(frag=f"sk_acc{a}_{i}_{j}", value=cast(value, self.scheme.acc))
@@ -73,14 +75,42 @@ class Multiply(Copies):
                                   then=tuple(products))]
             body = (*body, *refills, *products)
         return [*prologue,
-                ir.For(var="sk_k0", start=const(0), stop=var("sk_d"), step=const(step), body=body),
+                ir.For(var="sk_k0", start=const(0), stop=var(self.k_stop), step=const(step),
+                       body=body),
                 ir.StageWait(pending=0)]  # the copies issued past the end land too
+
+    def stacked(self) -> list[ir.Stmt]:
+        """The stacked byte planes' reduction (``STACKED_PLANES``): per phase of
+        ``PLANE_PHASES``, the pipelined loop over its blocks (``sk_kn<i>`` elements from
+        ``sk_kb<i>`` of the stacked k), then, before every phase but the first, the
+        accumulators shifted left by 8 bits (eight doublings, ``FragAdd``, wrapping) behind
+        the loop's last wait, and a barrier before the next phase refills the buffers."""
+        dp = var("sk_dp")
+        out: list[ir.Stmt] = [ir.Let(name="sk_dp", type=I32, value=mul(binary(
+            BinOp.DIV, add(var("sk_d"), const(PLANE_ALIGN - 1)), const(PLANE_ALIGN)),
+            const(PLANE_ALIGN)))]
+        first = 0
+        for i, pairs in enumerate(PLANE_PHASES):
+            if i:
+                out += [ir.FragAdd(d=f"sk_acc0_{r}_{c}", a=f"sk_acc0_{r}_{c}",
+                                   b=f"sk_acc0_{r}_{c}")
+                        for _ in range(8) for r, c in self.frag_names()]
+                out.append(ir.Barrier())
+            out += [ir.Let(name=f"sk_kb{i}", type=I32, value=mul(const(first), dp)),
+                    ir.Let(name=f"sk_kn{i}", type=I32, value=mul(const(len(pairs)), dp))]
+            self.k_base, self.k_stop = var(f"sk_kb{i}"), f"sk_kn{i}"
+            out += self.pipelined()
+            first += len(pairs)
+        self.k_base, self.k_stop = None, "sk_d"
+        return out
 
     def reduction(self) -> list[ir.Stmt]:
         """The loop over the steps of the reduction. With prefetching, each step stages the
         registers fetched during the previous one and fetches the next step's tiles before
         multiplying; one barrier before the products (the staged tiles are complete) and one
         after (nobody still reads them when the next step overwrites them)."""
+        if self.scheme.stacked:
+            return self.stacked()
         if self.stages > 1:
             return self.pipelined()
         if not self.prefetching:
@@ -118,9 +148,11 @@ class Multiply(Copies):
                         frag=f"sk_fa0_{i}_{q}", array=self.staged("a", ""),
                         offset=buffered("a", add(mul(row, const(self.a_stride)), const(kk0))),
                         stride=const(self.a_stride)))
+                col_b = self.b_layout is FragLayout.COL  # column c at c * b_stride
                 out.append(ir.FragLoad(frag=f"sk_fb0_{q}", array=self.staged("b", ""),
-                                       offset=buffered("b", const(kk0 * self.b_stride)),
-                                       stride=const(self.b_stride)))
+                                       offset=buffered("b", const(kk0 if col_b
+                                                                  else kk0 * self.b_stride)),
+                                       stride=const(self.b_stride), layout=self.b_layout))
                 out += [ir.FragMulAdd(d=f"sk_acc0_{i}_0", a=f"sk_fa0_{i}_{q}",
                                       b=f"sk_fb0_{q}", c=f"sk_acc0_{i}_0")
                         for i in range(self.grid[0])]

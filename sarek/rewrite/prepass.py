@@ -33,7 +33,7 @@ from sarek.ir import BinOp, Builtin, ElemType
 from sarek.ir_build import add, binary, const, is_literal, mul, var
 from sarek.launch import Launch, Scratch, Steps
 from sarek.matrix_mapping import Region
-from sarek.matrix_scheme import Lowering, scheme_for
+from sarek.matrix_scheme import PLANE_ALIGN, PLANE_PHASES, Lowering, scheme_for
 from sarek.schedule import Schedule
 from sarek.staging import Staging
 
@@ -53,10 +53,21 @@ def applies(gemm: Gemm, lowering: Lowering, schedule: Schedule,
             staging: Staging) -> bool:
     """Whether ``schedule`` multiplies ``gemm`` under ``lowering`` after a pre-pass only: the
     operands are f32, the lowering rounds them to one 16-bit term, and the schedule (a
-    warpgroup one) reads 16-bit operands as they lie in memory."""
+    warpgroup one) reads 16-bit operands as they lie in memory; or the operands are int32
+    under the byte planes and the schedule a warpgroup one, where the target multiplies bytes
+    (not ``Staging.whole_int32``): the pre-pass splits them into stacked byte planes
+    (``plane_kernel``)."""
+    if gemm.stacked_planes:
+        return False
+    if _planes(gemm, lowering):  # int32 under the byte planes: split into stacked planes
+        return schedule.warpgroup and not staging.whole_int32
     scheme = scheme_for(lowering, gemm.operand_elt, staging.whole_int32)
     return (schedule.warpgroup and gemm.operand_elt is ElemType.F32
             and scheme.terms == ("",) and scheme.operand.bits == 16)
+
+
+def _planes(gemm: Gemm, lowering: Lowering) -> bool:
+    return lowering is Lowering.INT32_BYTE_PLANES and gemm.operand_elt is I32
 
 
 def refusal(gemm: Gemm, region: Region) -> str | None:
@@ -64,7 +75,7 @@ def refusal(gemm: Gemm, region: Region) -> str | None:
     temporary would hold more elements than a 32-bit index reaches, or its grid would have
     more blocks along y than a launch may (rows of 67 million elements)."""
     a, b = sizes(gemm, region)
-    if max(a, b) > _MOST or region.me + region.d > _MOST:
+    if max(a, b) > _MOST or region.me + region.d + region.ne > _MOST:
         return (f"the converted operands would take {a} and {b} elements, more than the "
                 f"pre-pass's 32-bit indices reach ({_MOST})")
     if -(-max(region.d, region.ne) // (BLOCK * PER_INVOCATION)) > MOST_Y:
@@ -78,9 +89,13 @@ def _ceil(x: int) -> int:
 
 
 def sizes(gemm: Gemm, region: Region) -> tuple[int, int]:
-    """Elements of A's and of B's temporary over ``region``."""
+    """Elements of A's and of B's temporary over ``region`` (int32 operands: their stacked
+    byte planes)."""
     layers_a = region.ze if _batched(gemm.a) else min(region.ze, 1)
     layers_b = region.ze if _batched(gemm.b) else min(region.ze, 1)
+    if gemm.operand_elt is I32:
+        row = BLOCKS * _plane_depth(region.d)
+        return layers_a * region.me * row, layers_b * region.ne * row
     return layers_a * region.me * _ceil(region.d), layers_b * region.d * _ceil(region.ne)
 
 
@@ -177,6 +192,139 @@ def conversion_kernel(original: ir.Kernel, gemm: Gemm, params: tuple[ir.Param, .
     return made
 
 
+A_PLANES = tuple(p for phase in PLANE_PHASES for p, _ in phase)
+"""The A plane of each block of a row of the stacked planes (``PLANE_PHASES``' order)."""
+B_PLANES = tuple(q for phase in PLANE_PHASES for _, q in phase)
+"""The B plane of each block of a column of the stacked planes."""
+BLOCKS = len(A_PLANES)
+PLANE_WORD = 8
+"""Bytes of one plane an invocation packs into one store (consecutive k)."""
+B_GROUP = 16
+"""Consecutive k of one column of B an invocation splits (its loads coalesce along n)."""
+U64 = ElemType.U64
+
+
+def _plane_depth(d: int) -> int:
+    return -(-d // PLANE_ALIGN) * PLANE_ALIGN
+
+
+def plane_kernel(original: ir.Kernel, gemm: Gemm, params: tuple[ir.Param, ...],
+                 names: tuple[str, str], region_names: tuple[str, ...]) -> ir.Kernel:
+    """The pre-pass of int32 operands under the byte planes, launched as
+    ``plane_grid(region)`` blocks of ``BLOCK``: each element's four byte planes (of its two's
+    complement pattern), stacked along k as ``PLANE_PHASES`` orders them. A's temporary holds
+    per layer ``me`` rows of ``10 * dp`` bytes (``dp`` the depth rounded up to
+    ``PLANE_ALIGN``), block ``b`` of row ``r`` holding plane ``A_PLANES[b]`` of ``A[r, k]``
+    at ``b * dp + k``; B's holds per layer ``ne`` rows, one per column of B (K-major, as
+    ``wgmma`` reads 8-bit B), block ``b`` plane ``B_PLANES[b]`` of ``B[k, c]``; bytes past the
+    depth are zero. Blocks ``x < me`` do A's row ``x``, each invocation ``PLANE_WORD``
+    consecutive k; the others do B's k from ``B_GROUP * (x - me)``, each invocation one
+    column (block ``y`` the columns from ``BLOCK * y``) and ``B_GROUP`` consecutive k. Each
+    invocation loads all of its elements before it stores, one ``StorePacked`` of
+    ``PLANE_WORD`` bytes per plane, block and word."""
+    me, ne, d = (var(region_names[i]) for i in (0, 1, 3))
+    dp, ld, layer = var("sk_dp"), var("sk_ld"), var("sk_layer")
+    tid = ir.BuiltinValue(which=Builtin.THREAD_IDX_X)
+    by = ir.BuiltinValue(which=Builtin.BLOCK_IDX_Y)
+
+    def layers_ok(access: Access) -> ir.Expr:
+        return const(True, ElemType.BOOL) if _batched(access) else binary(
+            BinOp.EQ, layer, const(0))
+
+    def loads(access: Access, k0: ir.Expr, count: int, row: ir.Expr, col: ir.Expr
+              ) -> list[ir.Stmt]:
+        out: list[ir.Stmt] = []
+        for j in range(count):
+            k = add(k0, const(j))
+            load = ir.Load(array=access.array, type=I32,
+                           index=access.address(row, col, layer, add(gemm.k_start, k)))
+            out.append(ir.Let(name=f"sk_x{j}", type=I32, value=ir.Select(
+                cond=binary(BinOp.LT, k, d), a=load, b=const(0), type=I32)))
+        return out
+
+    def word(plane: int, first: int) -> ir.Expr:
+        """Plane ``plane`` of ``sk_x<first>`` .. (``PLANE_WORD`` of them), k order from the
+        least significant byte."""
+        out: ir.Expr | None = None
+        for j in range(PLANE_WORD):
+            u = ir.Cast(x=ir.Cast(x=var(f"sk_x{first + j}", I32), type=ElemType.U32),
+                        type=U64)
+            byte = binary(BinOp.AND, binary(BinOp.SHR, u, const(8 * plane, U64))
+                          if plane else u, const(255, U64))
+            part = binary(BinOp.SHL, byte, const(8 * j, U64)) if j else byte
+            out = part if out is None else binary(BinOp.OR, out, part)
+        assert out is not None
+        return out
+
+    def stores(name: str, planes: tuple[int, ...], start: ir.Expr, k0: ir.Expr,
+               words: int) -> list[ir.Stmt]:
+        lets: list[ir.Stmt] = [ir.Let(name=f"sk_w{p}_{w}", type=U64, value=word(p, w * PLANE_WORD))
+                               for p in range(4) for w in range(words)]
+        return [*lets, *(ir.StorePacked(array=name, index=add(add(start, mul(const(b), dp)),
+                                                              add(k0, const(w * PLANE_WORD))),
+                                        value=var(f"sk_w{p}_{w}", U64))
+                         for b, p in enumerate(planes) for w in range(words))]
+
+    row, col, k = var("sk_row"), var("sk_col"), var("sk_k")
+    first_a = layer if _batched(gemm.a) else const(0)
+    a_side = ir.If(cond=binary(BinOp.LAND, layers_ok(gemm.a), binary(BinOp.LT, k, dp)),
+                   then=(*loads(gemm.a, k, PLANE_WORD, row, const(0)),
+                         *stores(names[0], A_PLANES, mul(add(mul(first_a, me), row), ld), k, 1)))
+    first_b = layer if _batched(gemm.b) else const(0)
+    b_side = ir.If(cond=binary(BinOp.LAND, layers_ok(gemm.b), binary(BinOp.LT, col, ne)),
+                   then=(*loads(gemm.b, k, B_GROUP, const(0), col),
+                         *stores(names[1], B_PLANES, mul(add(mul(first_b, ne), col), ld), k,
+                                 B_GROUP // PLANE_WORD)))
+    body: tuple[ir.Stmt, ...] = (
+        ir.Let(name="sk_row", type=I32, value=ir.BuiltinValue(which=Builtin.BLOCK_IDX_X)),
+        ir.Let(name="sk_layer", type=I32, value=ir.BuiltinValue(which=Builtin.BLOCK_IDX_Z)),
+        ir.Let(name="sk_dp", type=I32, value=mul(binary(
+            BinOp.DIV, add(d, const(PLANE_ALIGN - 1)), const(PLANE_ALIGN)), const(PLANE_ALIGN))),
+        ir.Let(name="sk_ld", type=I32, value=mul(const(BLOCKS), dp)),
+        ir.If(cond=binary(BinOp.LT, row, me),
+              then=(ir.Let(name="sk_k", type=I32,
+                           value=mul(add(mul(by, const(BLOCK)), tid), const(PLANE_WORD))),
+                    a_side),
+              orelse=(ir.Let(name="sk_k", type=I32,
+                             value=mul(binary(BinOp.SUB, row, me), const(B_GROUP))),
+                      ir.Let(name="sk_col", type=I32, value=add(mul(by, const(BLOCK)), tid)),
+                      b_side)),
+    )
+    made = ir.Kernel(name=f"{original.name}_to_planes", params=params, body=body,
+                     block=(BLOCK, 1, 1))
+    ir_check.ensure_valid(made)
+    return made
+
+
+def plane_grid(region: Region) -> tuple[int, int, int]:
+    """The byte planes' pre-pass grid over ``region`` (``plane_kernel``): a block column per
+    row of A and per ``B_GROUP`` k of B, enough blocks along each for the longer of A's
+    rows and B's columns, a layer per batch (none when the region is empty)."""
+    if not region.me or not region.ne or not region.d or not region.ze:
+        return 0, 0, 0
+    dp = _plane_depth(region.d)
+    return (region.me + dp // B_GROUP,
+            max(-(-dp // (BLOCK * PLANE_WORD)), -(-region.ne // BLOCK)), region.ze)
+
+
+def stacked_gemm(gemm: Gemm, names: tuple[str, str], region_vars: Mapping[str, ir.Expr]
+                 ) -> Gemm:
+    """``gemm`` reading the stacked byte planes ``plane_kernel`` wrote into the temporaries
+    called ``names`` (``Gemm.stacked_planes``): A at ``row * 10 dp + k``, B at ``col * 10 dp
+    + k`` (K-major), plus the layer; ``region_vars`` are the region's values ``me``, ``ne``,
+    ``d`` as the GEMM kernel names them."""
+    me, ne, d = region_vars["me"], region_vars["ne"], region_vars["d"]
+    ld = mul(const(BLOCKS), mul(binary(BinOp.DIV, add(d, const(PLANE_ALIGN - 1)),
+                                       const(PLANE_ALIGN)), const(PLANE_ALIGN)))
+    a = Access(names[0], ElemType.U8, offset=_minus(gemm.k_start), row_stride=ld,
+               col_stride=const(0), batch_stride=mul(me, ld) if _batched(gemm.a) else const(0),
+               red_stride=const(1))
+    b = Access(names[1], ElemType.U8, offset=_minus(gemm.k_start), row_stride=const(0),
+               col_stride=ld, batch_stride=mul(ne, ld) if _batched(gemm.b) else const(0),
+               red_stride=const(1))
+    return replace(gemm, a=a, b=b, stacked_planes=True)
+
+
 def conversion_grid(region: Region) -> tuple[int, int, int]:
     """The pre-pass's grid over ``region``: a block column per row of A and of B, enough
     blocks along each for the longer of the two rows, a layer per batch (none when one of the
@@ -228,12 +376,19 @@ def plan(original: Launch, gemm: Gemm, region: Region, lowering: Lowering, subgr
     temporaries = tuple(ir.ArrayParam(name=n, elem=elem) for n in pair)
     region_params = tuple(ir.ScalarParam(name=n, elem=I32) for n in extra)
     internal = {n: var(f"sk_{n}") for n in ("me", "ne", "d")}
+    planes = _planes(gemm, lowering)
+
+    def converted(values: Mapping[str, ir.Expr]) -> Gemm:
+        return (stacked_gemm(gemm, pair, values) if planes
+                else converted_gemm(gemm, pair, elem, values))
+
     rewritten = mr.kernel(kernel.model_copy(update={"params": (*kernel.params, *temporaries)}),
-                          converted_gemm(gemm, pair, elem, internal), lowering, subgroup,
-                          frag, staging, schedule)
+                          converted(internal), lowering, subgroup, frag, staging, schedule)
     params = (*kernel.params, *region_params, *temporaries)
     rewritten = rewritten.model_copy(update={"params": params})
-    prepass = conversion_kernel(kernel, gemm, params, pair, elem, extra)
+    prepass = (plane_kernel(kernel, gemm, params, pair, extra) if planes
+               else conversion_kernel(kernel, gemm, params, pair, elem, extra))
+    grid_of = plane_grid if planes else conversion_grid
     args = {**{renames.get(n, n): v for n, v in original.args.items()},
             **dict(zip(extra, region.args, strict=True))}
     size_a, size_b = sizes(gemm, region)
@@ -241,8 +396,8 @@ def plan(original: Launch, gemm: Gemm, region: Region, lowering: Lowering, subgr
                                  schedule=schedule)
     notes = {**original.notes, "lowering": lowering.value, "subgroup": subgroup, "frag": frag,
              "schedule": schedule.name, "prepass": prepass.name}
-    steps = Steps((Launch(prepass, args, conversion_grid(region), (BLOCK, 1, 1)),
+    steps = Steps((Launch(prepass, args, grid_of(region), (BLOCK, 1, 1)),
                    Launch(rewritten, args, grid, block, notes)),
                   (Scratch(pair[0], elem, size_a), Scratch(pair[1], elem, size_b)))
-    return Plan(steps, converted_gemm(gemm, pair, elem, {n: var(n2) for n, n2 in zip(
+    return Plan(steps, converted({n: var(n2) for n, n2 in zip(
         ("me", "ne", "d"), (extra[0], extra[1], extra[3]), strict=True)}))
