@@ -22,20 +22,16 @@ The inputs hold no NaN, so every variant's output must equal the printed kernel'
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import re
 import sys
+from functools import partial
 from typing import Any
 
-import numpy as np
-
-from backends.cuda.launch import Ready, launchables
-from backends.cuda.nvrtc import compile_cubin
-from backends.cuda.run import Launchable, device_arch, device_name, launch_steps, time_steps
+from backends.cuda.run import device_arch, device_name
 from backends.pipeline import compile_launch
 from backends.registry import target
-from bench.gpu_speed_h200 import host_values
-from bench.harness import ROOT, Timing, show, table, write
+from bench.harness import ROOT, show, table, write
+from bench.text_variants import time_variants
 from sarek.loader import load_module
 from sarek.matrix_scheme import Lowering
 from sarek.schedule import Schedule
@@ -96,30 +92,18 @@ def main() -> int:
     for lowering, schedule in KERNELS:
         compiled = compile_launch(cuda, launch, lowering=Lowering(lowering),
                                   schedule=Schedule.parse(schedule))
-        values = host_values(compiled)
-        (step,) = launchables(compiled, values)
-        record = Ready.of(compiled, arch)
-        steps: dict[str, Launchable] = {
-            name: dataclasses.replace(step, cubin=compile_cubin(
-                variant_text(record.text, define), arch, f"{record.name}.cu"))
-            for name, define in VARIANTS.items()}
-        c = compiled.gemm.c.array if compiled.gemm is not None else "c"
-        outputs = {name: launch_steps([k], values)[c].view(np.uint32)
-                   for name, k in steps.items()}
-        times: dict[str, list[float]] = {name: [] for name in steps}
-        for _ in range(args.rounds):  # one median of 3 per variant a round, side by side
-            for name, k in steps.items():
-                times[name].append(Timing.of(time_steps([k], values, 3)).median_s)
-        printed_s = Timing.of(times["printed"]).median_s
-        for name in steps:
-            median = Timing.of(times[name]).median_s
-            same = bool(np.array_equal(outputs[name], outputs["printed"]))
-            same_everywhere &= same
+        measured = time_variants(compiled, arch, {
+            name: None if define is None else partial(variant_text, define=define)
+            for name, define in VARIANTS.items()}, args.rounds)
+        printed_s = measured["printed"]["median_s"]
+        for name, m in measured.items():
+            same_everywhere &= m["same_bits"]
             rows.append({"lowering": lowering, "schedule": schedule, "variant": name,
-                         "median_s": median, "tflops": 2.0 * n**3 / median / 1e12,
-                         "vs_printed": printed_s / median, "bit_identical_to_printed": same})
+                         "median_s": m["median_s"], "tflops": 2.0 * n**3 / m["median_s"] / 1e12,
+                         "vs_printed": printed_s / m["median_s"],
+                         "bit_identical_to_printed": m["same_bits"]})
             cells.append((lowering, schedule, name, f"{rows[-1]['tflops']:.1f}",
-                          f"{rows[-1]['vs_printed']:.3f}", same))
+                          f"{rows[-1]['vs_printed']:.3f}", m["same_bits"]))
     show(table(f"f32 roundings in staging at {n}^3 on {device_name()}, medians of "
                f"{args.rounds} rounds", ("lowering", "schedule", "helpers", "TFLOP/s",
                                          "x printed", "bits = printed"), cells, left=3))

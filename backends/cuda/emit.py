@@ -42,12 +42,18 @@ BUILTINS = {
 
 _CONVERSIONS = r"""
 /* cvt.rn gives every NaN the canonical 0x7FFF; the IR's conversions keep a NaN's sign (and,
-   to f16, its payload's upper bits), so a NaN's result is selected apart. */
+   to f16, its payload's upper bits), so a NaN's result is selected apart: from f32 in one
+   branch-free asm block (setp.nan + selp), which the kernels that round as they stage run
+   faster than the same selection written in C. */
 __device__ inline float sk_f16_to_f32(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 __device__ inline unsigned short sk_f32_to_f16(float f) {
-    unsigned u = __float_as_uint(f), a = u & 0x7FFFFFFFu, p = (a & 0x7FFFFFu) >> 13;
-    unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return a > 0x7F800000u ? (unsigned short)(((u >> 16) & 0x8000u) | 0x7C00u | (p ? p : 1u)) : h;
+    unsigned h;
+    asm("{ .reg .pred n, z; .reg .b16 t; .reg .b32 q, p;\n"
+        " cvt.rn.f16.f32 t, %1; cvt.u32.u16 %0, t; setp.nan.f32 n, %1, %1; mov.b32 q, %1;\n"
+        " and.b32 p, q, 0x7FFFFF; shr.b32 p, p, 13; setp.eq.u32 z, p, 0; selp.b32 p, 1, p, z;\n"
+        " shr.b32 q, q, 16; and.b32 q, q, 0x8000; or.b32 q, q, 0x7C00; or.b32 q, q, p;\n"
+        " selp.b32 %0, q, %0, n; }" : "=r"(h) : "f"(f));
+    return (unsigned short)h;
 }
 __device__ inline unsigned short sk_f64_to_f16(double d) {
     unsigned long long u = __double_as_longlong(d), a = u & 0x7FFFFFFFFFFFFFFFull;
@@ -57,9 +63,12 @@ __device__ inline unsigned short sk_f64_to_f16(double d) {
 }
 __device__ inline float sk_bf16_to_f32(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
 __device__ inline unsigned short sk_f32_to_bf16(float f) {
-    unsigned u = __float_as_uint(f);
-    unsigned short h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return (u & 0x7FFFFFFFu) > 0x7F800000u ? (unsigned short)(((u >> 16) & 0x8000u) | 0x7FC0u) : h;
+    unsigned h;
+    asm("{ .reg .pred n; .reg .b16 t; .reg .b32 q;\n"
+        " cvt.rn.bf16.f32 t, %1; cvt.u32.u16 %0, t; setp.nan.f32 n, %1, %1; mov.b32 q, %1;\n"
+        " shr.b32 q, q, 16; and.b32 q, q, 0x8000; or.b32 q, q, 0x7FC0;\n"
+        " selp.b32 %0, q, %0, n; }" : "=r"(h) : "f"(f));
+    return (unsigned short)h;
 }
 /* f64 -> bf16 rounds once: to f32 rounding to odd (29 spare bits), then to nearest even. */
 __device__ inline unsigned short sk_f64_to_bf16(double d) {

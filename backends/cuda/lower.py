@@ -40,12 +40,12 @@ SUBGROUPS = (32,)
 FRAGMENTS = (16,)
 STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True, byte_k=32, packed_planes=True, large=(
     ("F16_operands", Schedule(tile=128, step=64, stages=3, wide=True, warpgroup=True,
-                              specialized=True)),
+                              specialized=True, persistent=True)),
     ("F16_operands", Schedule(tile=128, step=64, stages=3, wide=True, warpgroup=True,
                               in_flight=True)),
     ("F16_operands", Schedule(tile=128, step=32, stages=3, wide=True)),
     ("Bf16_operands", Schedule(tile=128, step=64, stages=3, wide=True, warpgroup=True,
-                               specialized=True)),
+                               specialized=True, persistent=True)),
     ("Bf16_operands", Schedule(tile=128, step=64, stages=3, wide=True, warpgroup=True,
                                in_flight=True)),
     ("Bf16_operands", Schedule(tile=128, step=32, stages=3, wide=True)),
@@ -65,8 +65,12 @@ run; every tile copied by ``cp.async``, raw where it is converted at the step th
 it): for F16 with f16 operands ``wgmma`` over 128x256 tiles of two warpgroups in three 64-deep
 stages, A and B read from shared memory, copied by a third, producer warpgroup of bulk tensor
 copies that hands the buffers to the two through mbarriers (``specialized``,
-``backends.cuda.roles``: 451.3 TFLOP/s at 4096^3 and 536.4 at 8192^3 against 387.7 and 452.5
-for ``t128x256k64s3gf``, the policy before, in the same runs,
+``backends.cuda.roles``), on a persistent grid (``persistent``: one block per multiprocessor
+takes tiles in turn, its producer copying the next tile's steps while the consumers store
+one; 470.1 TFLOP/s at 4096^3 and 539.7 at 8192^3 against 453.6 and 525.1 for
+``t128x256k64s3gw``, and the grouped tile order ``...gwro`` 457.0 and 554.0, in the same runs,
+``bench/results/schedule_sweep_ws_persistent_h200.json``; ``t128x256k64s3gw`` had run at 451.3
+and 536.4 against 387.7 and 452.5 for ``t128x256k64s3gf``, the policy before it,
 ``bench/results/schedule_sweep_ws_h200.json``; ``t128x256k64s3gf``, each step's group left in
 flight while the next is issued, had run at 414.9 against 393.6 for ``t128k64s2g``, which was
 1.20x ``mma.sync``'s best, 5.4x the seed's, and stays next in line for launches whose
@@ -90,7 +94,8 @@ group (``bench/results/schedule_sweep_wgmma_wide_h200.json``); one warpgroup's t
 group in flight (``t128k64s3gf``, ``t128k64s4gf``) ran slower (288 and 300 TFLOP/s).
 Converted operands of large regions take F16's warpgroup schedule after the conversion
 pre-pass (``sarek.rewrite.prepass``: each f32 element rounded once into a 16-bit temporary;
-Bf16 at 4096^3, the pre-pass included, 421.2 TFLOP/s under ``t128x256k64s3gw`` and 363.0
+Bf16 at 4096^3, the pre-pass included, 421.2 TFLOP/s under ``t128x256k64s3gw`` (the policy
+takes its persistent form, as for F16) and 363.0
 under ``t128x256k64s3gf`` against 108.2 for ``t128x256k32s3``, which converts as it stages,
 in one run, ``bench/results/schedule_sweep_prepass_h200.json``;
 ``specs/matrix-pattern-rewrite.md`` 6.10).

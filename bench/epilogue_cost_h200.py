@@ -1,0 +1,99 @@
+"""What the epilogue of CUDA's warp-specialized F16 kernels costs on the H200.
+
+The consumer warpgroups of ``t128x256k64s3gw`` (and ``...gwr``) hand their accumulators to the
+block's threads through the exchange array ``sk_cs``: each warpgroup in its turn stores its
+fragments there, then its lanes store the tile's outputs one element a trip of a 128-trip loop
+(``specs/matrix-pattern-rewrite.md``, the epilogue). This benchmark times each kernel as printed
+beside the same text edited, side by side in rounds (``bench/text_variants.py``):
+
+* ``printed``: as ``sarek.emit`` prints it;
+* ``unroll 4`` / ``unroll 16``: ``#pragma unroll N`` on each epilogue loop (the same bits);
+* ``no output stores``: the loops' stores of outputs removed (the exchange kept): garbage out,
+  a bound on what the loops cost. (Removing the exchange's stores as well leaves the
+  accumulators dead, and ptxas then keeps one of the step's four ``wgmma``: no bound at all.)
+
+Prints a table and writes ``bench/results/epilogue_cost_h200.json``.
+
+    python -m bench.epilogue_cost_h200 [--rounds 5] [--case N:SCHEDULE ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from functools import partial
+from typing import Any
+
+from backends.cuda.run import device_arch, device_name
+from backends.pipeline import compile_launch
+from backends.registry import target
+from bench.harness import ROOT, show, table, write
+from bench.text_variants import Edit, time_variants
+from sarek.loader import load_module
+from sarek.matrix_scheme import Lowering
+from sarek.schedule import Schedule
+
+CASES = ("4096:t128x256k64s3gw", "4096:t128x256k64s3gwr", "8192:t128x256k64s3gw")
+_LOOP = re.compile(r"\n(\s*)(for \(int sk_q = 0; sk_q < \d+; sk_q \+= 1\) \{)")
+
+
+def unrolled(text: str, times: int) -> str:
+    """Each epilogue loop (``sk_q``) of ``text`` under ``#pragma unroll times``."""
+    return _LOOP.sub(lambda m: f"\n{m[1]}#pragma unroll {times}\n{m[1]}{m[2]}", text)
+
+
+def without(text: str, heads: tuple[str, ...]) -> str:
+    """``text`` without the statements that store into the arrays named ``heads``."""
+    for head in heads:
+        text = re.sub(rf"\n\s*{head}\[[^\n]*\] = [^\n]*;(?=\n)", "", text)
+    return text
+
+
+def variants(c: str) -> dict[str, Edit]:
+    return {"printed": None, "unroll 4": partial(unrolled, times=4),
+            "unroll 16": partial(unrolled, times=16),
+            "no output stores": partial(without, heads=(c,))}
+
+
+GARBAGE = frozenset({"no output stores"})
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--case", action="append", metavar="N:SCHEDULE")
+    args = parser.parse_args()
+    arch, cuda = device_arch(), target("cuda")
+    rows: list[dict[str, Any]] = []
+    cells: list[tuple[object, ...]] = []
+    same = True
+    for case in args.case or CASES:
+        size, schedule = case.split(":")
+        n = int(size)
+        launch = load_module(ROOT / "examples" / "gemm_f16.py").make(n, n, n)
+        compiled = compile_launch(cuda, launch, lowering=Lowering.F16_OPERANDS,
+                                  schedule=Schedule.parse(schedule))
+        assert compiled.gemm is not None
+        measured = time_variants(compiled, arch, variants(compiled.gemm.c.array), args.rounds)
+        printed_s = measured["printed"]["median_s"]
+        for name, m in measured.items():
+            if name not in GARBAGE:
+                same &= m["same_bits"]
+            rows.append({"n": n, "schedule": schedule, "variant": name,
+                         "median_s": m["median_s"], "tflops": 2.0 * n**3 / m["median_s"] / 1e12,
+                         "vs_printed": printed_s / m["median_s"],
+                         "bit_identical_to_printed": m["same_bits"]})
+            cells.append((n, schedule, name, f"{m['median_s'] * 1e3:.3f}",
+                          f"{rows[-1]['tflops']:.1f}", f"{rows[-1]['vs_printed']:.3f}",
+                          m["same_bits"] if name not in GARBAGE else "garbage"))
+    show(table(f"the epilogue of F16's warp-specialized kernels on {device_name()}, medians "
+               f"of {args.rounds} rounds", ("n", "schedule", "variant", "ms", "TFLOP/s",
+                                            "x printed", "bits = printed"), cells, left=3))
+    write("epilogue_cost_h200", {"device": device_name(), "arch": arch,
+                                 "rounds": args.rounds, "rows": rows})
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
