@@ -4,12 +4,13 @@ side, each output checked bit for bit against the seed schedule's on the device.
 Every schedule takes each output's products in the same order, so each must give the seed's
 bits. Prints a table and writes bench/results/schedule_sweep_h200.json (medians of
 ``gpu_speed_h200.REPEATS`` launches, TFLOP/s at 2mnk; ``--cublas``: cuBLAS f16, or cuBLAS of
-each type it names (``--cublas f16 bf16``), at the same size in the same run, a row each).
+each type it names (``--cublas f16 bf16``), at the same size in the same run, a row each;
+``--cupy-int32``: CuPy's int32 matmul likewise, the byte planes' baseline).
 CUDA's staging policy (``backends/cuda/lower.py``) names the fastest for large regions.
 
     python -m bench.schedule_sweep_h200 [--n 4096] [--lowering F16_operands ...]
                                         [--example gemm_f32] [--schedule t128k64s2g ...]
-                                        [--cublas [f16] [bf16]]
+                                        [--cublas [f16] [bf16]] [--cupy-int32]
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ import numpy as np
 from backends.cuda.run import device_arch, device_name
 from backends.pipeline import compile_launch
 from backends.registry import target
-from bench.gpu_speed_h200 import kernel_output, kernel_seconds, torch_seconds
-from bench.harness import RESULTS, ROOT, show, table, write
+from bench.gpu_speed_h200 import REPEATS, kernel_output, kernel_seconds, torch_seconds
+from bench.harness import RESULTS, ROOT, Timing, show, table, write
 from sarek.errors import SarekError
 from sarek.loader import load_module
 from sarek.matrix_scheme import Lowering
@@ -61,6 +62,8 @@ def main() -> int:
     parser.add_argument("--cublas", nargs="*", choices=("f16", "bf16"),
                         help="also time cuBLAS (through PyTorch) at the same size: f16 (the "
                         "default), bf16, or both")
+    parser.add_argument("--cupy-int32", action="store_true",
+                        help="also time CuPy's int32 matmul at the same size (Tops at 2mnk)")
     parser.add_argument("--out", type=Path, default=RESULTS
                         / "schedule_sweep_h200.json")
     args = parser.parse_args()
@@ -86,6 +89,8 @@ def main() -> int:
                                                                seed_c))
                 row |= {"median_s": s, "tflops": 2.0 * n**3 / s / 1e12,
                         "vs_seed": seed_s / s, "bit_identical_to_seed": same}
+                if rw.before:  # a sequence: the conversion pre-pass's share of the time
+                    row["prepass_s"] = kernel_seconds(rw, arch, upto=len(rw.before))
                 cells.append((lowering.value, schedule.name, f"{s * 1e3:.3f}",
                               f"{row['tflops']:.1f}", f"{row['vs_seed']:.2f}", same))
             except SarekError as e:  # too much shared memory, a schedule refused
@@ -98,6 +103,12 @@ def main() -> int:
                      "tflops": 2.0 * n**3 / s / 1e12})
         cells.append((f"cuBLAS {dtype}", "", f"{s * 1e3:.3f}", f"{rows[-1]['tflops']:.1f}", "-",
                       "-"))
+    if args.cupy_int32:
+        s = cupy_int32_seconds(n)
+        rows.append({"baseline": "CuPy int32 matmul", "median_s": s,
+                     "tflops": 2.0 * n**3 / s / 1e12})
+        cells.append(("CuPy int32 matmul", "", f"{s * 1e3:.3f}", f"{rows[-1]['tflops']:.1f}",
+                      "-", "-"))
     show(table(f"schedules at {n}^3 on {device_name()}",
                ("lowering", "schedule", "ms", "TFLOP/s", "x seed", "bits = seed"), cells,
                left=2))
@@ -117,6 +128,25 @@ def cublas_seconds(n: int, dtype: str = "f16") -> float:
     a = torch.randn(n, n, device="cuda", dtype=kind)
     b = torch.randn(n, n, device="cuda", dtype=kind)
     return torch_seconds(partial(torch.matmul, a, b))
+
+
+def cupy_int32_seconds(n: int) -> float:
+    """The median time of CuPy's int32 matmul of two ``n`` x ``n`` matrices over the whole
+    int32 range (CUDA events around each launch, as ``gpu_speed_h200`` times it)."""
+    import cupy
+
+    a = cupy.random.randint(-2**31, 2**31 - 1, (n, n), dtype=cupy.int32)
+    b = cupy.random.randint(-2**31, 2**31 - 1, (n, n), dtype=cupy.int32)
+    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+    cupy.matmul(a, b)
+    times = []
+    for _ in range(REPEATS):
+        start.record()
+        cupy.matmul(a, b)
+        stop.record()
+        stop.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
+    return Timing.of(times).median_s
 
 
 if __name__ == "__main__":

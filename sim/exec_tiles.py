@@ -128,14 +128,16 @@ class Tiles(Core):
         b_offsets = (k // along_k) * s.core_k + (c // along_n) * s.core_n + np.asarray(
             b_atom.offset(c % along_n, k % along_k))
         # A (m x k) K-major in 128-byte swizzle atoms, a_core_m apart along m; the swizzle
-        # applies to the whole index (the atoms are aligned to their size)
-        a_atom = atoms.GMMA_K_SW128
+        # applies to the whole index (the atoms are aligned to their size); 8-bit A K-major
+        # in core matrices of 8 rows of 16 k, a_core_m apart along m, one core matrix along k
+        a_atom = atoms.GMMA_K_INTER_8BIT if s.elem.bits == 8 else atoms.GMMA_K_SW128
         a_swizzle = a_atom.swizzle.recast(a_atom.element_bytes) if a_atom.swizzle else None
-        assert a_swizzle is not None
-        m = np.arange(atoms.WGMMA.m)[:, None]
-        a_rows = a_atom.shape[0]
-        a_offsets = (m // a_rows) * s.a_core_m + (m % a_rows) * a_atom.stride[0] + \
-            np.arange(atoms.WGMMA.k) * a_atom.stride[1]  # before the swizzle
+        m, ka = np.arange(atoms.WGMMA.m)[:, None], np.arange(depth)[None, :]
+        a_rows, a_row = a_atom.shape[0], a_atom.row
+        a_offsets = (m // a_rows) * s.a_core_m + (ka // a_row) * a_atom.bytes + np.asarray(
+            a_atom.offset(m % a_rows, ka % a_row)) if a_swizzle is None else \
+            (m // a_rows) * s.a_core_m + (m % a_rows) * a_atom.stride[0] + \
+            ka * a_atom.stride[1]  # before the swizzle
 
         def operand(st: State, m: Mask, f_index: ExprFn, arr: Array, offsets: np.ndarray,
                     warps: np.ndarray, use: str) -> np.ndarray:
@@ -148,7 +150,7 @@ class Tiles(Core):
                 self._fail(SubgroupDivergence, f"wgmma's {use} is one for the warpgroup; its "
                            "warps name different ones", site, None)
             within = index[first].astype(np.int64).reshape(-1, *[1] * offsets.ndim) + offsets
-            if use == "A":
+            if use == "A" and a_swizzle is not None:
                 if (index[first] % a_atom.row > a_atom.row - atoms.WGMMA.k).any():
                     self._fail(OutOfBounds, f"wgmma's A rows of 16 elements cross a 128-byte "
                                f"row of {arr.name!r}'s swizzle atoms", site, None)

@@ -180,7 +180,7 @@ def _wgmma(p: Printer, s: ir.Wgmma) -> list[str]:
         a_desc = _descriptor(p, s.a, s.a_index, s.a_descriptor)
         a, b = f"%{values}", f"%{values + 1}"
         ins = f'"l"({a_desc})'
-        scales = "p, 1, 1, 0, 1"  # scale-d, scale-a, scale-b, transpose-a, transpose-b
+        scales = "p" if integer else "p, 1, 1, 0, 1"  # scale-d, -a, -b, transpose-a, -b
     op = atoms.WGMMA.ptx(s.n, s.elem)
     return ['asm volatile("wgmma.fence.sync.aligned;" ::: "memory");',
             f'asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, 1, 0;\\n{op} {{{d}}}, '

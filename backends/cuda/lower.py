@@ -526,7 +526,17 @@ class _Lowering:
         layout = self.places[load.array]
         a, a_index, a_descriptor = fa.name, None, None
         a_core_m = wgmma.SWIZZLE_ROW * wgmma.CORE  # elements between A's 8-row groups
-        if fa.name in self.shared_a:  # warp w's rows start 16w rows into the warpgroup's
+        if fa.name in self.shared_a and fa.elem.bits == 8:  # K-major core matrices
+            a_load = self.shared_a[fa.name]
+            a_layout = self.places[a_load.array]
+            warp = binary(BinOp.REM, ir.BuiltinValue(which=Builtin.SUBGROUP_ID),
+                          const(atoms.WGMMA.warps))
+            a, a_core_m = a_load.array, a_layout.core_n
+            rows = atoms.WGMMA.m // atoms.WGMMA.warps // wgmma.CORE  # 8-row groups per warp
+            a_index = binary(BinOp.SUB, a_layout.start(a_load.offset),
+                             mul(warp, const(rows * a_core_m)))
+            a_descriptor = a_layout.descriptor()
+        elif fa.name in self.shared_a:  # warp w's rows start 16w rows into the warpgroup's
             a_load = self.shared_a[fa.name]
             warps = atoms.WGMMA.warps
             warp = binary(BinOp.REM, ir.BuiltinValue(which=Builtin.SUBGROUP_ID), const(warps))

@@ -62,8 +62,8 @@ class CoreLayout:
     pitch: int
     swizzle: bool = False
     cols: int = 0  # of the staged tiles (0: not recorded)
-    # 8-bit B, staged column-major (copy rows along n, columns along k) and read K-major:
-    # core matrices of 8 columns of 16 k, ``GMMA_K_INTER_8BIT``
+    # 8-bit operands, read K-major (B staged column-major: copy rows along n, columns along
+    # k; A row-major): core matrices of 8 rows of 16 k, ``GMMA_K_INTER_8BIT``
     k_major: bool = False
 
     @property
@@ -91,7 +91,8 @@ class CoreLayout:
 
     @property
     def core_n(self) -> int:
-        """Elements between the column blocks (core matrices, or atoms) adjacent along n."""
+        """Elements between the column blocks (core matrices, or atoms) adjacent along n (for
+        K-major 8-bit A: between the 8-row groups adjacent along m)."""
         if self.k_major:  # 8 columns of the tile's k, the core matrices along k in between
             return CORE * self.cols
         return (self.rows // CORE) * SWIZZLE_ROW * CORE if self.swizzle else CORE * self.rows
@@ -128,9 +129,11 @@ class CoreLayout:
         that begins an 8-row group)."""
         within = binary(BinOp.REM, neutral, const(self.rows * self.pitch))
         base = binary(BinOp.SUB, neutral, within)
-        if self.k_major:  # a fragment's first column, at k 16 * j: the j-th core matrix
+        if self.k_major:  # a fragment's first row (8 r) and column (16 j): its core matrix
+            row = binary(BinOp.DIV, within, const(self.pitch))
             k = binary(BinOp.REM, within, const(self.pitch))
-            return add(base, mul(binary(BinOp.DIV, k, const(_K8)), const(self.core_k)))
+            return add(base, add(mul(binary(BinOp.DIV, row, const(CORE)), const(self.core_n)),
+                                 mul(binary(BinOp.DIV, k, const(_K8)), const(self.core_k))))
         per_row = SWIZZLE_ROW if self.swizzle else CORE
         return add(base, mul(binary(BinOp.DIV, within, const(self.pitch)), const(per_row)))
 
@@ -173,7 +176,12 @@ def wgmma_arrays(kernel: ir.Kernel) -> dict[str, CoreLayout]:
     byte_a = {s.name for s in stmts if isinstance(s, ir.FragDecl) and s.elem.bits == 8}
     for name in {s.array for s in loads if s.frag in by_wide_b} - out.keys():
         frags = {s.frag for s in loads if s.array == name}
-        if frags & byte_a:  # 8-bit A stays in registers (its atoms here are 16-bit ones)
+        if frags & byte_a:  # 8-bit A: K-major core matrices, as 8-bit B
+            layout, refusal = _staged_layout(stmts, name, frags, k_major=True)
+            if refusal is None and layout is not None and not frags & by_other and \
+                    layout.rows % WARPGROUP_ROWS == 0 and \
+                    all(s.layout is ir.FragLayout.ROW for s in loads if s.array == name):
+                out[name] = layout
             continue
         layout, refusal = _staged_layout(stmts, name, frags)
         if refusal is None and layout is not None and layout.swizzle and \
