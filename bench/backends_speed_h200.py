@@ -4,8 +4,9 @@ At 4096^3 (``--n``, which takes several sizes: rows for each in one report) each
 bundled example (``EXAMPLES``) is rewritten for CUDA and for Vulkan, each under its target's
 staging policy (the schedule ``rewrite_launch`` picks for a region this large), printed, and
 timed over the same inputs: CUDA through the driver API with CUDA events, Vulkan with GPU
-timestamps (``backends.spirv.run.time_kernel``), each the median of 10 launches after a
-warm-up. The Vulkan output is compared bit for bit with CUDA's. The schedule Vulkan takes for
+timestamps (``backends.spirv.run.time_steps``: a conversion pre-pass and the GEMM each timed,
+their times added), each the median of 10 launches after a warm-up. The Vulkan output is
+compared bit for bit with CUDA's. The schedule Vulkan takes for
 small regions (the seed's ``t64k16``; ``t64k32`` for Int8) is timed beside it: what the
 policy ran at every size before it named large schedules, and so is each schedule ``--also
 LOWERING=SCHEDULE`` names (candidates for the policy, timed in the same run). A lowering the
@@ -131,7 +132,7 @@ def measure(n: int, also: tuple[tuple[str, str], ...] = (),
     from backends.registry import target
     from backends.spirv.device import device_name
     from backends.spirv.lower import STAGING
-    from backends.spirv.run import time_kernel
+    from backends.spirv.run import time_steps
     from bench.gpu_speed_h200 import REPEATS, kernel_output, kernel_seconds
     from sarek.errors import SarekError
     from sarek.loader import load_module
@@ -163,9 +164,7 @@ def measure(n: int, also: tuple[tuple[str, str], ...] = (),
                 vk = compile_launch(target("vulkan"), original, lowering=lowering,
                                     schedule=schedule)
                 assert vk.rewritten is not None
-                launch = vk.launch
-                out, times = time_kernel(launch.kernel, dict(launch.args), launch.grid,
-                                         launch.block, REPEATS)
+                out, times = time_steps(vk.steps, REPEATS)  # a conversion pre-pass first
             except SarekError as e:
                 rows.append({"target": "vulkan", **base, "schedule": getattr(schedule, "name",
                                                                              "policy"),

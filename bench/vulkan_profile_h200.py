@@ -37,7 +37,11 @@ as each variant ``--variant`` names (those that do not apply to a case are left 
 * ``land at once``: each copy's words stored into workgroup memory right after their loads
   instead of held in registers until the wait (a copy complete when issued);
 * ``land after the first loop``: where a loop is printed twice, every held copy landed as
-  the first loop ends and its words then made zeros (not yet timed);
+  the first loop ends and its words then made zeros;
+* ``multiply-adds in their step``: each step's multiply-adds right after the fragment loads
+  of the same step, as lowered before ``backends.spirv.lower.fragments_ahead`` (which
+  multiplies the fragments of the step before, loaded a trip earlier); ``land after the
+  first loop, multiply-adds in their step`` the two together;
 * ``byte shuffles``: each byte plane a converting copy lands made by ``OpVectorShuffle`` of
   the loaded components as ``u8vec4`` instead of shifts and masks;
 * ``bf16 by OpFConvert``: f32 rounded to bf16 by ``OpFConvert`` to the bf16 float type
@@ -307,11 +311,13 @@ def lazy_fragment_loads(stmts: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
     return tuple(out)
 
 
-def lowered(kernel: ir.Kernel, refills_first: bool = True) -> ir.Kernel:
+def lowered(kernel: ir.Kernel, refills_first: bool = True, ahead: bool = True) -> ir.Kernel:
     """``backends.spirv.lower.lower``'s kernel, with the converting copies' refills where
-    asked."""
+    asked, and each step's multiply-adds a step late (``fragments_ahead``) or in their
+    step."""
     kernel = spirv_lower.staged_copies(converting_copies(kernel, refills_first))
-    return packed_store.elements(spirv_lower.unsigned_accumulators(kernel))
+    kernel = packed_store.elements(spirv_lower.unsigned_accumulators(kernel))
+    return spirv_lower.fragments_ahead(kernel) if ahead else kernel
 
 
 class _OneLoop(_Module):
@@ -399,6 +405,11 @@ PRINTERS: dict[str, type[_Module]] = {"one loop": _OneLoop, "land at once": _Lan
                                       "land after the first loop": _LandAfterFirstLoop,
                                       "byte shuffles": _ByteShuffles,
                                       "bf16 by OpFConvert": _ConvertBf16}
+IN_THEIR_STEP = {"multiply-adds in their step": "",
+                 "land after the first loop, multiply-adds in their step":
+                 "land after the first loop"}
+"""Variants printed from the kernel lowered with each step's multiply-adds in the step that
+loads their fragments (the lowering before ``fragments_ahead``), by the printer named."""
 
 
 def kernel_variant(kernel: ir.Kernel, name: str) -> str | None:
@@ -406,6 +417,11 @@ def kernel_variant(kernel: ir.Kernel, name: str) -> str | None:
     variant, or changes nothing)."""
     if name in PRINTERS:
         return PRINTERS[name](spirv_lower.lower(kernel)).render()
+    if name in IN_THEIR_STEP:
+        late = lowered(kernel, ahead=False)
+        if late == spirv_lower.lower(kernel):
+            return None
+        return PRINTERS.get(IN_THEIR_STEP[name], _Module)(late).render()
     if name == "lazy fragment loads":
         low = spirv_lower.lower(kernel)
         return print_kernel(low.model_copy(update={"body": lazy_fragment_loads(low.body)}))

@@ -76,7 +76,10 @@ class Staging:
     schedules (whose staged copies land the planes) stage the byte planes' B column-major
     (each column's k consecutive), whatever ``narrow_b_col_major`` says of other 8-bit B;
     ``planes_pad_bytes``: under pipelined schedules, bytes appended to every staged row of A's
-    byte planes and column of column-major B's (a multiple of 16, like ``row_pad_bytes``)."""
+    byte planes and column of column-major B's (a multiple of 16, like ``row_pad_bytes``);
+    ``prepass_pipelined``: f32 operands that a lowering rounds to one 16-bit term are
+    converted by the pre-pass (``sarek.rewrite.prepass``) under every pipelined schedule, as
+    under warpgroup ones, and the GEMM stages the 16-bit temporaries as they are."""
 
     row_pad_bytes: int = 0
     narrow_b_col_major: bool = False
@@ -92,6 +95,7 @@ class Staging:
     whole_int32: bool = False
     planes_b_col_major: bool = False
     planes_pad_bytes: int = 0
+    prepass_pipelined: bool = False
 
     def fragments(self, schedule: Schedule, frag: int) -> Fragments:
         """Each wave's accumulators under ``schedule`` with ``frag`` x ``frag`` fragments: a

@@ -16,24 +16,32 @@ import pytest
 from conftest import example
 from staged_tile_cases import TILES, staged_planes_kernel, staged_tile_kernel
 
-import sarek
-from backends.pipeline import compile_launch
+from backends.pipeline import Compiled, compile_launch
 from backends.registry import target
 from backends.spirv import check, emit, tools_reason
 from backends.spirv.converting import converting_copies
 from backends.spirv.copies import transposed
 from backends.spirv.device import unsupported_configs
 from backends.spirv.emit import print_kernel
-from backends.spirv.lower import STAGING, lower, quad_arrays, staged_copies
+from backends.spirv.lower import (
+    AHEAD_BYTES,
+    STAGING,
+    fragments_ahead,
+    lower,
+    quad_arrays,
+    staged_copies,
+)
 from sarek import ir
 from sarek.device_support import recorded_h200_vulkan
 from sarek.dtypes import numpy_dtype
 from sarek.ir import ElemType
 from sarek.ir_walk import shared_arrays, walk
 from sarek.launch import Launch
+from sarek.matrix_rewrite import rewrite_launch
 from sarek.matrix_scheme import Lowering
 from sarek.schedule import Schedule
 from sarek.staging import Staging, StagingError
+from sim import simulate
 
 pytestmark = [pytest.mark.skipif(tools_reason() is not None,
                                  reason=f"SPIRV-Tools unavailable: {tools_reason()}"),
@@ -45,22 +53,50 @@ EXAMPLES = {Lowering.F16_OPERANDS: "gemm_f16", Lowering.BF16_OPERANDS: "gemm_f32
 RAGGED = (150, 133, 70)  # edge tiles, a k that is no multiple of 8: the word-by-word path
 
 
-def rewritten(lowering: Lowering, schedule: str | None, size: tuple[int, int, int] = RAGGED,
-              on: str = "spirv") -> Launch:
+def compiled(lowering: Lowering, schedule: str | None, size: tuple[int, int, int] = RAGGED,
+             on: str = "spirv") -> Compiled:
     launch = example(EXAMPLES[lowering]).make(*size)
     return compile_launch(target(on), launch, lowering=lowering,
-                          schedule=None if schedule is None else Schedule.parse(schedule)
-                          ).launch
+                          schedule=None if schedule is None else Schedule.parse(schedule))
+
+
+def rewritten(lowering: Lowering, schedule: str | None, size: tuple[int, int, int] = RAGGED,
+              on: str = "spirv") -> Launch:
+    """The GEMM's launch (after the conversion pre-pass, where one runs first)."""
+    return compiled(lowering, schedule, size, on).launch
+
+
+def converting(lowering: Lowering, schedule: str, on: str = "spirv") -> Launch:
+    """The one kernel that converts f32 operands as it stages them (``rewrite_launch``, no
+    pre-pass): what Vulkan's lowering fuses into converting copies."""
+    launch = example(EXAMPLES[lowering]).make(*RAGGED)
+    return rewrite_launch(launch, target=target(on), lowering=lowering,
+                          schedule=Schedule.parse(schedule)).launch
+
+
+def same_bits(ours: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> bool:
+    return all(np.array_equal(ours[k].view(f"u{ours[k].itemsize}"),
+                              want[k].view(f"u{want[k].itemsize}")) for k in want)
 
 
 def same_bits_as_cuda(lowering: Lowering, schedule: str) -> bool:
-    ours, cuda = rewritten(lowering, schedule), rewritten(lowering, schedule, on="cuda")
-    got = sarek.simulate(ours.kernel, dict(ours.args), grid=ours.grid, block=ours.block,
-                         target="spirv")
-    want = sarek.simulate(cuda.kernel, dict(cuda.args), grid=cuda.grid, block=cuda.block,
-                          target="cuda")
-    return all(np.array_equal(got[k].view(f"u{got[k].itemsize}"),
-                              want[k].view(f"u{want[k].itemsize}")) for k in want)
+    ours, cuda = compiled(lowering, schedule), compiled(lowering, schedule, on="cuda")
+    return same_bits(ours.steps.simulate(target="spirv"), cuda.steps.simulate(target="cuda"))
+
+
+def sarek_simulate(launch: Launch) -> dict[str, np.ndarray]:
+    return launch.simulate(target="spirv")
+
+
+def sim_simulate(lowered: ir.Kernel, launch: Launch) -> dict[str, np.ndarray]:
+    """``lowered`` (a kernel as the SPIR-V lowering gives it) run as it is, under the H200's
+    arithmetic."""
+    return simulate(lowered, dict(launch.args), launch.grid, launch.block, arith="h200")
+
+
+def converting_gives_cudas_bits(lowering: Lowering, schedule: str) -> bool:
+    ours, cuda = converting(lowering, schedule), converting(lowering, schedule, on="cuda")
+    return same_bits(ours.simulate(target="spirv"), cuda.simulate(target="cuda"))
 
 
 POLICY = [(Lowering(name), schedule.name) for name, schedule in STAGING.large]
@@ -207,7 +243,8 @@ def test_copies_are_held_as_many_groups_deep_as_a_wait_leaves_pending() -> None:
     # the loop is printed two steps a trip (the second behind a test of the bound), so that
     # each copy printed has its own set of registers; twice, its trips inside the limits first
     assert text.count("_trip = OpLabel") == 2
-    assert text.count("OpCooperativeMatrixMulAddKHR") == 2 * 2 * 16
+    # each step multiplies the fragments of the step before; the last step's after the loops
+    assert text.count("OpCooperativeMatrixMulAddKHR") == 2 * 2 * 16 + 16
 
 
 def test_each_wait_of_a_loop_printed_two_steps_a_trip_lands_one_set_known_as_printed() -> None:
@@ -232,7 +269,7 @@ def test_copies_are_held_one_group_deep_where_every_wait_leaves_none_pending() -
 
 def test_32_bit_tiles_are_words_read_one_component_at_a_time() -> None:
     # the raw f32 tiles as the neutral rewrite stages them, before the lowering fuses them
-    kernel = staged_copies(rewritten(Lowering.BF16_OPERANDS, "t64k32s2").kernel)
+    kernel = staged_copies(converting(Lowering.BF16_OPERANDS, "t64k32s2").kernel)
     assert quad_arrays(kernel) == {"sk_ra", "sk_rb"}  # the bf16 terms are stored element-wise
     text = print_kernel(kernel)
     assert re.search(r"= OpAccessChain %p_wo_u32 %\w+_sk_ra %\d+ %\d+", text)
@@ -243,7 +280,7 @@ def declared(kernel: ir.Kernel) -> dict[str, int]:
 
 
 def test_tiles_a_lowering_converts_are_copied_as_their_terms() -> None:
-    kernel = lower(rewritten(Lowering.BF16_OPERANDS, "t64k32s2").kernel)
+    kernel = lower(converting(Lowering.BF16_OPERANDS, "t64k32s2").kernel)
     # no raw f32 arrays; the bf16 terms have a buffer per stage: 64 rows of 32 + 8, 32 of 64 + 8
     assert declared(kernel) == {"sk_a": 2 * 64 * 40, "sk_b": 2 * 32 * 72, "sk_cs": 4 * 256}
     parts = {(s.dst, s.part) for s in walk(kernel.body) if isinstance(s, ir.StageCopy)}
@@ -253,11 +290,11 @@ def test_tiles_a_lowering_converts_are_copied_as_their_terms() -> None:
     loop = next(s for s in kernel.body if isinstance(s, ir.For))
     assert sum(isinstance(s, ir.Barrier) for s in loop.body) == 1  # the conversion's went
     check(emit(kernel))
-    assert same_bits_as_cuda(Lowering.BF16_OPERANDS, "t64k32s2")
+    assert converting_gives_cudas_bits(Lowering.BF16_OPERANDS, "t64k32s2")
 
 
 def test_raw_tiles_used_otherwise_than_the_rewrite_uses_them_are_left_raw() -> None:
-    kernel = rewritten(Lowering.BF16_OPERANDS, "t64k32s2").kernel
+    kernel = converting(Lowering.BF16_OPERANDS, "t64k32s2").kernel
     loop = next(s for s in kernel.body if isinstance(s, ir.For))
     converts = [i for i, s in enumerate(loop.body) if isinstance(s, ir.For)]
     # the barrier after the conversion loops moved before them: fusing could not drop it
@@ -339,3 +376,55 @@ def test_tiles_that_are_not_whole_words_for_each_invocation_are_copied_by_elemen
     kernel = lower(rewritten(Lowering.INT8_OPERANDS, "t64k16s2").kernel)
     assert quad_arrays(kernel) == frozenset()
     assert not any(isinstance(s, ir.StageCopy) for s in walk(kernel.body))
+
+
+def step_loop(kernel: ir.Kernel) -> ir.For:
+    return next(s for s in kernel.body if isinstance(s, ir.For) and s.var == "sk_k0")
+
+
+def test_each_step_multiplies_the_fragments_the_step_before_loaded() -> None:
+    launch = rewritten(Lowering.F16_OPERANDS, "t128x256k16s3")
+    kernel = lower(launch.kernel)
+    body = step_loop(kernel).body
+    kinds = [type(s).__name__ for s in body]
+    # after the barrier and the refills: the previous step's products (from the second trip
+    # on), then this step's fragment loads, which nothing in the trip waits for
+    assert kinds[-9:] == ["If"] + ["FragLoad"] * 8 and "Barrier" in kinds[:-9]
+    later = body[-9]
+    assert isinstance(later, ir.If) and all(isinstance(s, ir.FragMulAdd) for s in later.then)
+    after = kernel.body[kernel.body.index(step_loop(kernel)) + 1]
+    assert isinstance(after, ir.If) and after.then == later.then  # the last step's products
+    want = sarek_simulate(launch)
+    assert same_bits(sim_simulate(kernel, launch), want)
+    # the same kernel without the last step's products loses them
+    cut = kernel.model_copy(update={"body": tuple(s for s in kernel.body if s is not after)})
+    assert not same_bits(sim_simulate(cut, launch), want)
+
+
+def test_steps_of_two_sub_steps_multiply_in_their_step() -> None:
+    kernel = lower(rewritten(Lowering.F16_OPERANDS, "t128x256k32s2").kernel)
+    assert fragments_ahead(kernel) == kernel
+    assert isinstance(step_loop(kernel).body[-1], ir.FragMulAdd)
+
+
+def test_steps_loading_more_than_a_bound_of_fragments_multiply_in_their_step() -> None:
+    # the byte planes' 64x64 steps load four planes of A and of B: 8 KiB a subgroup
+    kernel = lower(rewritten(Lowering.INT32_BYTE_PLANES, "t64k32s2").kernel)
+    assert isinstance(step_loop(kernel).body[-1], ir.FragMulAdd)
+    decls = {s.name: s for s in walk(kernel.body) if isinstance(s, ir.FragDecl)}
+    loaded = [s.frag for s in step_loop(kernel).body if isinstance(s, ir.FragLoad)]
+    assert sum(decls[f].rows * decls[f].cols * decls[f].elem.bits // 8
+               for f in loaded) > AHEAD_BYTES
+
+
+def test_vulkan_converts_f32_operands_in_a_pre_pass_before_its_pipelined_schedules() -> None:
+    done = compiled(Lowering.BF16_OPERANDS, None, (1024, 1024, 64), on="vulkan")
+    assert done.rewritten is not None and done.rewritten.schedule.name == "t128x256k16s3"
+    assert len(done.runs) == 2 and {s.elem for s in done.scratch} == {ElemType.BF16}
+    assert not any(isinstance(s, ir.StageCopy) and s.part is not None
+                   for s in walk(done.lowered.body))  # the GEMM stages bf16 as it is
+    for step in done.runs:
+        check(step.text)
+    # small regions keep the one kernel that converts as it stages
+    assert len(compiled(Lowering.BF16_OPERANDS, None, on="vulkan").runs) == 1
+    assert same_bits_as_cuda(Lowering.BF16_OPERANDS, "t128x256k16s3")

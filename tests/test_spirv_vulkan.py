@@ -34,9 +34,10 @@ from backends.spirv import device as vulkan_device
 from backends.spirv import run as vulkan
 from backends.spirv.emit import push_constant_layout
 from backends.spirv.tools import tools_reason
-from sarek import ir
+from sarek import Global, block_dim, block_idx, f32, i32, ir, thread_idx
 from sarek.dsl import numpy_dtype
 from sarek.ir import ElemType
+from sarek.launch import Launch, Scratch, Steps
 from sarek.matrix_rewrite import rewrite_launch
 from sarek.matrix_scheme import Lowering
 from sim import simulate
@@ -332,3 +333,53 @@ def test_the_live_gate_refuses_a_device_without_cooperative_matrices_with_the_re
     reason = registry.target("vulkan").refuses(Lowering.F16_OPERANDS, 32, 16)
     assert reason is not None and f"{d.name} (Vulkan) does not support" in reason
     assert "lacks VK_KHR_cooperative_matrix" in reason
+
+
+@needs_vulkan
+@pytest.mark.parametrize("lowering", [Lowering.BF16_OPERANDS, Lowering.F16_OPERANDS], ids=str)
+def test_the_conversion_pre_pass_gives_the_simulators_temporaries(lowering: Lowering,
+                                                                  h200_vulkan: None) -> None:
+    # Vulkan's pipelined schedules take f32 operands after the pre-pass (the GEMM needs
+    # cooperative matrices; the conversion kernel runs on any device): ties, NaNs with
+    # payloads, infinities, subnormals and the largest finite values among A's elements
+    from backends.pipeline import compile_launch
+    from sarek.schedule import Schedule
+
+    launch = example("gemm_f32").make(150, 290, 70, seed=7)
+    launch.args["a"].reshape(-1)[:SPECIAL_F32.size] = SPECIAL_F32.view(np.float32)
+    done = compile_launch(registry.target("vulkan"), launch, lowering=lowering,
+                          schedule=Schedule.parse("t128x256k16s3"))
+    assert len(done.before) == 1 and len(done.scratch) == 2
+    first = done.before[0].launch
+    temporaries = {s.name: np.zeros(s.size, numpy_dtype(s.elem)) for s in done.scratch}
+    args = {p.name: temporaries.get(p.name, first.args.get(p.name))
+            for p in first.kernel.params}
+    want = sarek.simulate(first.kernel, dict(args), first.grid, first.block, target="vulkan")
+    got = vulkan.run(first.kernel, dict(args), first.grid, first.block)
+    for s in done.scratch:
+        assert np.array_equal(got[s.name].view(np.uint16), want[s.name].view(np.uint16)), s.name
+
+
+@sarek.kernel
+def double(x: Global[f32], y: Global[f32], n: i32):
+    i = block_idx.x * block_dim.x + thread_idx.x
+    if i < n:
+        y[i] = 2.0 * x[i]
+
+
+@sarek.kernel
+def plus_one(y: Global[f32], z: Global[f32], n: i32):
+    i = block_idx.x * block_dim.x + thread_idx.x
+    if i < n:
+        z[i] = y[i] + 1.0
+
+
+@needs_vulkan
+def test_time_steps_times_each_launch_over_what_the_one_before_left() -> None:
+    x = np.arange(40, dtype=np.float32)
+    steps = Steps((Launch(double, {"x": x, "n": 40}, 2, 32),
+                   Launch(plus_one, {"z": np.zeros(40, np.float32), "n": 40}, 2, 32)),
+                  (Scratch("y", ElemType.F32, 40),))
+    out, times = vulkan.time_steps(steps, 3)
+    assert sorted(out) == ["x", "z"] and np.array_equal(out["z"], 2 * x + 1)
+    assert len(times) == 3 and all(t > 0 for t in times)

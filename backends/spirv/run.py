@@ -34,6 +34,7 @@ from backends.spirv.lower import lower
 from backends.spirv.tools import assemble
 from sarek import ir
 from sarek.dtypes import numpy_dtype
+from sarek.launch import Launch, Steps
 
 
 @dataclass
@@ -349,3 +350,20 @@ def time_kernel(kernel: ir.Kernel, args: Sequence[Any] | Mapping[str, Any],
     finally:
         pipe.close()
     return {p.name: a for p, a in zip(params, out, strict=True)}, times[1:]
+
+
+def time_steps(steps: Steps, repeats: int = 10) -> tuple[dict[str, np.ndarray], list[float]]:
+    """Each launch of ``steps`` (a conversion pre-pass, then the GEMM) timed in turn by
+    ``time_kernel`` over the arrays the launches before it left; the final arrays, the
+    temporaries left out (``Steps.run``), and the seconds of each repeat summed over the
+    launches: their GPU time, the host's copies between launches not counted."""
+    per_launch: list[list[float]] = []
+
+    def one(launch: Launch) -> dict[str, np.ndarray]:
+        out, times = time_kernel(launch.kernel, dict(launch.args), launch.grid, launch.block,
+                                 repeats)
+        per_launch.append(times)
+        return out
+
+    out = steps.run(one)
+    return out, [sum(t) for t in zip(*per_launch, strict=True)]
