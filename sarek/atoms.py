@@ -313,6 +313,9 @@ GMMA_K_INTER_8BIT = GmmaAtom("K_INTER_8BIT", "k", (8, 16), (16, 1), None, 0, "k"
                              element_bytes=1)
 """A core matrix of 8-bit elements, K-major without swizzle: 8 rows of 16 bytes along K, one
 per m or n (``wgmma`` reads 8-bit operands K-major only)."""
+GMMA_K_SW128_8BIT = GmmaAtom("K_SW128_8BIT", "k", (8, 128), (128, 1), SWIZZLE_128B, 1, "",
+                             element_bytes=1)
+"""8-bit elements K-major in 128-byte swizzle: 8 rows of 128 along K, 1024 bytes."""
 
 
 @dataclass(frozen=True)

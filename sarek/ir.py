@@ -399,10 +399,15 @@ class Wgmma(_Stmt):
 
     With ``elem`` u8 or i8 the instruction is ``m64n{n}k32.s32.{u8,s8}``: 32 deep, ``D_w`` the
     warp's i32 accumulator (same layout; products exact, sums wrapping modulo 2^32), ``A_w``
-    the warp's 16x32 A in four u32 registers (``mma.sync.m16n8k32``'s A layout; never from
-    shared memory), and B the 32 x ``n`` matrix K-major in core matrices of 8 columns of 16
-    bytes (the 8-bit operands ``wgmma`` reads are K-major only): element ``(k, c)`` at
-    ``b_index + (k/16)*core_k + (c/8)*core_n + (c%8)*16 + k%16``.
+    the warp's 16x32 A in four u32 registers (``mma.sync.m16n8k32``'s A layout), and B the
+    32 x ``n`` matrix K-major in core matrices of 8 columns of 16 bytes (the 8-bit operands
+    ``wgmma`` reads are K-major only): element ``(k, c)`` at
+    ``b_index + (k/16)*core_k + (c/8)*core_n + (c%8)*16 + k%16``; with ``swizzle`` 128 in
+    128-byte swizzle atoms of 8 columns of 128 k, at ``swizzled8(b_index + (c/8)*core_n +
+    (c%8)*128 + k)`` (``swizzled8(x) = x ^ (((x / 128) % 8) * 16)``, ``b_index % 128`` at most
+    96). A from shared memory likewise: row ``m``, column ``k`` at ``a_index + (m/8)*a_core_m
+    + (k/16)*128 + (m%8)*16 + k%16``, or with ``swizzle`` at ``swizzled8(a_index +
+    (m/8)*a_core_m + (m%8)*128 + k)``.
 
     ``b_descriptor`` and ``a_descriptor`` (A from shared memory) are the descriptors'
     strides and modes for those layouts, which a printer prints. The

@@ -208,8 +208,6 @@ class _Checker(FragmentRules, BulkRules, RoleRules):
                 byte = elem in (ElemType.U8, ElemType.I8)
                 if elem not in (ElemType.F16, ElemType.BF16) and not byte:
                     self.report(path, f"wgmma multiplies f16, bf16, u8 or i8 here, not {elem}")
-                if byte and s.swizzle:
-                    self.report(path, "wgmma reads 8-bit B K-major without swizzle here")
                 if a_index is None:
                     self._registers(scope, path, a, ElemType.U32, 4)
                 self._registers(scope, path, d, ElemType.I32 if byte else ElemType.F32,

@@ -93,6 +93,9 @@ def operands_refusal(gemm: Gemm, lowering: Lowering, schedule: Schedule,
     if scheme.stacked and (schedule.bulk or not schedule.warpgroup):
         return ("the stacked byte planes are multiplied by a warpgroup schedule of cp.async "
                 "copies ('g' without 'b' or 'w')")
+    if schedule.step > 64 and not scheme.stacked:
+        return (f"{schedule.step}-deep steps are the stacked byte planes' (one 128-byte row of "
+                f"8-bit operands); {lowering} steps 16 to 64 deep")
     if schedule.warpgroup and not scheme.stacked and (
             scheme.terms != ("",) or scheme.operand.bits != 16
             or gemm.b.elem is not scheme.operand):

@@ -17,6 +17,7 @@ from sarek.errors import SarekError
 
 STAGE_QUANTUM = 16  # reduction steps are whole multiples of 16
 MAX_STAGES = 4  # steps a schedule keeps in shared memory at once
+WIDE_STEP = 128  # a warpgroup schedule's deepest step: one 128-byte row of 8-bit operands
 RESIDENT_BLOCKS = 132  # a persistent grid's blocks: the H100's and H200's multiprocessors
 ORDER_ROWS = 16  # tile rows per group of the grouped tile order
 _NAME = re.compile(r"t(\d{1,4})(?:x(\d{1,4}))?k(\d{1,4})(p?)(?:s(\d))?(g?)(f?)(b?)(w?)(r?)(o?)")
@@ -141,8 +142,10 @@ class Schedule:
         block's ``threads`` invocations."""
         if self.tile not in (64, 128):
             raise ScheduleError(f"block tiles of 64 or 128 outputs are built, not {self.tile}")
-        if self.step % STAGE_QUANTUM or not STAGE_QUANTUM <= self.step <= 64:
-            raise ScheduleError(f"the reduction step must be 16, 32, 48 or 64, not {self.step}")
+        if (self.step % STAGE_QUANTUM or not STAGE_QUANTUM <= self.step <= 64) and not (
+                self.step == WIDE_STEP and self.warpgroup):
+            raise ScheduleError(f"the reduction step must be 16, 32, 48 or 64 (or {WIDE_STEP} "
+                                f"under a warpgroup schedule), not {self.step}")
         if not 1 <= self.stages <= MAX_STAGES:
             raise ScheduleError(f"a schedule keeps 1 to {MAX_STAGES} steps in shared memory, "
                                 f"not {self.stages}")

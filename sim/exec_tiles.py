@@ -10,6 +10,7 @@ from collections.abc import Callable
 import numpy as np
 
 from sarek import atoms, dtypes, ir, tile
+from sarek.atoms import Swizzle
 from sarek.errors import LaunchError, OutOfBounds, SubgroupDivergence
 from sim import lanes
 from sim.compiler import Core
@@ -116,28 +117,42 @@ class Tiles(Core):
                               f"invocations; the launch's blocks have {geo.block_size}",
                               site.path, site.line)
         # B (k x n) in MN-major atoms (sarek.atoms): atoms core_k apart along k, core_n along
-        # n; 8-bit B K-major in core matrices of 8 columns of 16 k
+        # n. A (m x k) K-major in 128-byte swizzle atoms, a_core_m apart along m; the swizzle
+        # applies to the whole index (the atoms are aligned to their size). 8-bit A and B
+        # K-major: in core matrices of 8 rows of 16 k (one core matrix apart along k), or
+        # with swizzle in 128-byte swizzle atoms of 8 rows of 128 k, the swizzle applied to
+        # the whole index of either.
         depth = atoms.WGMMA.depth(s.elem)
         k, c = np.arange(depth)[:, None], np.arange(s.n)[None, :]
-        if s.elem.bits == 8:
-            b_atom = atoms.GMMA_K_INTER_8BIT
-            along_n, along_k = b_atom.shape
+        m, ka = np.arange(atoms.WGMMA.m)[:, None], np.arange(depth)[None, :]
+        byte = s.elem.bits == 8
+        swizzles: dict[str, Swizzle | None] = {"A": None, "B": None}
+        if byte:
+            atom8 = atoms.GMMA_K_SW128_8BIT if s.swizzle else atoms.GMMA_K_INTER_8BIT
+            rows8, row8 = atom8.shape
+
+            def k_major(x: np.ndarray, kk: np.ndarray, core: int, core_k: int) -> np.ndarray:
+                if s.swizzle:  # before the swizzle
+                    return np.asarray((x // rows8) * core + (x % rows8) * row8 + kk)
+                return np.asarray((x // rows8) * core + (kk // row8) * core_k
+                                  + atom8.offset(x % rows8, kk % row8))
+
+            b_offsets = k_major(c, k, s.core_n, s.core_k)
+            a_offsets = k_major(m, ka, s.a_core_m, atoms.GMMA_K_INTER_8BIT.bytes)
+            if s.swizzle:
+                assert atom8.swizzle is not None
+                swizzles = dict.fromkeys(swizzles, atom8.swizzle.recast(atom8.element_bytes))
+            a_atom = atom8
         else:
             b_atom = atoms.GMMA_MN_SW128 if s.swizzle else atoms.GMMA_MN_INTER
             along_n, along_k = b_atom.shape
-        b_offsets = (k // along_k) * s.core_k + (c // along_n) * s.core_n + np.asarray(
-            b_atom.offset(c % along_n, k % along_k))
-        # A (m x k) K-major in 128-byte swizzle atoms, a_core_m apart along m; the swizzle
-        # applies to the whole index (the atoms are aligned to their size); 8-bit A K-major
-        # in core matrices of 8 rows of 16 k, a_core_m apart along m, one core matrix along k
-        a_atom = atoms.GMMA_K_INTER_8BIT if s.elem.bits == 8 else atoms.GMMA_K_SW128
-        a_swizzle = a_atom.swizzle.recast(a_atom.element_bytes) if a_atom.swizzle else None
-        m, ka = np.arange(atoms.WGMMA.m)[:, None], np.arange(depth)[None, :]
-        a_rows, a_row = a_atom.shape[0], a_atom.row
-        a_offsets = (m // a_rows) * s.a_core_m + (ka // a_row) * a_atom.bytes + np.asarray(
-            a_atom.offset(m % a_rows, ka % a_row)) if a_swizzle is None else \
-            (m // a_rows) * s.a_core_m + (m % a_rows) * a_atom.stride[0] + \
-            ka * a_atom.stride[1]  # before the swizzle
+            b_offsets = (k // along_k) * s.core_k + (c // along_n) * s.core_n + np.asarray(
+                b_atom.offset(c % along_n, k % along_k))
+            a_atom = atoms.GMMA_K_SW128
+            assert a_atom.swizzle is not None
+            swizzles["A"] = a_atom.swizzle.recast(a_atom.element_bytes)
+            a_offsets = (m // a_atom.shape[0]) * s.a_core_m + \
+                (m % a_atom.shape[0]) * a_atom.stride[0] + ka * a_atom.stride[1]
 
         def operand(st: State, m: Mask, f_index: ExprFn, arr: Array, offsets: np.ndarray,
                     warps: np.ndarray, use: str) -> np.ndarray:
@@ -150,11 +165,12 @@ class Tiles(Core):
                 self._fail(SubgroupDivergence, f"wgmma's {use} is one for the warpgroup; its "
                            "warps name different ones", site, None)
             within = index[first].astype(np.int64).reshape(-1, *[1] * offsets.ndim) + offsets
-            if use == "A" and a_swizzle is not None:
-                if (index[first] % a_atom.row > a_atom.row - atoms.WGMMA.k).any():
-                    self._fail(OutOfBounds, f"wgmma's A rows of 16 elements cross a 128-byte "
-                               f"row of {arr.name!r}'s swizzle atoms", site, None)
-                within = np.asarray(a_swizzle(within))
+            swizzle = swizzles[use]
+            if swizzle is not None:
+                if (index[first] % a_atom.row > a_atom.row - depth).any():
+                    self._fail(OutOfBounds, f"wgmma's {use} rows of {depth} elements cross a "
+                               f"128-byte row of {arr.name!r}'s swizzle atoms", site, None)
+                within = np.asarray(swizzle(within))
             if within.min() < 0 or within.max() >= arr.size:
                 self._fail(OutOfBounds, f"wgmma's {use} lies outside {arr.name!r} ({arr.size} "
                            "elements)", site, None)

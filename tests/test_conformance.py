@@ -188,7 +188,8 @@ def test_an_added_schedule_runs_wherever_the_rewrite_takes_it() -> None:
                  cuda, load_module(c.example).make(1, 1, 1),
                  (c.lowering, c.subgroup or 32, c.frag or 16), warpgroup) is None}
     assert ("gemm_f16", "F16_operands", 32, 16) in takes
-    assert ("gemm_i32", "Int32_byte_planes", 32, 16) not in takes  # one 16-bit term only
+    assert ("gemm_i32", "Int32_byte_planes", 32, 16) in takes  # after the plane pre-pass
+    assert ("gemm_f32", "Bf16x3_operands", 32, 16) not in takes  # one 16-bit term only
     assert scheduled(cases, warpgroup.name) == sorted(
         (*rewrite, size.label) for rewrite in takes for size in conformance.SCHEDULE_SIZES)
 

@@ -50,6 +50,8 @@ STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True, byte_k=32, packed_p
                                in_flight=True)),
     ("Bf16_operands", Schedule(tile=128, step=32, stages=3, wide=True)),
     ("Bf16x3_operands", Schedule(tile=128, step=16, stages=3, wide=True)),
+    ("Int32_byte_planes", Schedule(tile=128, step=128, stages=3, wide=True, warpgroup=True,
+                                   in_flight=True)),
     ("Int32_byte_planes", Schedule(step=32, prefetch=True)),
     ("Int8_operands", Schedule(tile=128, step=32, stages=3)),
 ), offered=(
@@ -78,9 +80,16 @@ copies no tensor map serves, such as batched operands); 128x256
 tiles over eight waves with three 32-deep stages for F16 of converted operands (2.0x; 128x128
 tiles in 64-deep stages, the best for f16 operands on ``mma.sync``, run at 0.73x the seed's
 here, and ``wgmma`` at 0.91x) and for Bf16 (1.85x), three 16-deep for Bf16x3 (1.57x; deeper
-steps spill registers or exceed shared memory); the byte planes' four accumulators per
-fragment spill at 128x128, so they take 64x64 tiles with 32-deep steps, the next step
-prefetched into registers (1.9x); Int8 128x128 tiles in three 32-deep stages (136 Tops at
+steps spill registers or exceed shared memory); the byte planes, after the pre-pass that
+splits int32 operands into byte planes stacked along k (``sarek.rewrite.prepass``), take
+``wgmma``'s 8-bit form over 128x256 tiles in three 128-deep stages, A and B in 128-byte
+swizzle atoms, a step's group in flight (``t128x256k128s3gf``: 89.3 Tops at 4096^3 and 94.0
+at 8192^3, the pre-pass included, against 39.9 and 40.5 for ``t64k32p`` and 22.1 and 21.8
+for CuPy's int32 matmul in the same runs, ``bench/results/schedule_sweep_planes_sw128_h200.json``;
+64-deep steps in core matrices without swizzle ran at 42.3); where a device refuses
+``wgmma``, their four accumulators per fragment spill at 128x128 on ``mma.sync``, so they
+take 64x64 tiles with 32-deep steps, the next step prefetched into registers (1.9x); Int8
+128x128 tiles in three 32-deep stages (136 Tops at
 4096^3 against 41 under the byte planes' schedule, ``bench/results/backends_speed_h200.json``).
 CUDA also offers ``t128x256k64s3gf`` (the policy before warp specialization), the warpgroup
 schedule with 32-deep steps, whose A goes through registers (``ldmatrix``), so that ``sarek
@@ -531,6 +540,9 @@ class _Lowering:
             a_layout = self.places[a_load.array]
             warp = binary(BinOp.REM, ir.BuiltinValue(which=Builtin.SUBGROUP_ID),
                           const(atoms.WGMMA.warps))
+            if a_layout.swizzle != layout.swizzle:
+                raise EmitError(f"wgmma reads 8-bit A and B in one swizzle mode; "
+                                f"{a_load.array!r} and {load.array!r} lie in two")
             a, a_core_m = a_load.array, a_layout.core_n
             rows = atoms.WGMMA.m // atoms.WGMMA.warps // wgmma.CORE  # 8-row groups per warp
             a_index = binary(BinOp.SUB, a_layout.start(a_load.offset),

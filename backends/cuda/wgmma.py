@@ -49,6 +49,8 @@ _SWIZZLE = atoms.SWIZZLE_128B.recast(ELEMENT_BYTES)  # over element offsets
 _LOG_CORE, _LOG_ROW = CORE.bit_length() - 1, SWIZZLE_ROW.bit_length() - 1
 _K8 = atoms.GMMA_K_INTER_8BIT.row  # k of one 16-byte row of an 8-bit K-major core matrix
 _LOG_K8 = _K8.bit_length() - 1
+_SWIZZLE8 = atoms.SWIZZLE_128B.recast(1)  # over byte offsets
+_ROW8 = atoms.GMMA_K_SW128_8BIT.row  # bytes of one row of an 8-bit K-major swizzle atom
 
 
 @dataclass(frozen=True)
@@ -68,9 +70,10 @@ class CoreLayout:
 
     @property
     def core_k(self) -> int:
-        """Elements between the 8-row groups (K-major: the core matrices) adjacent along k."""
+        """Elements between the 8-row groups (K-major: the core matrices) adjacent along k;
+        swizzled K-major 8-bit tiles are one atom row deep (the leading offset unused)."""
         if self.k_major:
-            return self.atom.bytes
+            return atoms.GMMA_K_INTER_8BIT.bytes
         return SWIZZLE_ROW * CORE if self.swizzle else CORE * CORE
 
     @property
@@ -78,7 +81,7 @@ class CoreLayout:
         """The atom a B tile lies in (transposed: rows of 16 bytes along n; K-major 8-bit:
         rows of 16 bytes along k)."""
         if self.k_major:
-            return atoms.GMMA_K_INTER_8BIT
+            return atoms.GMMA_K_SW128_8BIT if self.swizzle else atoms.GMMA_K_INTER_8BIT
         return atoms.GMMA_MN_SW128 if self.swizzle else atoms.GMMA_MN_INTER
 
     def descriptor(self) -> ir.MatrixDescriptor:
@@ -108,6 +111,11 @@ class CoreLayout:
         def high(x: ir.Expr, bits: int) -> ir.Expr:
             return binary(BinOp.SHR, x, const(bits))
 
+        if self.k_major and self.swizzle:  # rows of 128 k, chunk j of row r at j ^ (r % 8)
+            chunk = binary(BinOp.XOR, low(high(col, _LOG_K8), _SWIZZLE8.bits),
+                           low(row, _SWIZZLE8.bits))
+            inside = add(mul(chunk, const(_K8)), low(col, _LOG_K8))
+            return add(offset, add(mul(row, const(self.cols)), inside))
         if self.k_major:  # row: the column of B (along n), col: its k
             along = add(mul(high(row, _LOG_CORE), const(self.core_n)),
                         mul(high(col, _LOG_K8), const(self.core_k)))
@@ -132,8 +140,10 @@ class CoreLayout:
         if self.k_major:  # a fragment's first row (8 r) and column (16 j): its core matrix
             row = binary(BinOp.DIV, within, const(self.pitch))
             k = binary(BinOp.REM, within, const(self.pitch))
-            return add(base, add(mul(binary(BinOp.DIV, row, const(CORE)), const(self.core_n)),
-                                 mul(binary(BinOp.DIV, k, const(_K8)), const(self.core_k))))
+            group = add(base, mul(binary(BinOp.DIV, row, const(CORE)), const(self.core_n)))
+            if self.swizzle:  # the unswizzled start within the atom's first row
+                return add(group, k)
+            return add(group, mul(binary(BinOp.DIV, k, const(_K8)), const(self.core_k)))
         per_row = SWIZZLE_ROW if self.swizzle else CORE
         return add(base, mul(binary(BinOp.DIV, within, const(self.pitch)), const(per_row)))
 
@@ -215,8 +225,9 @@ def _staged_layout(stmts: list[ir.Stmt], name: str, frags: set[str], k_major: bo
         if touches:
             return None, (f"{name!r} feeds wgmma and is also accessed by a "
                           f"{type(s).__name__}; CUDA lays it out for wgmma alone")
-    if k_major:
-        return CoreLayout(rows, pitch, False, cols, k_major=True), None
+    if k_major:  # one 128-byte row per tile row in swizzle atoms where the buffers allow
+        swizzle = cols == _ROW8 and rows * pitch % SWIZZLE_BYTES == 0
+        return CoreLayout(rows, pitch, swizzle, cols, k_major=True), None
     swizzle = rows * pitch * ELEMENT_BYTES % SWIZZLE_BYTES == 0 and cols % SWIZZLE_ROW == 0
     return CoreLayout(rows, pitch, swizzle, cols), None
 

@@ -81,7 +81,9 @@ def refusal(gemm: Gemm, region: Region) -> str | None:
     if max(a, b) > _MOST or region.me + region.d + region.ne > _MOST:
         return (f"the converted operands would take {a} and {b} elements, more than the "
                 f"pre-pass's 32-bit indices reach ({_MOST})")
-    if -(-max(region.d, region.ne) // (BLOCK * PER_INVOCATION)) > MOST_Y:
+    rows = -(-_plane_depth(region.d) // (WARP * PLANE_WORD)) if gemm.operand_elt is I32 \
+        else -(-max(region.d, region.ne) // (BLOCK * PER_INVOCATION))
+    if rows > MOST_Y:
         return (f"rows of {max(region.d, region.ne)} elements need more than {MOST_Y} "
                 f"blocks of the pre-pass along y")
     return None
@@ -201,9 +203,11 @@ B_PLANES = tuple(q for phase in PLANE_PHASES for _, q in phase)
 """The B plane of each block of a column of the stacked planes."""
 BLOCKS = len(A_PLANES)
 PLANE_WORD = 8
-"""Bytes of one plane an invocation packs into one store (consecutive k)."""
-B_GROUP = 16
-"""Consecutive k of one column of B an invocation splits (its loads coalesce along n)."""
+"""Consecutive k an invocation splits: one plane's bytes of them are one 8-byte store."""
+WARP = 32
+"""Invocations of one warp, which split one row of A or column of B together."""
+LINES = BLOCK // WARP
+"""Rows of A or columns of B a block of the byte planes' pre-pass splits, one per warp."""
 U64 = ElemType.U64
 
 
@@ -220,78 +224,60 @@ def plane_kernel(original: ir.Kernel, gemm: Gemm, params: tuple[ir.Param, ...],
     ``PLANE_ALIGN``), block ``b`` of row ``r`` holding plane ``A_PLANES[b]`` of ``A[r, k]``
     at ``b * dp + k``; B's holds per layer ``ne`` rows, one per column of B (K-major, as
     ``wgmma`` reads 8-bit B), block ``b`` plane ``B_PLANES[b]`` of ``B[k, c]``; bytes past the
-    depth are zero. Blocks ``x < me`` do A's row ``x``, each invocation ``PLANE_WORD``
-    consecutive k; the others do B's k from ``B_GROUP * (x - me)``, each invocation one
-    column (block ``y`` the columns from ``BLOCK * y``) and ``B_GROUP`` consecutive k. Each
-    invocation loads all of its elements before it stores, one ``StorePacked`` of
-    ``PLANE_WORD`` bytes per plane, block and word."""
+    depth are zero. Block ``(x, y, z)`` splits ``LINES`` rows of A (blocks ``x <
+    ceil(me / LINES)``) or columns of B (the others), one per warp, over the ``WARP *
+    PLANE_WORD`` k from ``y`` times that: each invocation loads its ``PLANE_WORD``
+    consecutive k, then stores each plane's bytes of them as one ``StorePacked`` into each
+    block of its plane, so that a warp's stores are one contiguous run of every block (B's
+    loads, a column's k apart, meet in the cache the block's eight columns share)."""
     me, ne, d = (var(region_names[i]) for i in (0, 1, 3))
     dp, ld, layer = var("sk_dp"), var("sk_ld"), var("sk_layer")
     tid = ir.BuiltinValue(which=Builtin.THREAD_IDX_X)
+    bx = ir.BuiltinValue(which=Builtin.BLOCK_IDX_X)
     by = ir.BuiltinValue(which=Builtin.BLOCK_IDX_Y)
+    line, k = var("sk_line"), var("sk_k")
+    a_blocks = binary(BinOp.DIV, add(me, const(LINES - 1)), const(LINES))
 
     def layers_ok(access: Access) -> ir.Expr:
         return const(True, ElemType.BOOL) if _batched(access) else binary(
             BinOp.EQ, layer, const(0))
 
-    def loads(access: Access, k0: ir.Expr, count: int, row: ir.Expr, col: ir.Expr
-              ) -> list[ir.Stmt]:
-        out: list[ir.Stmt] = []
-        for j in range(count):
-            k = add(k0, const(j))
-            load = ir.Load(array=access.array, type=I32,
-                           index=access.address(row, col, layer, add(gemm.k_start, k)))
-            out.append(ir.Let(name=f"sk_x{j}", type=I32, value=ir.Select(
-                cond=binary(BinOp.LT, k, d), a=load, b=const(0), type=I32)))
-        return out
-
-    def word(plane: int, first: int) -> ir.Expr:
-        """Plane ``plane`` of ``sk_x<first>`` .. (``PLANE_WORD`` of them), k order from the
-        least significant byte."""
-        out: ir.Expr | None = None
+    def side(access: Access, name: str, planes: tuple[int, ...], extent: ir.Expr,
+             first: ir.Expr) -> ir.If:
+        """Line ``sk_line`` (a row of A, a column of B) of ``access`` into ``name``."""
+        loads: list[ir.Stmt] = []
         for j in range(PLANE_WORD):
-            u = ir.Cast(x=ir.Cast(x=var(f"sk_x{first + j}", I32), type=ElemType.U32),
-                        type=U64)
-            byte = binary(BinOp.AND, binary(BinOp.SHR, u, const(8 * plane, U64))
-                          if plane else u, const(255, U64))
-            part = binary(BinOp.SHL, byte, const(8 * j, U64)) if j else byte
-            out = part if out is None else binary(BinOp.OR, out, part)
-        assert out is not None
-        return out
+            kj = add(k, const(j))
+            row, col = (line, const(0)) if access is gemm.a else (const(0), line)
+            load = ir.Load(array=access.array, type=I32,
+                           index=access.address(row, col, layer, add(gemm.k_start, kj)))
+            loads.append(ir.Let(name=f"sk_x{j}", type=I32, value=ir.Select(
+                cond=binary(BinOp.LT, kj, d), a=load, b=const(0), type=I32)))
+        words = [ir.Let(name=f"sk_w{p}", type=U64, value=_plane_word(p)) for p in range(4)]
+        start = add(mul(add(mul(first, extent), line), ld), k)
+        stores = [ir.StorePacked(array=name, index=add(start, mul(const(b), dp)),
+                                 value=var(f"sk_w{p}", U64)) for b, p in enumerate(planes)]
+        inside = binary(BinOp.LAND, binary(BinOp.LT, line, extent), binary(BinOp.LT, k, dp))
+        return ir.If(cond=binary(BinOp.LAND, layers_ok(access), inside),
+                     then=(*loads, *words, *stores))
 
-    def stores(name: str, planes: tuple[int, ...], start: ir.Expr, k0: ir.Expr,
-               words: int) -> list[ir.Stmt]:
-        lets: list[ir.Stmt] = [ir.Let(name=f"sk_w{p}_{w}", type=U64, value=word(p, w * PLANE_WORD))
-                               for p in range(4) for w in range(words)]
-        return [*lets, *(ir.StorePacked(array=name, index=add(add(start, mul(const(b), dp)),
-                                                              add(k0, const(w * PLANE_WORD))),
-                                        value=var(f"sk_w{p}_{w}", U64))
-                         for b, p in enumerate(planes) for w in range(words))]
-
-    row, col, k = var("sk_row"), var("sk_col"), var("sk_k")
-    first_a = layer if _batched(gemm.a) else const(0)
-    a_side = ir.If(cond=binary(BinOp.LAND, layers_ok(gemm.a), binary(BinOp.LT, k, dp)),
-                   then=(*loads(gemm.a, k, PLANE_WORD, row, const(0)),
-                         *stores(names[0], A_PLANES, mul(add(mul(first_a, me), row), ld), k, 1)))
-    first_b = layer if _batched(gemm.b) else const(0)
-    b_side = ir.If(cond=binary(BinOp.LAND, layers_ok(gemm.b), binary(BinOp.LT, col, ne)),
-                   then=(*loads(gemm.b, k, B_GROUP, const(0), col),
-                         *stores(names[1], B_PLANES, mul(add(mul(first_b, ne), col), ld), k,
-                                 B_GROUP // PLANE_WORD)))
+    lane, warp = binary(BinOp.AND, tid, const(WARP - 1)), binary(BinOp.SHR, tid, const(5))
     body: tuple[ir.Stmt, ...] = (
-        ir.Let(name="sk_row", type=I32, value=ir.BuiltinValue(which=Builtin.BLOCK_IDX_X)),
         ir.Let(name="sk_layer", type=I32, value=ir.BuiltinValue(which=Builtin.BLOCK_IDX_Z)),
         ir.Let(name="sk_dp", type=I32, value=mul(binary(
             BinOp.DIV, add(d, const(PLANE_ALIGN - 1)), const(PLANE_ALIGN)), const(PLANE_ALIGN))),
         ir.Let(name="sk_ld", type=I32, value=mul(const(BLOCKS), dp)),
-        ir.If(cond=binary(BinOp.LT, row, me),
-              then=(ir.Let(name="sk_k", type=I32,
-                           value=mul(add(mul(by, const(BLOCK)), tid), const(PLANE_WORD))),
-                    a_side),
-              orelse=(ir.Let(name="sk_k", type=I32,
-                             value=mul(binary(BinOp.SUB, row, me), const(B_GROUP))),
-                      ir.Let(name="sk_col", type=I32, value=add(mul(by, const(BLOCK)), tid)),
-                      b_side)),
+        ir.Let(name="sk_k", type=I32, value=add(mul(by, const(WARP * PLANE_WORD)),
+                                                mul(lane, const(PLANE_WORD)))),
+        ir.Let(name="sk_ab", type=I32, value=a_blocks),
+        ir.If(cond=binary(BinOp.LT, bx, var("sk_ab")),
+              then=(ir.Let(name="sk_line", type=I32, value=add(mul(bx, const(LINES)), warp)),
+                    side(gemm.a, names[0], A_PLANES, me,
+                         layer if _batched(gemm.a) else const(0))),
+              orelse=(ir.Let(name="sk_line", type=I32, value=add(mul(binary(
+                  BinOp.SUB, bx, var("sk_ab")), const(LINES)), warp)),
+                      side(gemm.b, names[1], B_PLANES, ne,
+                           layer if _batched(gemm.b) else const(0)))),
     )
     made = ir.Kernel(name=f"{original.name}_to_planes", params=params, body=body,
                      block=(BLOCK, 1, 1))
@@ -299,15 +285,29 @@ def plane_kernel(original: ir.Kernel, gemm: Gemm, params: tuple[ir.Param, ...],
     return made
 
 
+def _plane_word(plane: int) -> ir.Expr:
+    """Plane ``plane`` of ``sk_x0`` .. (``PLANE_WORD`` of them) as one word, k order from
+    the least significant byte."""
+    out: ir.Expr | None = None
+    for j in range(PLANE_WORD):
+        u = ir.Cast(x=ir.Cast(x=var(f"sk_x{j}", I32), type=ElemType.U32), type=U64)
+        byte = binary(BinOp.AND, binary(BinOp.SHR, u, const(8 * plane, U64))
+                      if plane else u, const(255, U64))
+        part = binary(BinOp.SHL, byte, const(8 * j, U64)) if j else byte
+        out = part if out is None else binary(BinOp.OR, out, part)
+    assert out is not None
+    return out
+
+
 def plane_grid(region: Region) -> tuple[int, int, int]:
-    """The byte planes' pre-pass grid over ``region`` (``plane_kernel``): a block column per
-    row of A and per ``B_GROUP`` k of B, enough blocks along each for the longer of A's
-    rows and B's columns, a layer per batch (none when the region is empty)."""
+    """The byte planes' pre-pass grid over ``region`` (``plane_kernel``): a block per
+    ``LINES`` rows of A, then per ``LINES`` columns of B, along x; per ``WARP * PLANE_WORD``
+    k along y; a layer per batch (none when the region is empty)."""
     if not region.me or not region.ne or not region.d or not region.ze:
         return 0, 0, 0
     dp = _plane_depth(region.d)
-    return (region.me + dp // B_GROUP,
-            max(-(-dp // (BLOCK * PLANE_WORD)), -(-region.ne // BLOCK)), region.ze)
+    return (-(-region.me // LINES) + -(-region.ne // LINES),
+            -(-dp // (WARP * PLANE_WORD)), region.ze)
 
 
 def stacked_gemm(gemm: Gemm, names: tuple[str, str], region_vars: Mapping[str, ir.Expr]

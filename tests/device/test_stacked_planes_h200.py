@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import example
 
-SCHEDULE = "t128x256k64s3gf"
+SCHEDULE = "t128x256k128s4gf"
 
 
 def modular(a: np.ndarray, b: np.ndarray, m: int, n: int, k: int) -> np.ndarray:
