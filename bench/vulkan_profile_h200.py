@@ -38,10 +38,11 @@ as each variant ``--variant`` names (those that do not apply to a case are left 
   instead of held in registers until the wait (a copy complete when issued);
 * ``land after the first loop``: where a loop is printed twice, every held copy landed as
   the first loop ends and its words then made zeros;
-* ``multiply-adds in their step``: each step's multiply-adds right after the fragment loads
-  of the same step, as lowered before ``backends.spirv.lower.fragments_ahead`` (which
-  multiplies the fragments of the step before, loaded a trip earlier); ``land after the
-  first loop, multiply-adds in their step`` the two together;
+* ``fragments a step ahead``: each step of a loop of one sub-step a step multiplies the
+  fragments the step before loaded, after its barrier, and then loads its own
+  (``fragments_ahead``), the last step's products after the loop;
+* ``unsigned divisions``: every ``OpSDiv`` an ``OpUDiv`` (the same bits where no dividend or
+  divisor is negative, as in a GEMM inside its limits);
 * ``byte shuffles``: each byte plane a converting copy lands made by ``OpVectorShuffle`` of
   the loaded components as ``u8vec4`` instead of shifts and masks;
 * ``bf16 by OpFConvert``: f32 rounded to bf16 by ``OpFConvert`` to the bf16 float type
@@ -90,6 +91,9 @@ from bench.gpu_speed_h200 import REPEATS, kernel_output, kernel_seconds
 from bench.vulkan_machine_code import disassembly
 from sarek import ir, packed_store
 from sarek.errors import SarekError
+from sarek.ir import BinOp
+from sarek.ir_build import binary, var
+from sarek.ir_walk import replace_statements, walk
 from sarek.loader import load_module
 from sarek.matrix_scheme import Lowering
 from sarek.schedule import Schedule
@@ -215,6 +219,15 @@ def always_land(text: str) -> str:
                   r"OpBranchConditional %true \1 \2", text, flags=re.M)
 
 
+def unsigned_divisions(text: str) -> str:
+    """Every 32-bit ``OpSDiv`` an ``OpUDiv`` of the operands' bits."""
+    def udiv(m: re.Match[str]) -> str:
+        pad, r, a, b = m[1], m[2], m[3], m[4]
+        return (f"{pad}{r}_ua = OpBitcast %u32 {a}\n{pad}{r}_ub = OpBitcast %u32 {b}\n"
+                f"{pad}{r}_uq = OpUDiv %u32 {r}_ua {r}_ub\n{pad}{r} = OpBitcast %i32 {r}_uq")
+    return re.sub(r"^(\s*)(%\w+) = OpSDiv %i32 (%\w+) (%\w+)$", udiv, text, flags=re.M)
+
+
 def no_barriers(text: str) -> str:
     return re.sub(r"^\s*OpControlBarrier .*\n", "", text, flags=re.M)
 
@@ -274,7 +287,7 @@ TEXT_VARIANTS: dict[str, Callable[[str], str]] = {
     "barriers without memory semantics": barriers_without_memory_semantics,
     "spirv-opt -O": lambda text: optimized(text, ("-O",)),
     "no edge paths": no_edge_paths, "unconditional trips": unconditional_trips,
-    "always land": always_land,
+    "always land": always_land, "unsigned divisions": unsigned_divisions,
     "no A fragment loads": _fragments_made("a"), "no B fragment loads": _fragments_made("b"),
     "B loads column-major": _fragment_strides("b", "1", 2),
     "B loads column-major, padded": _fragment_strides("b", "1", 3),
@@ -311,13 +324,65 @@ def lazy_fragment_loads(stmts: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
     return tuple(out)
 
 
-def lowered(kernel: ir.Kernel, refills_first: bool = True, ahead: bool = True) -> ir.Kernel:
+def lowered(kernel: ir.Kernel, refills_first: bool = True) -> ir.Kernel:
     """``backends.spirv.lower.lower``'s kernel, with the converting copies' refills where
-    asked, and each step's multiply-adds a step late (``fragments_ahead``) or in their
-    step."""
+    asked."""
     kernel = spirv_lower.staged_copies(converting_copies(kernel, refills_first))
-    kernel = packed_store.elements(spirv_lower.unsigned_accumulators(kernel))
-    return spirv_lower.fragments_ahead(kernel) if ahead else kernel
+    return packed_store.elements(spirv_lower.unsigned_accumulators(kernel))
+
+
+def fragments_ahead(kernel: ir.Kernel) -> ir.Kernel:
+    """``kernel`` (lowered) with each loop of staged steps (``_step_loop``) multiplying one
+    step late: each trip loads its step's fragments after its barrier and multiplies those
+    the trip before loaded (from its second trip on), and the last trip's products follow
+    the loop (where it ran), so that no multiply-add waits on the fragment loads just issued;
+    the fragments of two steps are held at once. Each accumulator takes the same products in
+    the same order: the kernel's bits."""
+    def ahead(s: ir.Stmt) -> list[ir.Stmt] | None:
+        split = _step_loop(s)
+        if split is None:
+            return None
+        assert isinstance(s, ir.For)
+        head, loads, products = split
+        later = ir.If(cond=binary(BinOp.GT, var(s.var), s.start), then=products)
+        last = ir.If(cond=binary(BinOp.LT, s.start, s.stop), then=products)
+        return [s.model_copy(update={"body": (*head, later, *loads)}), last]
+
+    return kernel.model_copy(update={"body": replace_statements(kernel.body, ahead)})
+
+
+def _step_loop(s: ir.Stmt) -> tuple[tuple[ir.Stmt, ...], tuple[ir.Stmt, ...],
+                                    tuple[ir.Stmt, ...]] | None:
+    """A loop of staged steps split into what precedes its fragment statements (a barrier
+    among them), its fragment loads and its multiply-adds, or None for any other statement:
+    a ``For`` of constant positive step whose bounds are constants or variables the body
+    assigns nothing to, whose body ends with loads of distinct fragments, then multiply-adds
+    that read those alone as A and B and accumulate into fragments nothing else in the loop
+    names, with no other fragment statement (one sub-step a step)."""
+    if not (isinstance(s, ir.For) and isinstance(s.step, ir.Const) and s.step.value > 0
+            and all(isinstance(b, ir.Const | ir.Var) for b in (s.start, s.stop))):
+        return None
+    body = s.body
+    n = len(body)
+    while n and isinstance(body[n - 1], ir.FragMulAdd):
+        n -= 1
+    first = n
+    while first and isinstance(body[first - 1], ir.FragLoad):
+        first -= 1
+    head, loads, products = body[:first], body[first:n], body[n:]
+    loaded = [x.frag for x in loads if isinstance(x, ir.FragLoad)]
+    accs = {p.d for p in products if isinstance(p, ir.FragMulAdd)}
+    assigned = {a.name for a in walk(head) if isinstance(a, ir.Assign | ir.Let)}
+    bounds = {b.name for b in (s.start, s.stop) if isinstance(b, ir.Var)}
+    fragment = ir.STATEMENT_FAMILIES["fragment"]
+    if (not products or not loads or len(set(loaded)) != len(loaded)
+            or not any(isinstance(h, ir.Barrier) for h in head)
+            or any(isinstance(h, fragment) for h in walk(head)) or assigned & bounds
+            or accs & set(loaded)
+            or any(isinstance(p, ir.FragMulAdd) and (p.c != p.d or {p.a, p.b} - set(loaded))
+                   for p in products)):
+        return None
+    return head, loads, products
 
 
 class _OneLoop(_Module):
@@ -405,11 +470,6 @@ PRINTERS: dict[str, type[_Module]] = {"one loop": _OneLoop, "land at once": _Lan
                                       "land after the first loop": _LandAfterFirstLoop,
                                       "byte shuffles": _ByteShuffles,
                                       "bf16 by OpFConvert": _ConvertBf16}
-IN_THEIR_STEP = {"multiply-adds in their step": "",
-                 "land after the first loop, multiply-adds in their step":
-                 "land after the first loop"}
-"""Variants printed from the kernel lowered with each step's multiply-adds in the step that
-loads their fragments (the lowering before ``fragments_ahead``), by the printer named."""
 
 
 def kernel_variant(kernel: ir.Kernel, name: str) -> str | None:
@@ -417,11 +477,10 @@ def kernel_variant(kernel: ir.Kernel, name: str) -> str | None:
     variant, or changes nothing)."""
     if name in PRINTERS:
         return PRINTERS[name](spirv_lower.lower(kernel)).render()
-    if name in IN_THEIR_STEP:
-        late = lowered(kernel, ahead=False)
-        if late == spirv_lower.lower(kernel):
-            return None
-        return PRINTERS.get(IN_THEIR_STEP[name], _Module)(late).render()
+    if name == "fragments a step ahead":
+        low = spirv_lower.lower(kernel)
+        ahead = fragments_ahead(low)
+        return None if ahead == low else print_kernel(ahead)
     if name == "lazy fragment loads":
         low = spirv_lower.lower(kernel)
         return print_kernel(low.model_copy(update={"body": lazy_fragment_loads(low.body)}))

@@ -25,8 +25,7 @@ from backends.families import NEUTRAL, refuse_outside
 from backends.spirv.builder import memory_type
 from backends.spirv.converting import converting_copies
 from sarek import ir, packed_store, stage_copy
-from sarek.ir import BinOp, ElemType, FragLayout, FragUse, MemSpace
-from sarek.ir_build import binary, var
+from sarek.ir import ElemType, FragLayout, FragUse, MemSpace
 from sarek.ir_walk import rebuild, replace_statements, subexpressions, walk, with_blocks
 from sarek.memo import remembered
 from sarek.schedule import Schedule
@@ -40,7 +39,7 @@ STAGING = Staging(row_pad_bytes=16, byte_k=32, shared_bytes=48 * 1024, exchange_
                   small=tuple(
     (name, Schedule(step=32)) for name in ("Int8_operands", "Int32_byte_planes")), large=(
     ("F16_operands", Schedule(tile=128, step=16, stages=3, wide=True)),
-    ("Bf16_operands", Schedule(tile=128, step=16, stages=3, wide=True)),
+    ("Bf16_operands", Schedule(tile=128, step=16, stages=2, wide=True)),
     ("Bf16x3_operands", Schedule(step=16, stages=2)),
     ("Int8_operands", Schedule(tile=128, step=32, stages=2, wide=True)),
     ("Int32_byte_planes", Schedule(step=32, stages=2)),
@@ -61,13 +60,14 @@ schedule that measured fastest through Vulkan on the H200 at 4096^3 among those 
 arrays fit the 48 KiB of workgroup memory NVIDIA's Vulkan gives a workgroup
 (``bench/vulkan_profile_h200.py``): pipelined ones, whose tiles move in 16-byte words
 (``quad_arrays``) and land converted where the lowering converts them
-(``backends.spirv.converting``): 128x256 over eight waves for F16 and Bf16 (three stages) and
+(``backends.spirv.converting``): 128x256 over eight waves for F16 (three stages), Bf16 and
 Int8 (two); 64x64 in two stages for Bf16x3 and the byte planes, whose three bf16 terms or four
 byte planes per operand fit no larger pipelined tile (``specs/backends.md``, "Vulkan speed").
 f32 operands of one 16-bit term (Bf16, F16 of f32) are rounded once by the conversion pre-pass
 before every pipelined schedule (``prepass_pipelined``, ``sarek.rewrite.prepass``), so that
-Bf16's GEMM is F16's on bf16 temporaries; converting copies land Bf16x3's terms and the byte
-planes.
+Bf16's GEMM is F16's on bf16 temporaries (170.8 TFLOP/s at 4096^3 with the pre-pass under
+``t128x256k16s2``, 164.1 under ``t128x256k16s3``, against 135.3 converting as it staged, each
+bit-identical to CUDA's); converting copies land Bf16x3's terms and the byte planes.
 Shared bytes are counted as this lowering declares them (converted term arrays,
 ``converting_copies``), and a schedule that fits only so puts the exchange array in a staged
 tile's bytes (``exchange_in_tiles``), then unpads A's rows: F16's ``t128x256k16s3`` (42.75
@@ -215,13 +215,11 @@ def unsigned_accumulators(kernel: ir.Kernel) -> ir.Kernel:
 
 @remembered(128)  # the printer and the simulator both lower the same kernel object
 def lower(kernel: ir.Kernel) -> ir.Kernel:
-    """``kernel`` checked for SPIR-V and returned with its fragment statements whole, each
-    loop of staged steps multiplying a step late (``fragments_ahead``; subgroup fixed to 32
-    when a fragment kernel names none); ``EmitError`` with the reason for anything a
-    cooperative matrix cannot express."""
+    """``kernel`` checked for SPIR-V and returned with its fragment statements unchanged
+    (subgroup fixed to 32 when a fragment kernel names none); ``EmitError`` with the reason
+    for anything a cooperative matrix cannot express."""
     kernel = unsigned_accumulators(staged_copies(converting_copies(kernel)))
     kernel = packed_store.elements(kernel)  # logical addressing has no wider pointers
-    kernel = fragments_ahead(kernel)
     refuse_outside(kernel.body, NEUTRAL, "SPIR-V")  # cooperative matrices take neutral ones
     _shared_storage(kernel)
     if not any(isinstance(s, _FRAGMENT) for s in walk(kernel.body)):
@@ -345,66 +343,3 @@ class _Checker:
                             f"{fd.elem}: SPIR-V prints "
                             + "; ".join(f"{a} x {b} into {', '.join(map(str, r))}"
                                         for (a, b), r in PRODUCTS.items()))
-
-
-AHEAD_BYTES = 4096
-"""The most bytes of fragments a step may load per subgroup (32 registers a lane) for its
-multiply-adds to be printed a step late: the fragments of two steps are then held at once
-beside the accumulators (F16's and Bf16's 128x256 steps load 4 KiB; the byte planes' 64x64
-steps 8 KiB, whose kernel already holds some 250 registers a lane)."""
-
-
-def fragments_ahead(kernel: ir.Kernel) -> ir.Kernel:
-    """``kernel`` with each loop of staged steps (``_step_loop``) multiplying one step late:
-    each trip loads its step's fragments after its barrier and then multiplies those the trip
-    before loaded, and the last trip's products follow the loop, so that a wave's
-    multiply-adds never wait for the fragment loads of the step it is on. Each accumulator
-    takes the same products in the same order, so the bits are the kernel's."""
-    decls = {s.name: s for s in walk(kernel.body) if isinstance(s, ir.FragDecl)}
-
-    def ahead(s: ir.Stmt) -> list[ir.Stmt] | None:
-        split = _step_loop(s, decls)
-        if split is None:
-            return None
-        assert isinstance(s, ir.For)
-        head, loads, products = split
-        later = ir.If(cond=binary(BinOp.GT, var(s.var), s.start), then=products)
-        last = ir.If(cond=binary(BinOp.LT, s.start, s.stop), then=products)
-        return [s.model_copy(update={"body": (*head, later, *loads)}), last]
-
-    return kernel.model_copy(update={"body": replace_statements(kernel.body, ahead)})
-
-
-def _step_loop(s: ir.Stmt, decls: dict[str, ir.FragDecl]
-               ) -> tuple[tuple[ir.Stmt, ...], tuple[ir.Stmt, ...], tuple[ir.Stmt, ...]] | None:
-    """A loop of staged steps split into what precedes its fragment statements (a barrier
-    among them), its fragment loads and its multiply-adds, or None for any other statement:
-    a ``For`` of constant positive step whose bounds are constants or variables the body
-    assigns nothing to, whose body ends with loads of distinct fragments (``AHEAD_BYTES`` at
-    most), then multiply-adds that read those alone as A and B and accumulate into fragments
-    nothing else in the loop names, with no other fragment statement (one sub-step a step)."""
-    if not (isinstance(s, ir.For) and isinstance(s.step, ir.Const) and s.step.value > 0
-            and all(isinstance(b, ir.Const | ir.Var) for b in (s.start, s.stop))):
-        return None
-    body = s.body
-    n = len(body)
-    while n and isinstance(body[n - 1], ir.FragMulAdd):
-        n -= 1
-    first = n
-    while first and isinstance(body[first - 1], ir.FragLoad):
-        first -= 1
-    head, loads, products = body[:first], body[first:n], body[n:]
-    loaded = [x.frag for x in loads if isinstance(x, ir.FragLoad)]
-    accs = {p.d for p in products if isinstance(p, ir.FragMulAdd)}
-    assigned = {a.name for a in walk(head) if isinstance(a, ir.Assign | ir.Let)}
-    bounds = {b.name for b in (s.start, s.stop) if isinstance(b, ir.Var)}
-    held = sum(decls[f].rows * decls[f].cols * decls[f].elem.bits // 8 for f in loaded
-               if f in decls)
-    if (not products or not loads or len(set(loaded)) != len(loaded) or held > AHEAD_BYTES
-            or not any(isinstance(h, ir.Barrier) for h in head)
-            or any(isinstance(h, _FRAGMENT) for h in walk(head)) or assigned & bounds
-            or accs & set(loaded)
-            or any(isinstance(p, ir.FragMulAdd) and (p.c != p.d or {p.a, p.b} - set(loaded))
-                   for p in products)):
-        return None
-    return head, loads, products
