@@ -16,7 +16,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,7 +34,9 @@ from backends.spirv.lower import lower
 from backends.spirv.tools import assemble
 from sarek import ir
 from sarek.dtypes import numpy_dtype
-from sarek.launch import Launch, Steps
+
+if TYPE_CHECKING:  # sarek.launch reaches the registry, which imports this module
+    from sarek.launch import Launch, Steps
 
 
 @dataclass
