@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from backends.cstyle import EmitError
-from backends.cuda import chains, copies, epilogue, roles, shared, wgmma
+from backends.cuda import chains, copies, roles, shared, wgmma
 from sarek import atoms, ir, ir_check, tile
 from sarek.ir import BinOp, Builtin, ElemType, FragLayout, FragUse, MemSpace
 from sarek.ir_build import add, binary, const, mul, var
@@ -310,14 +310,13 @@ class _Lowering:
         self.a_in_place = {s.frag for s in walk(kernel.body) if isinstance(s, ir.FragLoad)
                            and s.array in places and s.frag in a_frags}  # no ldmatrix
         self.frags: dict[str, ir.FragDecl] = {}
-        self.declared = {d.name: d for d in walk(kernel.body) if isinstance(d, ir.FragDecl)}
         self.arrays: dict[str, ir.ArrayDecl | ir.ArrayParam] = {
             p.name: p for p in kernel.params if isinstance(p, ir.ArrayParam)}
         self.fresh = 0
 
     def block(self, stmts: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
         out: list[ir.Stmt] = []
-        for s in epilogue.direct(stmts, self.strip_elements):
+        for s in stmts:
             out.extend(self.stmt(s))
         return tuple(out)
 
@@ -346,14 +345,6 @@ class _Lowering:
             case ir.FragAdd(d=d, a=a, b=b):
                 return self.frag_add(d, a, b, s.line)
         return [s]
-
-    def strip_elements(self, name: str) -> list[tuple[ir.Expr, ir.Expr]] | None:
-        """The lane's elements of ``name`` if it is a warpgroup accumulator strip (wider than
-        16 columns; ``backends.cuda.epilogue``), else None."""
-        d = self.declared.get(name)
-        if d is None or d.use is not FragUse.ACCUMULATOR or d.shape.n <= EDGE:
-            return None
-        return _elements(self.facts(d), d.use, d.shape.n)
 
     def facts(self, d: ir.FragDecl) -> atoms.MmaAtomFacts:
         """The atom whose lane layouts hold fragment ``d`` (an accumulator's layout is the
