@@ -29,7 +29,7 @@ from backends.cuda.run import device_arch, device_name
 from backends.pipeline import compile_launch
 from backends.registry import target
 from bench.harness import ROOT, show, table, write
-from bench.text_variants import Edit, time_variants
+from bench.text_variants import Edit, time_variants, variant_rows
 from sarek.loader import load_module
 from sarek.matrix_scheme import Lowering
 from sarek.schedule import Schedule
@@ -76,17 +76,12 @@ def main() -> int:
                                   schedule=Schedule.parse(schedule))
         assert compiled.gemm is not None
         measured = time_variants(compiled, arch, variants(compiled.gemm.c.array), args.rounds)
-        printed_s = measured["printed"]["median_s"]
-        for name, m in measured.items():
-            if name not in GARBAGE:
-                same &= m["same_bits"]
-            rows.append({"n": n, "schedule": schedule, "variant": name,
-                         "median_s": m["median_s"], "tflops": 2.0 * n**3 / m["median_s"] / 1e12,
-                         "vs_printed": printed_s / m["median_s"],
-                         "bit_identical_to_printed": m["same_bits"]})
-            cells.append((n, schedule, name, f"{m['median_s'] * 1e3:.3f}",
-                          f"{rows[-1]['tflops']:.1f}", f"{rows[-1]['vs_printed']:.3f}",
-                          m["same_bits"] if name not in GARBAGE else "garbage"))
+        for r in variant_rows(measured, n, n=n, schedule=schedule):
+            name, bits = r["variant"], r["bit_identical_to_printed"]
+            same &= bits or name in GARBAGE
+            rows.append(r)
+            cells.append((n, schedule, name, f"{r['median_s'] * 1e3:.3f}", f"{r['tflops']:.1f}",
+                          f"{r['vs_printed']:.3f}", bits if name not in GARBAGE else "garbage"))
     show(table(f"the epilogue of F16's warp-specialized kernels on {device_name()}, medians "
                f"of {args.rounds} rounds", ("n", "schedule", "variant", "ms", "TFLOP/s",
                                             "x printed", "bits = printed"), cells, left=3))

@@ -86,6 +86,25 @@ def kernel_output(compiled: Compiled, arch: str, array: str) -> np.ndarray:
     return result.view(f"u{result.dtype.itemsize}")
 
 
+def cupy_int32_seconds(n: int) -> float:
+    """The median time of CuPy's int32 matmul of two ``n`` x ``n`` matrices over the whole
+    int32 range (CUDA events around each launch)."""
+    import cupy
+
+    a = cupy.random.randint(-2**31, 2**31 - 1, (n, n), dtype=cupy.int32)
+    b = cupy.random.randint(-2**31, 2**31 - 1, (n, n), dtype=cupy.int32)
+    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+    cupy.matmul(a, b)
+    times = []
+    for _ in range(REPEATS):
+        start.record()
+        cupy.matmul(a, b)
+        stop.record()
+        stop.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
+    return Timing.of(times).median_s
+
+
 def torch_seconds(fn: Callable[[], object]) -> float:
     import torch
 
@@ -115,20 +134,7 @@ def baselines(n: int) -> dict[str, float]:
         b = torch.randn(n, n, device="cuda", dtype=dt)
         out[label] = torch_seconds(partial(torch.matmul, a, b))
     try:
-        import cupy
-
-        a = cupy.random.randint(-2**31, 2**31 - 1, (n, n), dtype=cupy.int32)
-        b = cupy.random.randint(-2**31, 2**31 - 1, (n, n), dtype=cupy.int32)
-        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-        cupy.matmul(a, b)
-        times = []
-        for _ in range(REPEATS):
-            start.record()
-            cupy.matmul(a, b)
-            stop.record()
-            stop.synchronize()
-            times.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
-        out["CuPy int32 matmul"] = Timing.of(times).median_s
+        out["CuPy int32 matmul"] = cupy_int32_seconds(n)
     except Exception as e:  # a missing baseline is reported, not fatal
         print(f"CuPy int32 baseline unavailable: {e}")
     return out

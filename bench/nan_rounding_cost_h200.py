@@ -31,7 +31,7 @@ from backends.cuda.run import device_arch, device_name
 from backends.pipeline import compile_launch
 from backends.registry import target
 from bench.harness import ROOT, show, table, write
-from bench.text_variants import time_variants
+from bench.text_variants import time_variants, variant_rows
 from sarek.loader import load_module
 from sarek.matrix_scheme import Lowering
 from sarek.schedule import Schedule
@@ -95,15 +95,11 @@ def main() -> int:
         measured = time_variants(compiled, arch, {
             name: None if define is None else partial(variant_text, define=define)
             for name, define in VARIANTS.items()}, args.rounds)
-        printed_s = measured["printed"]["median_s"]
-        for name, m in measured.items():
-            same_everywhere &= m["same_bits"]
-            rows.append({"lowering": lowering, "schedule": schedule, "variant": name,
-                         "median_s": m["median_s"], "tflops": 2.0 * n**3 / m["median_s"] / 1e12,
-                         "vs_printed": printed_s / m["median_s"],
-                         "bit_identical_to_printed": m["same_bits"]})
-            cells.append((lowering, schedule, name, f"{rows[-1]['tflops']:.1f}",
-                          f"{rows[-1]['vs_printed']:.3f}", m["same_bits"]))
+        for r in variant_rows(measured, n, lowering=lowering, schedule=schedule):
+            same_everywhere &= r["bit_identical_to_printed"]
+            rows.append(r)
+            cells.append((lowering, schedule, r["variant"], f"{r['tflops']:.1f}",
+                          f"{r['vs_printed']:.3f}", r["bit_identical_to_printed"]))
     show(table(f"f32 roundings in staging at {n}^3 on {device_name()}, medians of "
                f"{args.rounds} rounds", ("lowering", "schedule", "helpers", "TFLOP/s",
                                          "x printed", "bits = printed"), cells, left=3))

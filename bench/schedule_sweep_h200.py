@@ -26,8 +26,13 @@ import numpy as np
 from backends.cuda.run import device_arch, device_name
 from backends.pipeline import compile_launch
 from backends.registry import target
-from bench.gpu_speed_h200 import REPEATS, kernel_output, kernel_seconds, torch_seconds
-from bench.harness import RESULTS, ROOT, Timing, show, table, write
+from bench.gpu_speed_h200 import (
+    cupy_int32_seconds,
+    kernel_output,
+    kernel_seconds,
+    torch_seconds,
+)
+from bench.harness import RESULTS, ROOT, show, table, write
 from sarek.errors import SarekError
 from sarek.loader import load_module
 from sarek.matrix_scheme import Lowering
@@ -128,25 +133,6 @@ def cublas_seconds(n: int, dtype: str = "f16") -> float:
     a = torch.randn(n, n, device="cuda", dtype=kind)
     b = torch.randn(n, n, device="cuda", dtype=kind)
     return torch_seconds(partial(torch.matmul, a, b))
-
-
-def cupy_int32_seconds(n: int) -> float:
-    """The median time of CuPy's int32 matmul of two ``n`` x ``n`` matrices over the whole
-    int32 range (CUDA events around each launch, as ``gpu_speed_h200`` times it)."""
-    import cupy
-
-    a = cupy.random.randint(-2**31, 2**31 - 1, (n, n), dtype=cupy.int32)
-    b = cupy.random.randint(-2**31, 2**31 - 1, (n, n), dtype=cupy.int32)
-    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-    cupy.matmul(a, b)
-    times = []
-    for _ in range(REPEATS):
-        start.record()
-        cupy.matmul(a, b)
-        stop.record()
-        stop.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
-    return Timing.of(times).median_s
 
 
 if __name__ == "__main__":

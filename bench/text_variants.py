@@ -46,3 +46,15 @@ def time_variants(compiled: Compiled, arch: str, variants: Mapping[str, Edit], r
     return {name: {"median_s": Timing.of(times[name]).median_s,
                    "same_bits": bool(np.array_equal(outputs[name], reference))}
             for name in kernels}
+
+
+def variant_rows(measured: Mapping[str, Mapping[str, Any]], size: int, **keys: Any
+                 ) -> list[dict[str, Any]]:
+    """One result row per variant of ``time_variants``'s ``measured`` (a GEMM of ``size``^3):
+    ``keys``, the variant, its median, TFLOP/s at 2 size^3, its speed over the first variant's
+    and whether its output had the first's bits."""
+    first_s = next(iter(measured.values()))["median_s"]
+    return [{**keys, "variant": name, "median_s": m["median_s"],
+             "tflops": 2.0 * size**3 / m["median_s"] / 1e12,
+             "vs_printed": first_s / m["median_s"],
+             "bit_identical_to_printed": m["same_bits"]} for name, m in measured.items()]
