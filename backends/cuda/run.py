@@ -112,11 +112,10 @@ def run(kernel: ir.Kernel, args: Sequence[Any] | Mapping[str, Any], grid: tuple[
 
 @dataclass
 class _Loaded:
-    """A module loaded on device 0 with one kernel and its parameters on the device."""
+    """A kernel loaded on device 0 with its parameters on the device."""
 
     function: Any
     pointers: np.ndarray  # the kernel-parameter pointer array cuLaunchKernel takes
-    buffers: list[tuple[Any, np.ndarray] | None]  # per parameter: device copy and host array
     shared_bytes: int  # dynamic shared memory per block
 
     def launch(self, grid: tuple[int, ...], block: tuple[int, ...]) -> None:
@@ -128,50 +127,14 @@ class _Loaded:
                                      self.pointers.ctypes.data, 0), "cuLaunchKernel")
 
 
-@contextmanager
-def _loaded(cubin: bytes, name: str, params: Sequence[np.ndarray | np.generic],
-            shared_bytes: int = 0, maps: Sequence[Request] = ()) -> Iterator[_Loaded]:
-    """Loads ``cubin`` in device 0's primary context (raising the kernel's dynamic shared
-    memory limit to ``shared_bytes``) and copies the array parameters to the device (scalars
-    are passed by value, the driver copying their bytes), the tensor maps ``maps`` encoded
-    over those copies after them (``backends.cuda.tma``); frees everything afterwards."""
-    from cuda.bindings import driver as cu
-
-    _check(cu.cuInit(0), "cuInit")
-    dev = _check(cu.cuDeviceGet(0), "cuDeviceGet")
-    ctx = _check(cu.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
-    _check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
-    module = _check(cu.cuModuleLoadData(cubin), "cuModuleLoadData")
-    buffers: list[tuple[Any, np.ndarray] | None] = []
-    try:
-        function = _check(cu.cuModuleGetFunction(module, name.encode()), "cuModuleGetFunction")
-        if shared_bytes:
-            _check(cu.cuFuncSetAttribute(
-                function, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                shared_bytes), "cuFuncSetAttribute")
-        holders: list[np.ndarray] = []
-        for value in params:
-            if isinstance(value, np.ndarray):
-                host = np.ascontiguousarray(value).ravel()
-                ptr = _check(cu.cuMemAlloc(max(host.nbytes, 1)), "cuMemAlloc")
-                buffers.append((ptr, host))
-                if host.nbytes:
-                    _check(cu.cuMemcpyHtoD(ptr, host.ctypes.data, host.nbytes), "cuMemcpyHtoD")
-                holders.append(np.array([int(ptr)], dtype=np.uint64))
-            else:
-                buffers.append(None)
-                holders.append(np.array([value]))
-        for request in maps:
-            entry = buffers[request.param]
-            assert entry is not None
-            holders.append(encode(request, int(entry[0])))
-        pointers = np.array([h.ctypes.data for h in holders], dtype=np.uint64)
-        yield _Loaded(function, pointers, buffers, shared_bytes)
-    finally:
-        for entry in buffers:
-            if entry is not None:
-                cu.cuMemFree(entry[0])
-        cu.cuModuleUnload(module)
+def _one(cubin: bytes, name: str, params: Sequence[np.ndarray | np.generic],
+         grid: tuple[int, ...], block: tuple[int, ...], shared_bytes: int,
+         maps: Sequence[Request]) -> tuple[Launchable, dict[str, np.ndarray | np.generic]]:
+    """A kernel and its parameters in order as a sequence of one (the parameters named by
+    their positions)."""
+    names = tuple(f"p{i}" for i in range(len(params)))
+    return (Launchable(cubin, name, names, grid, block, shared_bytes, tuple(maps)),
+            dict(zip(names, params, strict=True)))
 
 
 def launch_cubin(cubin: bytes, name: str, params: Sequence[np.ndarray | np.generic],
@@ -182,22 +145,9 @@ def launch_cubin(cubin: bytes, name: str, params: Sequence[np.ndarray | np.gener
     the device and its contents after the launch come back (in the same position of the
     result), a NumPy scalar is passed by value (None in the result); ``maps`` are the tensor
     maps that follow the parameters."""
-    from cuda.bindings import driver as cu
-
-    with _loaded(cubin, name, params, shared_bytes, maps) as k:
-        k.launch(grid, block)
-        _check(cu.cuCtxSynchronize(), "cuCtxSynchronize")
-        out: list[np.ndarray | None] = []
-        for entry in k.buffers:
-            if entry is None:
-                out.append(None)
-                continue
-            ptr, host = entry
-            result = np.empty_like(host)
-            if host.nbytes:
-                _check(cu.cuMemcpyDtoH(result.ctypes.data, ptr, host.nbytes), "cuMemcpyDtoH")
-            out.append(result)
-        return out
+    step, values = _one(cubin, name, params, grid, block, shared_bytes, maps)
+    out = launch_steps([step], values)
+    return [out.get(n) for n in step.params]
 
 
 def time_cubin(cubin: bytes, name: str, params: Sequence[np.ndarray | np.generic],
@@ -207,21 +157,8 @@ def time_cubin(cubin: bytes, name: str, params: Sequence[np.ndarray | np.generic
     """Seconds per launch of kernel ``name`` over the same device copies of ``params``, timed
     with CUDA events after one warm-up launch: one figure per repeat, each the mean of
     ``together`` launches issued back to back between two events."""
-    from cuda.bindings import driver as cu
-
-    with _loaded(cubin, name, params, shared_bytes, maps) as k:
-        start, stop = (_check(cu.cuEventCreate(0), "cuEventCreate") for _ in range(2))
-        times = []
-        for i in range(repeats + 1):
-            _check(cu.cuEventRecord(start, 0), "cuEventRecord")
-            for _ in range(together):
-                k.launch(grid, block)
-            _check(cu.cuEventRecord(stop, 0), "cuEventRecord")
-            _check(cu.cuEventSynchronize(stop), "cuEventSynchronize")
-            ms = _check(cu.cuEventElapsedTime(start, stop), "cuEventElapsedTime")
-            if i:  # the first launch warms up
-                times.append(float(ms) / 1e3 / together)
-        return times
+    step, values = _one(cubin, name, params, grid, block, shared_bytes, maps)
+    return time_steps([step], values, repeats, together)
 
 
 @dataclass(frozen=True)
@@ -276,7 +213,7 @@ def _sequence(steps: Sequence[Launchable], values: Mapping[str, np.ndarray | np.
                        else np.array([values[n]]) for n in step.params]
             holders += [encode(r, int(arrays[step.params[r.param]][0])) for r in step.maps]
             pointers = np.array([h.ctypes.data for h in holders], dtype=np.uint64)
-            loaded.append(_Loaded(function, pointers, [], step.shared_bytes))
+            loaded.append(_Loaded(function, pointers, step.shared_bytes))
             kept.append(holders)  # the slots the pointers name, alive until the end
         yield loaded, arrays
     finally:
@@ -307,10 +244,10 @@ def launch_steps(steps: Sequence[Launchable], values: Mapping[str, np.ndarray | 
 
 
 def time_steps(steps: Sequence[Launchable], values: Mapping[str, np.ndarray | np.generic],
-               repeats: int = 10) -> list[float]:
+               repeats: int = 10, together: int = 1) -> list[float]:
     """Seconds per run of the whole sequence ``steps`` over the same device copies of
     ``values``, timed with CUDA events around its launches after one warm-up run: one figure
-    per repeat."""
+    per repeat, each the mean of ``together`` runs issued back to back between two events."""
     from cuda.bindings import driver as cu
 
     with _sequence(steps, values) as (loaded, _):
@@ -318,11 +255,12 @@ def time_steps(steps: Sequence[Launchable], values: Mapping[str, np.ndarray | np
         times = []
         for i in range(repeats + 1):
             _check(cu.cuEventRecord(start, 0), "cuEventRecord")
-            for step, k in zip(steps, loaded, strict=True):
-                k.launch(step.grid, step.block)
+            for _ in range(together):
+                for step, k in zip(steps, loaded, strict=True):
+                    k.launch(step.grid, step.block)
             _check(cu.cuEventRecord(stop, 0), "cuEventRecord")
             _check(cu.cuEventSynchronize(stop), "cuEventSynchronize")
             ms = _check(cu.cuEventElapsedTime(start, stop), "cuEventElapsedTime")
             if i:  # the first run warms up
-                times.append(float(ms) / 1e3)
+                times.append(float(ms) / 1e3 / together)
         return times
