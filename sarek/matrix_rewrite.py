@@ -90,9 +90,10 @@ def operands_refusal(gemm: Gemm, lowering: Lowering, schedule: Schedule,
     stages them, or None: a warpgroup schedule multiplies one 16-bit term with B staged as it
     is in memory."""
     scheme = _scheme(gemm, lowering, staging)
-    if scheme.stacked and (schedule.bulk or not schedule.warpgroup):
+    if scheme.stacked and (not schedule.warpgroup
+                           or (schedule.bulk and not schedule.specialized)):
         return ("the stacked byte planes are multiplied by a warpgroup schedule of cp.async "
-                "copies ('g' without 'b' or 'w')")
+                "copies ('g' without 'b') or of a producer warpgroup's ('w')")
     if schedule.step > 64 and not scheme.stacked:
         return (f"{schedule.step}-deep steps are the stacked byte planes' (one 128-byte row of "
                 f"8-bit operands); {lowering} steps 16 to 64 deep")

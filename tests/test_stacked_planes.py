@@ -19,9 +19,13 @@ from hypothesis import strategies as st
 
 import sarek
 from backends import registry
-from backends.cuda import compile_cubin, nvrtc_available
+from backends.cstyle import EmitError
+from backends.cuda import compile_cubin, nvrtc_available, roles, tma
+from backends.cuda import lower as cuda_lower
 from backends.pipeline import compile_launch, rewrite_steps
+from sarek import ir
 from sarek.ir_build import var
+from sarek.ir_walk import replace_statements
 from sarek.launch import Launch, Steps
 from sarek.matrix_pattern import recognize
 from sarek.matrix_rewrite import RewriteError, kernel, operands_refusal
@@ -33,6 +37,8 @@ PLANES = Lowering.INT32_BYTE_PLANES
 SWIZZLED = Schedule.parse("t128x256k128s4gf")  # 128-byte rows: 128-byte swizzle atoms
 CORES = Schedule.parse("t128x256k64s3gf")  # 64-byte rows: core matrices without swizzle
 ONE_GROUP = Schedule.parse("t128k128s4gf")  # 128x128 tiles over one warpgroup
+PRODUCER = Schedule.parse("t128x256k128s3gw")  # a producer warpgroup of bulk tensor copies
+PERSISTENT = Schedule.parse("t128x256k128s3gwr")
 CUDA = registry.target("cuda").staging
 
 
@@ -150,7 +156,8 @@ def test_the_printed_gemm_is_the_8_bit_wgmma_reading_swizzled_k_major_operands()
 
 
 @pytest.mark.skipif(nvrtc_available() is not None, reason=f"NVRTC: {nvrtc_available()}")
-@pytest.mark.parametrize("schedule", [SWIZZLED, CORES], ids=lambda s: s.name)
+@pytest.mark.parametrize("schedule", [SWIZZLED, CORES, PRODUCER, PERSISTENT],
+                         ids=lambda s: s.name)
 def test_nvrtc_compiles_the_pre_pass_and_the_8_bit_wgmma_gemm(schedule: Schedule) -> None:
     launch = example("gemm_i32").make(256, 512, 256)
     compiled = compile_launch(registry.target("cuda"), launch, lowering=PLANES,
@@ -167,7 +174,7 @@ def test_the_pre_pass_splits_int32_operands_under_warpgroup_schedules_only() -> 
     assert not prepass.applies(gemm, PLANES, SWIZZLED, replace(CUDA, whole_int32=True))
 
 
-def test_the_stacked_planes_are_refused_under_bulk_copies_with_the_reason() -> None:
+def test_the_stacked_planes_are_refused_under_bulk_copies_without_a_producer() -> None:
     gemm = recognize(example("gemm_i32").make(64, 64, 64).kernel)
     stacked = prepass.stacked_gemm(gemm, ("a_u8", "b_u8"),
                                    {n: var(f"sk_{n}") for n in ("me", "ne", "d")})
@@ -190,3 +197,102 @@ def test_stacked_planes_under_another_lowering_are_refused() -> None:
     stacked = replace(gemm, stacked_planes=True)
     with pytest.raises(RewriteError, match="Int32_byte_planes"):
         kernel(launch.kernel, stacked, Lowering.INT8_OPERANDS, staging=CUDA, schedule=SWIZZLED)
+
+
+# A producer warpgroup (``backends.cuda.roles``): both roles go through the phases, the steps
+# counted on across them; each phase's tiles come through tensor maps of its own.
+
+def lowered_gemm(launch: Launch, schedule: Schedule) -> tuple[Launch, dict[str, np.ndarray]]:
+    """The GEMM launch of the sequence under ``schedule``, its kernel lowered for CUDA, and
+    its arguments with the temporaries the pre-pass wrote."""
+    steps = steps_of(launch, schedule)
+    first, last = steps.launches
+    names = [s.name for s in steps.scratch]
+    m, n, k = (int(first.args[x]) for x in ("m", "n", "k"))
+    dp = -(-k // PLANE_ALIGN) * PLANE_ALIGN
+    planes = sarek.simulate(first.kernel, {**first.args, names[0]: np.zeros(m * 10 * dp, np.uint8),
+                                           names[1]: np.zeros(n * 10 * dp, np.uint8)},
+                            grid=first.grid, block=first.block)
+    args = {**last.args, **{name: planes[name] for name in names}}
+    return replace(last, kernel=cuda_lower.lower(last.kernel)), args
+
+
+@pytest.mark.parametrize("schedule", [PRODUCER, Schedule.parse("t128x256k128s3gfw"),
+                                      PERSISTENT], ids=lambda s: s.name)
+@pytest.mark.parametrize("size", [(150, 300, 70), (130, 260, 129)])
+def test_a_producer_warpgroup_gives_numpys_product_modulo_2_32(
+        schedule: Schedule, size: tuple[int, int, int]) -> None:
+    # k = 70: each phase's blocks end inside a 128-deep step (the map's zero fill past them)
+    m, n, k = size
+    launch = example("gemm_i32").make(m, n, k, seed=5)
+    out = steps_of(launch, schedule).simulate(target="cuda")["c"]
+    a, b = launch.args["a"].reshape(m, k), launch.args["b"].reshape(k, n)
+    assert np.array_equal(out, modular(a, b).ravel())
+
+
+@pytest.mark.parametrize("schedule", [PERSISTENT, Schedule.parse("t128x256k128s3gfwr")],
+                         ids=lambda s: s.name)
+def test_one_persistent_block_carries_the_ring_through_every_phase_and_tile(
+        schedule: Schedule) -> None:
+    m, n, k = 150, 300, 70  # four tiles of four phases of one or three steps
+    launch = example("gemm_i32").make(m, n, k, seed=6)
+    gemm, args = lowered_gemm(launch, schedule)
+    out = sarek.simulate(gemm.kernel, args, grid=(1, 1, 1), block=gemm.block)["c"]
+    a, b = launch.args["a"].reshape(m, k), launch.args["b"].reshape(k, n)
+    assert np.array_equal(out, modular(a, b).ravel())
+
+
+def test_each_phase_copies_through_tensor_maps_of_its_own() -> None:
+    launch = example("gemm_i32").make(150, 300, 70)
+    gemm, args = lowered_gemm(launch, PRODUCER)
+    dp = -(-70 // PLANE_ALIGN) * PLANE_ALIGN
+    found = tma.requests(gemm.kernel, args)
+    blocks = [len(phase) for phase in PLANE_PHASES]
+    firsts = [sum(blocks[:i]) for i in range(len(blocks))]
+    for operand, rows in (("a_u8", 150), ("b_u8", 300)):
+        param = [p.name for p in gemm.kernel.params].index(operand)
+        mine = [r for r in found if r.param == param]
+        assert [(r.origin, r.cols) for r in mine] == [(f * dp, b * dp)
+                                                     for f, b in zip(firsts, blocks, strict=True)]
+        assert all(r.usable and r.rows == rows and r.stride == 10 * dp and r.box_cols == 128
+                   for r in mine)
+
+
+def test_a_producer_that_does_not_wait_for_the_consumers_races_across_the_phases() -> None:
+    launch = example("gemm_i32").make(128, 256, 300)  # one tile, steps in every phase
+    gemm, args = lowered_gemm(launch, PRODUCER)
+
+    def gone(s: ir.Stmt) -> list[ir.Stmt] | None:
+        return [] if isinstance(s, ir.MbarrierWait) and s.barriers == roles.EMPTY else None
+
+    kernel = gemm.kernel.model_copy(update={"body": replace_statements(gemm.kernel.body, gone)})
+    with pytest.raises(sarek.SharedRace):
+        sarek.simulate(kernel, args, grid=gemm.grid, block=gemm.block)
+
+
+@pytest.mark.parametrize("spec", [
+    replace(BASE, a_major="col", b_major="col"),
+    replace(BASE, pads=(3, 2, 1), offsets=(1, 2, 3), k_start=1),
+    replace(BASE, init="c_old", epilogue="alpha_beta"),
+    replace(BASE, mapping="1d-col", block=(64, 1, 1)),
+], ids=["col-major", "strided", "c-old", "1d-col"])
+def test_a_producer_warpgroup_gives_the_originals_bits_on_the_accesses_it_maps(
+        spec: GemmSpec) -> None:
+    grid, block = geometry(spec)
+    launch = Launch(build(spec).ir, spec_args(spec, seed=2), grid, block)
+    want = launch.simulate()
+    got = steps_of(launch, PRODUCER).simulate(target="cuda")
+    assert all(np.array_equal(got[name], want[name]) for name in want)
+
+
+def test_cudas_policy_takes_the_producer_warpgroup_and_gf_where_no_map_serves() -> None:
+    assert CUDA.candidates(PLANES.value, 4096, 4096)[:2] == (
+        PRODUCER, Schedule.parse("t128x256k128s3gf"))
+    spec = replace(BASE, m=1024, n=1024, k=16, batch=True, batches=2)
+    grid, block = geometry(spec)
+    launch = Launch(build(spec).ir, spec_args(spec, seed=2), grid, block)
+    with pytest.raises(EmitError, match="a batched operand's moves with its layer"):
+        cuda_lower.lower(steps_of(launch, PRODUCER).launches[-1].kernel)
+    compiled = compile_launch(registry.target("cuda"), launch)
+    assert compiled.rewritten is not None
+    assert compiled.rewritten.schedule == Schedule.parse("t128x256k128s3gf")

@@ -51,6 +51,8 @@ STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True, byte_k=32, packed_p
     ("Bf16_operands", Schedule(tile=128, step=32, stages=3, wide=True)),
     ("Bf16x3_operands", Schedule(tile=128, step=16, stages=3, wide=True)),
     ("Int32_byte_planes", Schedule(tile=128, step=128, stages=3, wide=True, warpgroup=True,
+                                   specialized=True)),
+    ("Int32_byte_planes", Schedule(tile=128, step=128, stages=3, wide=True, warpgroup=True,
                                    in_flight=True)),
     ("Int32_byte_planes", Schedule(step=32, prefetch=True)),
     ("Int8_operands", Schedule(tile=128, step=32, stages=3)),
@@ -83,10 +85,16 @@ here, and ``wgmma`` at 0.91x) and for Bf16 (1.85x), three 16-deep for Bf16x3 (1.
 steps spill registers or exceed shared memory); the byte planes, after the pre-pass that
 splits int32 operands into byte planes stacked along k (``sarek.rewrite.prepass``), take
 ``wgmma``'s 8-bit form over 128x256 tiles in three 128-deep stages, A and B in 128-byte
-swizzle atoms, a step's group in flight (``t128x256k128s3gf``: 89.3 Tops at 4096^3 and 94.0
-at 8192^3, the pre-pass included, against 39.9 and 40.5 for ``t64k32p`` and 22.1 and 21.8
-for CuPy's int32 matmul in the same runs, ``bench/results/schedule_sweep_planes_sw128_h200.json``;
-64-deep steps in core matrices without swizzle ran at 42.3); where a device refuses
+swizzle atoms copied by a producer warpgroup of bulk tensor copies, each phase's through
+tensor maps of its own (``t128x256k128s3gw``: 136.9 Tops at 4096^3, the pre-pass included,
+6.25x CuPy's int32 matmul at 21.9, against 94.1 for ``t128x256k128s3gf``, the policy
+before it, 135.0 for the persistent ``...gwr`` and 137.3 for ``t128x256k128s4gw``, a
+difference inside one run's noise for the stage that costs the exchange array's room,
+``bench/results/schedule_sweep_planes_ws_h200.json``); ``t128x256k128s3gf``, each step's
+group in flight (89.3 Tops at 4096^3 and 94.0 at 8192^3 in its first run against 39.9 and
+40.5 for ``t64k32p``, ``bench/results/schedule_sweep_planes_sw128_h200.json``; 64-deep
+steps in core matrices without swizzle ran at 42.3), stays next in line for launches whose
+copies no tensor map serves, such as batched operands; where a device refuses
 ``wgmma``, their four accumulators per fragment spill at 128x128 on ``mma.sync``, so they
 take 64x64 tiles with 32-deep steps, the next step prefetched into registers (1.9x); Int8
 128x128 tiles in three 32-deep stages (136 Tops at

@@ -32,6 +32,16 @@ step leaves its ``wgmma`` group running and frees the previous step's buffer ins
 persistent grid (the neutral kernel's loop over ``sk_tile``) both roles run that loop, and a
 count of the steps of the block's earlier tiles (``sk_ring``) carries the ring's buffers and
 parities from one tile into the next.
+
+The stacked byte planes' reduction is that loop inside a loop over their phases
+(``sarek.rewrite.multiply``: each phase's loop reads ``sk_kn`` stacked k from its own origin
+``sk_kb``, the accumulators shifted before it). Both roles run the phases, ``sk_ring``
+counting on the steps of each phase, so that buffers and parities stay in step across them;
+the consumers shift between phases (under ``in_flight`` after waiting for their last group),
+and the producer copies each phase's tiles through tensor maps of its own: the phase's
+``sk_kb`` and ``sk_kn`` put in, the map's origin is the phase's first block and its extent
+along k the phase's blocks, so that the copy's coordinate is the step's ``sk_k0`` and the
+maps' zero fill past the phase is the neutral copy's.
 """
 
 from __future__ import annotations
@@ -43,7 +53,7 @@ from backends.cuda import tma
 from backends.cuda.wgmma import CoreLayout
 from sarek import ir
 from sarek.ir import BinOp, ElemType, MemSpace
-from sarek.ir_build import add, binary, const, var
+from sarek.ir_build import add, binary, const, evaluate, is_literal, var
 from sarek.ir_walk import replace_statements, substitute, walk
 from sarek.stage_copy import element_store, spread
 
@@ -87,21 +97,30 @@ def lower(kernel: ir.Kernel, places: dict[str, CoreLayout]) -> ir.Kernel:
     scalars = frozenset(p.name for p in kernel.params if isinstance(p, ir.ScalarParam))
     tiles = next((s for s in kernel.body if isinstance(s, ir.For) and s.var == TILE), None)
     region = kernel.body if tiles is None else tiles.body  # one tile's statements
-    at = next((i for i, s in enumerate(region) if isinstance(s, ir.For)
-               and any(isinstance(x, ir.StageCopy) for x in s.body)), None)
+    at = _pipelined(region)
+    phases: ir.For | None = None  # the stacked byte planes' loop over their phases around it
     if at is None:
-        raise EmitError("a producer warpgroup feeds a pipelined reduction loop; this kernel "
-                        "has none")
+        at = next((i for i, s in enumerate(region) if isinstance(s, ir.For)
+                   and _pipelined(s.body) is not None), None)
+        if at is None:
+            raise EmitError("a producer warpgroup feeds a pipelined reduction loop; this "
+                            "kernel has none")
+        found = region[at]
+        assert isinstance(found, ir.For)
+        phases = found
     if tiles is not None and any(isinstance(s, ir.ArrayDecl) and s.shares is not None
                                  for s in kernel.body):
         raise EmitError("a persistent producer refills the staged buffers while the consumers "
                         "leave a tile through the exchange array, which must not lie in them: "
                         "take fewer stages")
-    loop = region[at]
+    steps = region if phases is None else phases.body  # the loop and the statements about it
+    inner = _pipelined(steps)
+    assert inner is not None
+    loop = steps[inner]
     assert isinstance(loop, ir.For)
-    before = region[:at]
+    before = steps[:inner]
     ahead = sum(isinstance(s, ir.StageCommit) for s in before)
-    after = region[at + 1:]
+    after = steps[inner + 1:]
     if after[:1] != (ir.StageWait(pending=0),) or not ahead:
         raise EmitError("a producer warpgroup feeds the rewrite's pipelined loop (copies "
                         "issued ahead, a wait for all after it)")
@@ -113,14 +132,14 @@ def lower(kernel: ir.Kernel, places: dict[str, CoreLayout]) -> ir.Kernel:
     slot = next((s for s in loop.body if isinstance(s, ir.Let) and s.name == "sk_slot"), None)
     guard = next((s for s in loop.body if isinstance(s, ir.If) and _guard(s) is not None), None)
     copies = [s for s in loop.body if isinstance(s, ir.StageCopy)]
-    if slot is None or guard is None or not copies or \
-            any(not tma.tensor(s, scalars) or s.dst not in places for s in copies):
+    if slot is None or guard is None or not copies or any(
+            s.dst not in places or not tma.lands(s, places[s.dst]) for s in copies):
         raise EmitError("a producer warpgroup copies the loop's tiles by tensor maps into "
                         "the arrays wgmma reads")
     stages = _stages(copies, places)
-    # the step's number in the ring: counted on from the tiles before under a persistent grid
+    # the step's number in the ring: counted on from the tiles and phases before
     index: ir.Expr = binary(BinOp.DIV, var(loop.var), const(depth))
-    if tiles is not None:
+    if tiles is not None or phases is not None:
         index = add(var(RING), index)
     slot = slot.model_copy(update={"value": binary(BinOp.REM, index, const(stages))})
     rounds = binary(BinOp.DIV, index, const(stages))
@@ -134,8 +153,24 @@ def lower(kernel: ir.Kernel, places: dict[str, CoreLayout]) -> ir.Kernel:
             loop.var: binary(BinOp.SUB, var(loop.var), const(ahead * depth)),
             "sk_slot": binary(BinOp.REM, add(var("sk_slot"), const(stages - ahead)),
                               const(stages))}
-    own = [s.model_copy(update={f: substitute(getattr(s, f), back) for f in (
-        "dst_offset", "src_offset", "row_limit", "col_limit")}) for s in copies]
+    own = [_substituted(s, back) for s in copies]
+    fill: list[ir.Stmt] = []
+    if phases is None:
+        if any(not tma.tensor(s, scalars) for s in own):
+            raise EmitError("a producer warpgroup copies the loop's tiles by tensor maps into "
+                            "the arrays wgmma reads")
+        fill = _fill(own, scalars, places, consumers)
+    else:  # each phase's copies through its own tensor maps
+        outer = [*(() if tiles is None else kernel.body[:kernel.body.index(tiles)]),
+                 *region[:at]]  # the statements before the phases
+        for p, values in enumerate(_phase_values(phases, outer, before)):
+            mine = [_substituted(s, values) for s in own]
+            if any(not tma.tensor(s, scalars) for s in mine):
+                raise EmitError("a producer warpgroup copies each phase's tiles by tensor maps "
+                                "of its own, whose origins are the same for every block (a "
+                                "batched operand's moves with its layer)")
+            fill.append(ir.If(cond=binary(BinOp.EQ, var(phases.var), const(p)),
+                              then=tuple(_fill(mine, scalars, places, consumers))))
 
     # Copies issued ``stages - 2`` steps ahead (``in_flight``): each step's multiplies stay in
     # flight while the next step is issued, and the step frees the buffer of the one before.
@@ -154,7 +189,7 @@ def lower(kernel: ir.Kernel, places: dict[str, CoreLayout]) -> ir.Kernel:
         slot,
         ir.If(cond=binary(BinOp.GE, index, const(stages)), then=(
             ir.MbarrierWait(barriers=EMPTY, index=var("sk_slot"), parity=parity(1)),)),
-        *_fill(own, scalars, places, consumers))})
+        *fill)})
 
     def named(stmts: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
         return replace_statements(stmts, lambda s: [ir.NamedBarrier(
@@ -164,24 +199,37 @@ def lower(kernel: ir.Kernel, places: dict[str, CoreLayout]) -> ir.Kernel:
     def region_only(x: ir.Stmt) -> bool:
         return not isinstance(x, ir.Let | ir.ArrayDecl | ir.StageCopy | ir.StageCommit)
 
-    origin = [x for x in before if isinstance(x, ir.Let)]  # the tile's (and the block's)
-    opening = [x for x in before if region_only(x)]
-    consumer: list[ir.Stmt] = [*opening, consumer_loop,
-                               *((ir.WgmmaWait(),) if in_flight else ()), *after]
-    producer: list[ir.Stmt] = [producer_loop]
+    trips = ir.Select(cond=binary(BinOp.GT, loop.stop, const(0)), a=binary(
+        BinOp.DIV, add(loop.stop, const(depth - 1)), const(depth)), b=const(0), type=I32)
+    onward = ir.Assign(name=RING, value=add(var(RING), trips))
+    ring = ir.Let(name=RING, type=I32, value=const(0))
+    consumer_steps: list[ir.Stmt] = [consumer_loop, *((ir.WgmmaWait(),) if in_flight else ())]
+    producer_steps: list[ir.Stmt] = [producer_loop]
+    head, tail = before, after
+    if phases is not None:  # both roles go through the phases, their steps counted on
+        staged = (ir.StageCopy, ir.StageCommit)
+        consumer_steps = [phases.model_copy(update={"body": (
+            *(x for x in before if not isinstance(x, staged)), *consumer_steps, *after,
+            onward)})]
+        producer_steps = [phases.model_copy(update={"body": (
+            *(x for x in before if isinstance(x, ir.Let)), *producer_steps, onward)})]
+        head, tail = region[:at], region[at + 1:]
+    origin = [x for x in head if isinstance(x, ir.Let)]  # the tile's (and the block's)
+    opening = [x for x in head if region_only(x)]
+    consumer: list[ir.Stmt] = [*opening, *consumer_steps, *tail]
+    producer: list[ir.Stmt] = producer_steps
     kept = [x for x in kernel.body if isinstance(x, ir.Let | ir.ArrayDecl)]
     outside: list[ir.Stmt] = []  # the consumers' statements before the tiles
     if tiles is None:
-        kept = [x for x in before if isinstance(x, ir.Let | ir.ArrayDecl)]
+        kept = [x for x in head if isinstance(x, ir.Let | ir.ArrayDecl)]
         outside, consumer = consumer[:len(opening)], consumer[len(opening):]
+        if phases is not None:
+            consumer, producer = [ring, *consumer], [ring, *producer]
     else:
         outside = [x for x in kernel.body if region_only(x) and x is not tiles]
-        trips = ir.Select(cond=binary(BinOp.GT, loop.stop, const(0)), a=binary(
-            BinOp.DIV, add(loop.stop, const(depth - 1)), const(depth)), b=const(0), type=I32)
-        onward = ir.Assign(name=RING, value=add(var(RING), trips))
-        ring = ir.Let(name=RING, type=I32, value=const(0))
-        consumer = [ring, tiles.model_copy(update={"body": (*origin, *consumer, onward)})]
-        producer = [ring, tiles.model_copy(update={"body": (*origin, *producer, onward)})]
+        last = () if phases is not None else (onward,)  # a phase counts its own steps
+        consumer = [ring, tiles.model_copy(update={"body": (*origin, *consumer, *last)})]
+        producer = [ring, tiles.model_copy(update={"body": (*origin, *producer, *last)})]
 
     first = binary(BinOp.EQ, var("sk_tid"), const(0))
     start = (
@@ -205,6 +253,57 @@ def lower(kernel: ir.Kernel, places: dict[str, CoreLayout]) -> ir.Kernel:
                    value=binary(BinOp.SUB, var("sk_tid"), const(consumers))),
             *producer))))
     return kernel.model_copy(update={"body": (*kept, *start, roles)})
+
+
+def _pipelined(stmts: tuple[ir.Stmt, ...]) -> int | None:
+    """Where the pipelined reduction loop (a loop whose body issues staged copies, none of
+    them in a loop of its own) is among ``stmts``."""
+    def copying(s: ir.Stmt) -> bool:
+        return isinstance(s, ir.For) and any(isinstance(x, ir.StageCopy) for x in s.body)
+
+    return next((i for i, s in enumerate(stmts) if isinstance(s, ir.For) and copying(s)
+                 and not any(copying(x) for x in s.body)), None)
+
+
+def _substituted(s: ir.StageCopy, values: dict[str, ir.Expr]) -> ir.StageCopy:
+    """Copy ``s`` with ``values`` put for the names of its offsets and limits."""
+    return s.model_copy(update={f: substitute(getattr(s, f), values) for f in (
+        "dst_offset", "src_offset", "row_limit", "col_limit")})
+
+
+def _phase_values(phases: ir.For, outer: list[ir.Stmt], before: tuple[ir.Stmt, ...]
+                  ) -> list[dict[str, ir.Expr]]:
+    """For each trip of the loop over the stacked byte planes' ``phases``, the values of the
+    ``Let``s of its body ``before`` the reduction loop (where the phase's blocks start along
+    k, and how far they go), with every name but the kernel's scalar parameters put in from
+    the ``Let``s ``outer`` the loop: so that each phase's copies have tensor maps of their
+    own (``tma.tensor``)."""
+    known: dict[str, ir.Expr] = {}
+    for x in outer:
+        if isinstance(x, ir.Let):
+            known[x.name] = substitute(x.value, known)
+    trips = evaluate(substitute(phases.stop, known), {})
+    if trips is None or evaluate(phases.start, {}) != 0 or not is_literal(phases.step, 1):
+        raise EmitError("a producer warpgroup runs a known number of phases")
+    out = []
+    for p in range(int(trips)):
+        values = {**known, phases.var: const(p)}
+        mine: dict[str, ir.Expr] = {}
+        for x in before:
+            if isinstance(x, ir.Let):
+                mine[x.name] = values[x.name] = _decided(substitute(x.value, values))
+        out.append(mine)
+    return out
+
+
+def _decided(e: ir.Expr) -> ir.Expr:
+    """``e`` with its outer selections between two known values made (``by_phase``)."""
+    match e:
+        case ir.Select(cond=ir.Binary(op=BinOp.EQ, a=x, b=y), a=a, b=b):
+            left, right = evaluate(x, {}), evaluate(y, {})
+            if left is not None and right is not None:
+                return _decided(a if left == right else b)
+    return e
 
 
 def _stages(copies: list[ir.StageCopy], places: dict[str, CoreLayout]) -> int:

@@ -14,8 +14,9 @@ parameters, is lowered so:
   whose tensor map can be used (``TensorMap.usable``: the origin and the row stride multiples
   of 16 bytes, both extents positive; where the copy's fill is not +0.0, also a tile wholly
   inside the limits, so that TMA's zero fill never replaces it) and issues them, one
-  ``BulkTensorCopy`` per 64-column atom (the box 128 bytes wide, landing where the layout puts
-  it); every other copy of the group stays a staged copy (``cp.async``, lowered by
+  ``BulkTensorCopy`` per 128 bytes of the tile's rows (a 64-column atom of 16-bit elements,
+  a 128-deep K-major row of 8-bit ones; ``lands``), landing where the layout puts it; every
+  other copy of the group stays a staged copy (``cp.async``, lowered by
   ``backends.cuda.copies``), so that no region reads wrong values for want of alignment;
 * ``StageWait(p)`` stays (for those ``cp.async``) and is followed by a wait for each group up
   to all but ``p``: ``MbarrierWait`` of its mbarrier with the parity of its phase.
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from backends.cuda.wgmma import SWIZZLE_ROW, CoreLayout
+from backends.cuda.wgmma import ELEMENT_BYTES, SWIZZLE_ROW, CoreLayout
 from sarek import atoms, dtypes, ir
 from sarek.affine import Poly
 from sarek.errors import SarekError
@@ -159,13 +160,20 @@ def tensor(s: ir.StageCopy, scalars: frozenset[str]) -> tuple[TensorMap, ir.Expr
                      s.cols, 128), rows[1], cols[1]
 
 
+def lands(s: ir.StageCopy, layout: CoreLayout) -> bool:
+    """Whether boxes 128 bytes wide (``issue``) land copy ``s`` where ``layout`` puts its
+    tile: 128-byte swizzle atoms, the tile's rows whole atom rows (16-bit tiles: atoms side
+    by side along the columns; 8-bit K-major tiles: one atom row)."""
+    width = SWIZZLE_ROW * ELEMENT_BYTES // dtypes.numpy_dtype(s.fill.type).itemsize
+    return layout.swizzle and s.cols % width == 0 and (not layout.k_major or s.cols == width)
+
+
 def bulk_copies(kernel: ir.Kernel, places: dict[str, CoreLayout]) -> bool:
     """Whether ``lower`` lowers the kernel's staged copies to bulk tensor copies."""
     copies = [s for s in walk(kernel.body) if isinstance(s, ir.StageCopy)]
     scalars = frozenset(p.name for p in kernel.params if isinstance(p, ir.ScalarParam))
     return bool(copies) and kernel.block is not None and all(
-        s.bulk and s.dst in places and places[s.dst].swizzle and s.cols % SWIZZLE_ROW == 0
-        and dtypes.numpy_dtype(s.fill.type).itemsize == atoms.GMMA_MN_SW128.element_bytes
+        s.bulk and s.dst in places and lands(s, places[s.dst])
         and tensor(s, scalars) is not None for s in copies)
 
 
@@ -174,8 +182,8 @@ def issue(s: ir.StageCopy, scalars: frozenset[str], layout: CoreLayout, barriers
     """Copy ``s`` (``tensor`` finds its map) as bulk tensor copies completing mbarrier
     ``index`` of ``barriers``: whether the kernel may issue them (the map usable and, where
     the copy's fill is not +0.0, the tile wholly inside its limits, so that TMA's zero fill
-    never replaces it), the bytes they land, and the copies, one per 64-column atom of
-    ``layout``."""
+    never replaces it), the bytes they land, and the copies, one per 128 bytes of its rows
+    (``lands``) in ``layout``."""
     found = tensor(s, scalars)
     assert found is not None
     spec, row, col = found
@@ -185,12 +193,13 @@ def issue(s: ir.StageCopy, scalars: frozenset[str], layout: CoreLayout, barriers
                        binary(BinOp.GE, s.col_limit, const(s.cols)))
         usable = binary(BinOp.LAND, usable, whole)
     size = dtypes.numpy_dtype(spec.elem).itemsize
+    width = spec.swizzle // size  # the elements of one 128-byte row of an atom
     boxes = tuple(ir.BulkTensorCopy(
         dst=s.dst, dst_offset=add(s.dst_offset, const(j * layout.core_n)), src=s.src,
         origin=spec.origin, row_stride=spec.row_stride, extent_rows=spec.extent_rows,
-        extent_cols=spec.extent_cols, row=row, col=add(col, const(j * SWIZZLE_ROW)),
-        rows=s.rows, cols=SWIZZLE_ROW, swizzle=128, barriers=barriers, index=index,
-        line=s.line) for j in range(s.cols // SWIZZLE_ROW))
+        extent_cols=spec.extent_cols, row=row, col=add(col, const(j * width)),
+        rows=s.rows, cols=width, swizzle=128, barriers=barriers, index=index,
+        line=s.line) for j in range(s.cols // width))
     return usable, s.rows * s.cols * size, boxes
 
 
