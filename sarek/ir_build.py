@@ -37,6 +37,12 @@ def mul(a: ir.Expr, b: ir.Expr) -> ir.Expr:
     return binary(BinOp.MUL, a, b)
 
 
+def round_up(x: ir.Expr, multiple: int) -> ir.Expr:
+    """``ceil(x / multiple) * multiple`` for a non-negative i32 ``x``."""
+    return mul(binary(BinOp.DIV, add(x, const(multiple - 1)), const(multiple)),
+               const(multiple))
+
+
 def logical_not(x: ir.Expr) -> ir.Unary:
     """``not x`` (a bool)."""
     return ir.Unary(op=UnOp.NOT, x=x, type=ElemType.BOOL)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from sarek import ir
 from sarek.ir import BinOp, FragLayout, MemSpace
-from sarek.ir_build import add, binary, const, mul, var
+from sarek.ir_build import add, binary, const, mul, round_up, var
 from sarek.matrix_scheme import PLANE_ALIGN, PLANE_PHASES
 from sarek.rewrite.copies import Copies
 from sarek.rewrite.parts import (
@@ -109,9 +109,7 @@ class Multiply(Copies):
         # The count through a variable: a target that unrolls loops of literal bounds (CUDA)
         # would print four copies of the reduction (255 registers and spills under NVRTC
         # 13.0 for t128x256k64s3gf, against 168 for one).
-        return [ir.Let(name="sk_dp", type=I32, value=mul(binary(
-                    BinOp.DIV, add(var("sk_d"), const(PLANE_ALIGN - 1)), const(PLANE_ALIGN)),
-                    const(PLANE_ALIGN))),
+        return [ir.Let(name="sk_dp", type=I32, value=round_up(var("sk_d"), PLANE_ALIGN)),
                 ir.Let(name="sk_phases", type=I32, value=const(len(PLANE_PHASES))),
                 ir.For(var="sk_phase", start=const(0), stop=var("sk_phases"),
                        step=const(1), body=body)]

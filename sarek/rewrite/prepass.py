@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from sarek import ir, ir_check
 from sarek.gemm import Access, Gemm
 from sarek.ir import BinOp, Builtin, ElemType
-from sarek.ir_build import add, binary, const, is_literal, mul, var
+from sarek.ir_build import add, binary, const, is_literal, mul, round_up, var
 from sarek.launch import Launch, Scratch, Steps
 from sarek.matrix_mapping import Region
 from sarek.matrix_scheme import PLANE_ALIGN, PLANE_PHASES, Lowering, scheme_for
@@ -108,12 +108,6 @@ def _batched(access: Access) -> bool:
     return not is_literal(access.batch_stride, 0)
 
 
-def _aligned(extent: ir.Expr) -> ir.Expr:
-    """``ceil(extent / ROW_ALIGN) * ROW_ALIGN`` as IR."""
-    return mul(binary(BinOp.DIV, add(extent, const(ROW_ALIGN - 1)), const(ROW_ALIGN)),
-               const(ROW_ALIGN))
-
-
 def _minus(x: ir.Expr) -> ir.Expr:
     return const(0) if is_literal(x, 0) else binary(BinOp.SUB, const(0), x)
 
@@ -124,7 +118,7 @@ def converted_gemm(gemm: Gemm, names: tuple[str, str], elem: ElemType,
     as the module docstring says; ``region_vars`` are the region's values ``me``, ``ne``,
     ``d`` as the GEMM kernel names them."""
     me, ne, d = region_vars["me"], region_vars["ne"], region_vars["d"]
-    lda, ldb = _aligned(d), _aligned(ne)
+    lda, ldb = round_up(d, ROW_ALIGN), round_up(ne, ROW_ALIGN)
     a = Access(names[0], elem, offset=_minus(gemm.k_start), row_stride=lda, col_stride=const(0),
                batch_stride=mul(me, lda) if _batched(gemm.a) else const(0),
                red_stride=const(1))
@@ -184,8 +178,8 @@ def conversion_kernel(original: ir.Kernel, gemm: Gemm, params: tuple[ir.Param, .
             base, add(ir.BuiltinValue(which=Builtin.THREAD_IDX_X), const(j * BLOCK))))
           for j in range(PER_INVOCATION)),
         ir.Let(name="sk_layer", type=I32, value=ir.BuiltinValue(which=Builtin.BLOCK_IDX_Z)),
-        ir.Let(name="sk_lda", type=I32, value=_aligned(d)),
-        ir.Let(name="sk_ldb", type=I32, value=_aligned(ne)),
+        ir.Let(name="sk_lda", type=I32, value=round_up(d, ROW_ALIGN)),
+        ir.Let(name="sk_ldb", type=I32, value=round_up(ne, ROW_ALIGN)),
         ir.If(cond=binary(BinOp.LT, row, me),
               then=side(gemm.a, names[0], row, d, lda, me),
               orelse=(ir.Let(name="sk_kb", type=I32, value=binary(BinOp.SUB, row, me)),
@@ -264,8 +258,7 @@ def plane_kernel(original: ir.Kernel, gemm: Gemm, params: tuple[ir.Param, ...],
     lane, warp = binary(BinOp.AND, tid, const(WARP - 1)), binary(BinOp.SHR, tid, const(5))
     body: tuple[ir.Stmt, ...] = (
         ir.Let(name="sk_layer", type=I32, value=ir.BuiltinValue(which=Builtin.BLOCK_IDX_Z)),
-        ir.Let(name="sk_dp", type=I32, value=mul(binary(
-            BinOp.DIV, add(d, const(PLANE_ALIGN - 1)), const(PLANE_ALIGN)), const(PLANE_ALIGN))),
+        ir.Let(name="sk_dp", type=I32, value=round_up(d, PLANE_ALIGN)),
         ir.Let(name="sk_ld", type=I32, value=mul(const(BLOCKS), dp)),
         ir.Let(name="sk_k", type=I32, value=add(mul(by, const(WARP * PLANE_WORD)),
                                                 mul(lane, const(PLANE_WORD)))),
@@ -317,8 +310,7 @@ def stacked_gemm(gemm: Gemm, names: tuple[str, str], region_vars: Mapping[str, i
     + k`` (K-major), plus the layer; ``region_vars`` are the region's values ``me``, ``ne``,
     ``d`` as the GEMM kernel names them."""
     me, ne, d = region_vars["me"], region_vars["ne"], region_vars["d"]
-    ld = mul(const(BLOCKS), mul(binary(BinOp.DIV, add(d, const(PLANE_ALIGN - 1)),
-                                       const(PLANE_ALIGN)), const(PLANE_ALIGN)))
+    ld = mul(const(BLOCKS), round_up(d, PLANE_ALIGN))
     a = Access(names[0], ElemType.U8, offset=_minus(gemm.k_start), row_stride=ld,
                col_stride=const(0), batch_stride=mul(me, ld) if _batched(gemm.a) else const(0),
                red_stride=const(1))

@@ -9,6 +9,7 @@ import needs
 import numpy as np
 import pytest
 from conftest import example
+from torch_launch import launched_twice
 
 SCHEDULE = "t128x256k64s3gf"
 
@@ -31,17 +32,13 @@ def test_the_prepass_launched_on_the_device_gives_the_simulators_bits(lowering: 
 
 @needs.hopper
 def test_the_policys_prepass_on_torch_tensors_gives_the_bits_of_the_staged_kernel() -> None:
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     module = example("gemm_f32")
     launch = module.make(1024, 1024, 256, seed=17)
     outs = {}
     for schedule in (None, "t128x256k32s3"):  # the policy's pre-pass; converting as it stages
-        args = [torch.from_numpy(v).cuda() if isinstance(v, np.ndarray) else v
-                for v in launch.args.values()]
         run = module.matmul.with_options(lowering="Bf16_operands", schedule=schedule)
-        for _ in range(2):  # the second launch reuses the temporaries
-            run[launch.grid, launch.block](*args)
-        torch.cuda.synchronize()
+        args = launched_twice(run, launch)
         outs[schedule] = args[2].cpu().numpy().view(np.uint32)
         assert np.array_equal(args[0].cpu().numpy(), launch.args["a"])
     assert np.array_equal(outs[None], outs["t128x256k32s3"])

@@ -9,6 +9,7 @@ import needs
 import numpy as np
 import pytest
 from conftest import example
+from torch_launch import launched_twice
 
 SCHEDULE = "t128x256k128s4gf"
 
@@ -40,15 +41,11 @@ def test_the_stacked_planes_on_the_device_give_the_simulators_bits(
 
 @needs.hopper
 def test_the_stacked_planes_on_torch_tensors_wrap_modulo_2_32() -> None:
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     module = example("gemm_i32")
     m, n, k = 1024, 1024, 512
     launch = module.make(m, n, k, seed=23)
-    args = [torch.from_numpy(v).cuda() if isinstance(v, np.ndarray) else v
-            for v in launch.args.values()]
     run = module.matmul_i32.with_options(lowering="Int32_byte_planes", schedule=SCHEDULE)
-    for _ in range(2):  # the second launch reuses the temporaries
-        run[launch.grid, launch.block](*args)
-    torch.cuda.synchronize()
+    args = launched_twice(run, launch)
     got = args[2].cpu().numpy()
     assert np.array_equal(got, modular(launch.args["a"], launch.args["b"], m, n, k))
