@@ -34,6 +34,7 @@ import json
 import re
 import statistics
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -122,10 +123,14 @@ def merged(result: dict[str, Any], previous: dict[str, Any] | None,
 def measure(n: int, also: tuple[tuple[str, str], ...] = (),
             targets: tuple[str, ...] = TARGETS,
             nv_also: tuple[tuple[str, str], ...] = (),
-            lowerings: tuple[Lowering, ...] = tuple(EXAMPLES)) -> dict[str, Any]:
+            lowerings: tuple[Lowering, ...] = tuple(EXAMPLES), terms_both: bool = False
+            ) -> dict[str, Any]:
     """The rows of one run on the device for ``targets`` and ``lowerings`` (``also``:
     (lowering, schedule) pairs Vulkan runs besides its policy's and the small regions'
-    schedules; ``nv_also``: those opencl-nv runs besides its policy's)."""
+    schedules; ``nv_also``: those opencl-nv runs besides its policy's; ``terms_both``: Vulkan
+    also runs the policy's schedule of a lowering of several terms with them split the other
+    way, by the pre-pass where the policy splits them as it stages and the other way round,
+    ``Staging.prepass_terms``)."""
     from backends.cuda.run import device_arch
     from backends.cuda.run import device_name as cuda_device
     from backends.pipeline import compile_launch
@@ -159,11 +164,23 @@ def measure(n: int, also: tuple[tuple[str, str], ...] = (),
                      "tflops": cuda_tflops, "ratio_to_cuda": 1.0, "bit_identical_to_cuda": True})
         before = dict(STAGING.small).get(lowering.value, SEED)
         extra = [Schedule.parse(name) for low, name in also if low == lowering.value]
-        for schedule in (None, before, *extra):
+        vulkan = target("vulkan")
+        runs: list[tuple[Schedule | None, Any]] = [(x, vulkan) for x in (None, before, *extra)]
+        if terms_both:  # the policy's schedule with the terms split the other way
+            policy = vulkan.staging.candidates(lowering.value, n, n)[0]
+            other = not vulkan.staging.prepass_terms
+            runs.insert(1, (policy, replace(vulkan, staging=replace(vulkan.staging,
+                                                                    prepass_terms=other))))
+        texts: dict[str, str] = {}
+        for schedule, tgt in runs:
+            other_way = tgt is not vulkan
             try:
-                vk = compile_launch(target("vulkan"), original, lowering=lowering,
-                                    schedule=schedule)
+                vk = compile_launch(tgt, original, lowering=lowering, schedule=schedule)
                 assert vk.rewritten is not None
+                if other_way and vk.text == texts.get("policy"):
+                    continue  # the lowering has no terms to split: the same kernel again
+                if schedule is None:
+                    texts["policy"] = vk.text
                 out, times = time_steps(vk.steps, REPEATS)  # a conversion pre-pass first
             except SarekError as e:
                 rows.append({"target": "vulkan", **base, "schedule": getattr(schedule, "name",
@@ -173,10 +190,12 @@ def measure(n: int, also: tuple[tuple[str, str], ...] = (),
             tflops = flops / statistics.median(times) / 1e12
             got = out[c].view(f"u{out[c].dtype.itemsize}")
             rows.append({"target": "vulkan", **base, "schedule": vk.rewritten.schedule.name,
-                         "policy": schedule is None, "also": schedule in extra, "tflops": tflops,
+                         "policy": schedule is None, "also": schedule in extra,
+                         **({"terms_split_by_prepass": tgt.staging.prepass_terms}
+                            if other_way else {}), "tflops": tflops,
                          "ratio_to_cuda": tflops / cuda_tflops,
                          "bit_identical_to_cuda": bool(np.array_equal(got, want))})
-            if vk.rewritten.schedule == before and not extra:
+            if vk.rewritten.schedule == before and not extra and not other_way:
                 break  # the policy took the small regions' schedule: timed once
     return {"device": device_name() if "vulkan" in targets else cuda_device(), "arch": arch,
             "n": n, "repeats": REPEATS, "rows": rows,
@@ -203,7 +222,11 @@ def markdown(result: dict[str, Any]) -> str:
                          f"{cuda} | — | {r['refused'][:120]} |")
             continue
         seed = ""
-        if r["target"] == "vulkan" and not r.get("policy"):
+        if r["target"] == "vulkan" and "terms_split_by_prepass" in r:
+            seed = (" (the terms split by the pre-pass, also timed)"
+                    if r["terms_split_by_prepass"] else " (splitting the terms as it stages, also"
+                    " timed)")
+        elif r["target"] == "vulkan" and not r.get("policy"):
             seed = " (also timed)" if r.get("also") else " (small regions')"
         elif r["target"] == "opencl-nv":  # beside CUDA's mma.sync on the same schedule
             seed = " (also timed)" if not r.get("policy") else ""
@@ -231,6 +254,10 @@ def main(argv: list[str] | None = None) -> int:
                         default=[low.value for low in EXAMPLES],
                         help="the lowerings timed (the report keeps the others' rows from the "
                              "one written before)")
+    parser.add_argument("--terms-both", action="store_true",
+                        help="Vulkan also runs its policy's schedule of a lowering of several "
+                             "terms with them split the other way (by the pre-pass, or as it "
+                             "stages)")
     parser.add_argument("--nv-also", action="append", default=[], metavar="LOWERING=SCHEDULE",
                         help="a schedule opencl-nv also runs for a lowering, beside CUDA on "
                              "the same schedule; may be repeated")
@@ -245,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
         lowerings = tuple(Lowering(name) for name in opts.lowerings)
         path = ROOT / "bench" / "results" / opts.out
         previous = json.loads(path.read_text()) if path.exists() else None
-        runs = [measure(n, also, targets, nv_also, lowerings) for n in opts.n]
+        runs = [measure(n, also, targets, nv_also, lowerings, opts.terms_both)
+                for n in opts.n]
         result = {**runs[0], "n": opts.n[0] if len(opts.n) == 1 else opts.n,
                   "rows": [r for run in runs for r in run["rows"]]}
         result = merged(result, previous, targets, lowerings)

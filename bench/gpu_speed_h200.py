@@ -26,6 +26,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -46,8 +47,11 @@ from sarek.schedule import SEED, Schedule
 
 REPEATS = 10
 STAGED = Schedule.parse("t128x256k32s3")
-"""The schedule converted operands ran on before the conversion pre-pass (``mma.sync``, each
-element converted as it is staged), timed beside the pre-pass's."""
+"""The schedule operands of one converted term ran on before the conversion pre-pass
+(``mma.sync``, each element converted as it is staged), timed beside the pre-pass's; a
+lowering whose pipelined ``mma.sync`` schedule takes the pre-pass (Bf16x3's split terms) is
+timed beside it on that schedule, splitting as it stages (``Staging.prepass_terms`` off)."""
+CONVERTING = "converting as it stages"
 
 
 def host_values(compiled: Compiled) -> dict[str, Any]:
@@ -129,10 +133,13 @@ def baselines(n: int) -> dict[str, float]:
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
     out = {}
     for label, dt in (("cuBLAS f16", torch.float16), ("cuBLAS bf16", torch.bfloat16),
-                      ("cuBLAS SGEMM (no TF32)", torch.float32)):
+                      ("cuBLAS SGEMM (no TF32)", torch.float32),
+                      ("cuBLAS TF32", torch.float32)):
         a = torch.randn(n, n, device="cuda", dtype=dt)
         b = torch.randn(n, n, device="cuda", dtype=dt)
+        torch.backends.cuda.matmul.allow_tf32 = label == "cuBLAS TF32"
         out[label] = torch_seconds(partial(torch.matmul, a, b))
+    torch.backends.cuda.matmul.allow_tf32 = False
     try:
         out["CuPy int32 matmul"] = cupy_int32_seconds(n)
     except Exception as e:  # a missing baseline is reported, not fatal
@@ -152,12 +159,15 @@ LOWERINGS = ((F16, "gemm_f16", Lowering.F16_OPERANDS),
 RATIOS = (("F16 / cuBLAS f16", F16, "cuBLAS f16"),
           ("Bf16 / cuBLAS bf16", BF16, "cuBLAS bf16"),
           ("F16 of f32 / cuBLAS bf16", F16_OF_F32, "cuBLAS bf16"),
-          ("Bf16 converting as it stages / cuBLAS bf16", f"{BF16}, t128x256k32s3",
+          ("Bf16 converting as it stages / cuBLAS bf16", f"{BF16}, {CONVERTING}",
            "cuBLAS bf16"),
-          ("F16 of f32 converting as it stages / cuBLAS bf16", f"{F16_OF_F32}, t128x256k32s3",
+          ("F16 of f32 converting as it stages / cuBLAS bf16", f"{F16_OF_F32}, {CONVERTING}",
            "cuBLAS bf16"),
           ("F16 / naive f32", F16, "naive f32 (original gemm_f32)"),
           ("Bf16x3 / cuBLAS SGEMM", BF16X3, "cuBLAS SGEMM (no TF32)"),
+          ("Bf16x3 splitting as it stages / cuBLAS SGEMM", f"{BF16X3}, {CONVERTING}",
+           "cuBLAS SGEMM (no TF32)"),
+          ("Bf16x3 / cuBLAS TF32", BF16X3, "cuBLAS TF32"),
           ("F16 seed schedule / cuBLAS f16", f"{F16}, seed schedule", "cuBLAS f16"),
           ("byte planes / CuPy int32", PLANES, "CuPy int32 matmul"))
 """Each ratio's name, the kernel and the kernel it is measured against (rates, so a ratio above
@@ -239,6 +249,7 @@ def main() -> int:
         return 0
     arch = device_arch()
     cuda = target("cuda")
+    converting = replace(cuda, staging=replace(cuda.staging, prepass_terms=False))
     rows: list[dict[str, Any]] = []
     table = Table(title=f"GEMM on {device_name()} (CUDA-event medians of {REPEATS})")
     for col in ("n", "kernel", "schedule", "ms", "TFLOP/s or Tops"):
@@ -274,14 +285,18 @@ def main() -> int:
                 # the kernel converting each element as it stages it beside them
                 schedules[label] = f"pre-pass + {schedules[label]}"
                 seconds = kernel_seconds(best, arch, upto=len(best.before))
-                moved = sum(s.size for s in best.scratch) * (4 + 2)  # read f32, write 16-bit
+                # each f32 element read once, each of its 16-bit terms written
+                written = sum(s.size for s in best.scratch)
+                moved = written * 2 + written // (len(best.scratch) // 2) * 4
                 prepasses.append({"n": n, "prepass": label,
                                   "prepass_kernel": best.before[0].lowered.name,
                                   "median_s": seconds, "gb_per_s": moved / seconds / 1e9})
-                staged = compile_launch(cuda, launch, lowering=lowering, schedule=STAGED)
-                staged_label = f"{label}, {STAGED.name}"
+                assert best.rewritten is not None
+                plain = STAGED if best.rewritten.schedule.warpgroup else best.rewritten.schedule
+                staged = compile_launch(converting, launch, lowering=lowering, schedule=plain)
+                staged_label = f"{label}, {CONVERTING}"
                 times[staged_label] = kernel_seconds(staged, arch)
-                schedules[staged_label] = STAGED.name
+                schedules[staged_label] = plain.name
                 same[staged_label] = bool(np.array_equal(kernel_output(staged, arch, c), seed_c))
         for label, seconds in times.items():
             rows.append({"n": n, "kernel": label, "schedule": schedules[label],

@@ -126,6 +126,20 @@ class Access:
 
 
 @dataclass(frozen=True)
+class SplitTerms:
+    """f32 operands that the conversion pre-pass split into bf16 terms (hi, mid, lo), each
+    term of each operand in a temporary of its own (``sarek.rewrite.prepass``): ``a`` and
+    ``b`` are the terms' accesses, hi first, and ``original_a`` and ``original_b`` the
+    kernel's own f32 operands, which the outputs a lowering recomputes as the original does
+    read."""
+
+    a: tuple[Access, ...]
+    b: tuple[Access, ...]
+    original_a: Access
+    original_b: Access
+
+
+@dataclass(frozen=True)
 class Staging:
     """The kernel stages its operands through shared memory in steps of ``tile`` along the
     reduction, which only computes the GEMM when launched with blocks of shape ``block``."""
@@ -171,6 +185,9 @@ class Gemm:
     # A and B are the stacked byte planes of int32 operands that the conversion pre-pass
     # wrote (``sarek.matrix_scheme.STACKED_PLANES``), never a recognized kernel's own arrays
     stacked_planes: bool = False
+    # A and B are the first terms of f32 operands split by the pre-pass; ``split_terms`` has
+    # them all and the original operands
+    split_terms: SplitTerms | None = None
 
     @property
     def operand_elt(self) -> ElemType:

@@ -90,6 +90,9 @@ def operands_refusal(gemm: Gemm, lowering: Lowering, schedule: Schedule,
     stages them, or None: a warpgroup schedule multiplies one 16-bit term with B staged as it
     is in memory."""
     scheme = _scheme(gemm, lowering, staging)
+    if gemm.split_terms is not None and (schedule.warpgroup or schedule.stages < 2):
+        return ("operands split into terms by the pre-pass are staged by a pipelined schedule "
+                "that is not a warpgroup one (an 's', no 'g')")
     if scheme.stacked and (not schedule.warpgroup
                            or (schedule.bulk and not schedule.specialized)):
         return ("the stacked byte planes are multiplied by a warpgroup schedule of cp.async "
@@ -114,7 +117,15 @@ def _scheme(gemm: Gemm, lowering: Lowering, staging: Staging) -> Scheme:
     stacked byte planes where the pre-pass wrote them."""
     if gemm.stacked_planes:
         return STACKED_PLANES
-    return scheme_for(lowering, gemm.operand_elt, staging.whole_int32)
+    return scheme_for(lowering, _operands(gemm), staging.whole_int32)
+
+
+def _operands(gemm: Gemm) -> ElemType:
+    """The element type the lowering takes ``gemm``'s operands as: the original operands'
+    where the pre-pass split them into terms."""
+    if gemm.split_terms is not None:
+        return gemm.split_terms.original_a.elem
+    return ElemType.I32 if gemm.stacked_planes else gemm.operand_elt
 
 
 def kernel(original: ir.Kernel, gemm: Gemm, lowering: Lowering, subgroup: int = 32,
@@ -132,7 +143,7 @@ def kernel(original: ir.Kernel, gemm: Gemm, lowering: Lowering, subgroup: int = 
         raise RewriteError(f"stacked byte planes are multiplied by Int32_byte_planes, not "
                            f"{lowering}")
     try:
-        config_of(lowering, ElemType.I32 if gemm.stacked_planes else gemm.operand_elt, frag)
+        config_of(lowering, _operands(gemm), frag)
     except LoweringError as e:
         raise RewriteError(e.reason) from None
     scheme = _scheme(gemm, lowering, staging)

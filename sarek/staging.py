@@ -79,7 +79,11 @@ class Staging:
     byte planes and column of column-major B's (a multiple of 16, like ``row_pad_bytes``);
     ``prepass_pipelined``: f32 operands that a lowering rounds to one 16-bit term are
     converted by the pre-pass (``sarek.rewrite.prepass``) under every pipelined schedule, as
-    under warpgroup ones, and the GEMM stages the 16-bit temporaries as they are."""
+    under warpgroup ones, and the GEMM stages the 16-bit temporaries as they are;
+    ``prepass_terms``: f32 operands that a lowering splits into several 16-bit terms
+    (``Bf16x3_operands``) are split by the pre-pass under every pipelined schedule that is not
+    a warpgroup one, each term into a temporary of its own, and the GEMM stages each term's
+    temporary as it is into that term's arrays."""
 
     row_pad_bytes: int = 0
     narrow_b_col_major: bool = False
@@ -96,6 +100,7 @@ class Staging:
     planes_b_col_major: bool = False
     planes_pad_bytes: int = 0
     prepass_pipelined: bool = False
+    prepass_terms: bool = False
 
     def fragments(self, schedule: Schedule, frag: int) -> Fragments:
         """Each wave's accumulators under ``schedule`` with ``frag`` x ``frag`` fragments: a

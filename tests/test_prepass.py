@@ -21,7 +21,7 @@ from backends.pipeline import compile_launch, rewrite_steps
 from sarek.launch import Launch, Steps
 from sarek.matrix_mapping import Region, region
 from sarek.matrix_pattern import recognize
-from sarek.matrix_rewrite import RewriteError, rewrite_launch
+from sarek.matrix_rewrite import RewriteError, operands_refusal, rewrite_launch
 from sarek.matrix_scheme import Lowering
 from sarek.rewrite import prepass
 from sarek.schedule import Schedule
@@ -139,8 +139,8 @@ def test_cuda_takes_the_prepass_for_large_regions_of_f32_operands_only(
 def test_the_prepass_leaves_other_lowerings_operands_and_targets_as_they_were() -> None:
     cuda, nv = registry.target("cuda"), registry.target("opencl-nv")
     f32 = example("gemm_f32").make(1024, 1024, 16)
-    assert compile_launch(cuda, f32, lowering=Lowering.BF16X3_OPERANDS).before == ()
     assert compile_launch(nv, f32, lowering=Lowering.BF16_OPERANDS).before == ()
+    assert compile_launch(nv, f32, lowering=Lowering.BF16X3_OPERANDS).before == ()
     f16 = compile_launch(cuda, example("gemm_f16").make(1024, 1024, 16))
     assert f16.before == () and f16.rewritten is not None and f16.rewritten.schedule.warpgroup
 
@@ -195,3 +195,95 @@ def test_a_launch_record_of_a_sequence_reads_back_the_same() -> None:
     record = replace(step, name="gemm", before=(replace(step, name="to_bf16"),),
                      scratch=(("bf16", 10), ("bf16", 20)))
     assert Ready.from_bytes(record.to_bytes()) == record
+
+
+# Bf16x3: the pre-pass splits each f32 element into its bf16 terms hi, mid and lo, each in a
+# temporary of its own, which the pipelined mma.sync schedule stages as they are.
+
+BF16X3 = Lowering.BF16X3_OPERANDS
+SPLIT = Schedule.parse("t128x256k16s3")
+
+
+def converting_steps(launch: Launch, schedule: Schedule) -> Steps:
+    """The rewrite under CUDA's policy without the split: each element split as it is
+    staged."""
+    staging = replace(registry.target("cuda").staging, prepass_terms=False)
+    return rewrite_steps(launch, lowering=BF16X3, subgroup=32, frag=16, staging=staging,
+                         schedule=schedule)[1]
+
+
+@pytest.mark.parametrize(("name", "size"), [
+    ("gemm_f32", (150, 270, 70)),  # two tiles each way, a partial last step
+    ("gemm_colmajor_b", (70, 45, 33)),
+    ("gemm_batched", (40, 33, 17)),
+    ("gemm_epilogue", (70, 45, 33)),
+    ("gemm_f32_1d", (70, 45, 33)),
+])
+@pytest.mark.parametrize("schedule", [SPLIT, Schedule.parse("t128k32s2")], ids=lambda s: s.name)
+def test_split_terms_give_the_bits_of_the_kernel_splitting_as_it_stages(
+        name: str, size: tuple[int, int, int], schedule: Schedule) -> None:
+    launch = example(name).make(*size, seed=3)
+    steps = cuda_steps(launch, BF16X3, schedule)
+    assert [s.kernel.name.endswith("_to_bf16_terms") for s in steps.launches] == [True, False]
+    assert len(steps.scratch) == 6  # hi, mid and lo of A, then of B
+    today = converting_steps(launch, schedule)
+    assert len(today.launches) == 1
+    c = recognize(launch.kernel).c.array
+    assert np.array_equal(bits(on_h200(steps)[c]), bits(on_h200(today)[c]))
+
+
+def test_split_terms_keep_the_original_loop_for_special_operands() -> None:
+    # NaN, infinities and values whose hi term is bf16's infinity send an output to the
+    # original's loop, which reads the f32 operands, not the terms
+    rng = np.random.default_rng(11)
+    launch = example("gemm_f32").make(70, 45, 33)
+    launch = replace(launch, args={**launch.args, "a": special_values(70 * 33, rng),
+                                   "b": special_values(33 * 45, rng)})
+    got = on_h200(cuda_steps(launch, BF16X3, SPLIT))
+    want = on_h200(converting_steps(launch, SPLIT))
+    assert np.array_equal(bits(got["c"]), bits(want["c"]))
+    assert np.isnan(got["c"]).any() and np.isinf(got["c"]).any()
+
+
+def test_the_split_temporaries_hold_each_term_of_the_region() -> None:
+    launch = example("gemm_f32").make(48, 45, 33, seed=4)
+    steps = cuda_steps(launch, BF16X3, SPLIT)
+    first = steps.launches[0]
+    assert [s.name for s in steps.scratch] == [f"{x}_bf16_{t}" for x in "ab"
+                                               for t in ("hi", "mid", "lo")]
+    poison = {s.name: np.full(s.size, np.nan, ml_dtypes.bfloat16) for s in steps.scratch}
+    out = sarek.simulate(first.kernel, {**first.args, **poison}, first.grid, first.block)
+    a = launch.args["a"].reshape(48, 33)
+    b = launch.args["b"].reshape(33, 45)
+    for x, rows, cols, ld, names in ((a, 48, 33, 40, ("a_bf16_hi", "a_bf16_mid", "a_bf16_lo")),
+                                     (b, 33, 45, 48, ("b_bf16_hi", "b_bf16_mid", "b_bf16_lo"))):
+        left = x.astype(np.float32)
+        for name in names:  # each term the residual's rounding; every residual exact in f32
+            term = left.astype(ml_dtypes.bfloat16)
+            got = out[name].reshape(rows, ld)
+            assert np.array_equal(bits(got[:, :cols]), bits(term))
+            assert np.isnan(got[:, cols:].astype(np.float32)).all()  # rows' padding untouched
+            left = left - term.astype(np.float32)
+
+
+def test_cuda_splits_the_terms_of_large_regions_only() -> None:
+    cuda = registry.target("cuda")
+    large = compile_launch(cuda, example("gemm_f32").make(1024, 1024, 16), lowering=BF16X3)
+    assert large.rewritten is not None
+    assert large.rewritten.schedule == cuda.staging.candidates(BF16X3.value, 1024, 1024)[0]
+    assert [s.lowered.name for s in large.before] == ["matmul_to_bf16_terms"]
+    assert [s.size for s in large.scratch] == [1024 * 16] * 3 + [16 * 1024] * 3
+    small = compile_launch(cuda, example("gemm_f32").make(256, 256, 16), lowering=BF16X3)
+    assert small.before == () and small.scratch == ()
+
+
+def test_split_terms_are_refused_by_a_warpgroup_or_unpipelined_schedule() -> None:
+    launch = example("gemm_f32").make(70, 45, 33)
+    staging = registry.target("cuda").staging
+    gemm = rewrite_steps(launch, lowering=BF16X3, subgroup=32, frag=16, staging=staging,
+                         schedule=SPLIT)[0].gemm
+    assert gemm.split_terms is not None and gemm.a.elem.value == "bf16"
+    for schedule in (WGMMA, Schedule.parse("t128k32")):
+        why = operands_refusal(gemm, BF16X3, schedule, staging)
+        assert why is not None and "split into terms" in why
+    assert not prepass.applies(recognize(launch.kernel), BF16X3, WGMMA, staging)

@@ -49,6 +49,7 @@ STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True, byte_k=32, packed_p
     ("Bf16_operands", Schedule(tile=128, step=64, stages=3, wide=True, warpgroup=True,
                                in_flight=True)),
     ("Bf16_operands", Schedule(tile=128, step=32, stages=3, wide=True)),
+    ("Bf16x3_operands", Schedule(tile=128, step=32, stages=2, wide=True)),
     ("Bf16x3_operands", Schedule(tile=128, step=16, stages=3, wide=True)),
     ("Int32_byte_planes", Schedule(tile=128, step=128, stages=3, wide=True, warpgroup=True,
                                    specialized=True)),
@@ -61,7 +62,7 @@ STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True, byte_k=32, packed_p
     ("F16_operands", Schedule(tile=128, step=64, stages=2, warpgroup=True)),
     ("F16_operands", Schedule(tile=128, step=64, stages=2)),
 ), strip_rows=atoms.WGMMA.m // atoms.WGMMA.warps, shared_bytes=shared.MAX_BYTES - 1024,
-    exchange_in_tiles=True)
+    exchange_in_tiles=True, prepass_terms=True)
 """Padded 16-bit rows put the 8 rows one ldmatrix reads in distinct banks; 8-bit B staged
 column-major lets ldmatrix deliver B's k-consecutive bytes. Large regions take the pipelined
 schedule that measured fastest on the H200 at 4096^3 (``bench/schedule_sweep_h200.py``, one

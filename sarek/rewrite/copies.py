@@ -141,10 +141,11 @@ class Copies(Layout):
                 for name, access, rows, cols in self.operands()]
 
     def copy(self, name: str, access: Access, rows: int, cols: int, k0: ir.Expr,
-             base: ir.Expr) -> ir.StageCopy:
+             base: ir.Expr, term: int = 0) -> ir.StageCopy:
         """The staged copy of the A or B tile of the step starting at ``k0``: into the buffer
-        at ``base`` of the staged array when the elements are staged as they are, else into
-        the raw array ``sk_r{name}`` (rows of ``cols`` elements)."""
+        at ``base`` of the staged array when the elements are staged as they are (of term
+        ``term`` where the pre-pass split them, ``access`` that term's), else into the raw
+        array ``sk_r{name}`` (rows of ``cols`` elements)."""
         def left(extent: str, start: ir.Expr) -> ir.Expr:  # rows or columns left in the region
             return binary(BinOp.SUB, var(extent), start)
 
@@ -164,8 +165,11 @@ class Copies(Layout):
             strides = (access.red_stride, access.col_stride)
             limits = (left(self.k_stop, k0), left("sk_ne", var("sk_col0")))
         fill = pad(name, access.elem)
+        if term:  # the later terms of A's -0.0: mid = bf16(-0.0 - -0.0) = +0.0, lo likewise
+            fill = ir.Const(value=0.0, type=access.elem)
         pitch = cols if self.raw(name) else self.a_stride if name == "a" else self.b_stride
-        return ir.StageCopy(dst=f"sk_r{name}" if self.raw(name) else self.staged(name, ""),
+        dst = f"sk_r{name}" if self.raw(name) else self.staged(name, self.scheme.terms[term])
+        return ir.StageCopy(dst=dst,
                             dst_offset=base, dst_pitch=pitch,
                             src=access.array, src_offset=origin, src_row_stride=strides[0],
                             src_col_stride=strides[1], rows=rows, cols=cols,
@@ -174,12 +178,15 @@ class Copies(Layout):
 
     def stage_into(self, k0: ir.Expr, slot: ir.Expr) -> list[ir.Stmt]:
         """The A and B tiles of the step starting at ``k0`` into buffer ``slot`` (of the
-        staged arrays, or of the raw ones), each by one staged copy; then the group of copies
-        is closed."""
+        staged arrays, or of the raw ones), each by one staged copy (each term's by one of its
+        own where the pre-pass split them); then the group of copies is closed."""
         out: list[ir.Stmt] = []
+        split = self.gemm.split_terms
         for name, access, rows, cols in self.operands():
             size = rows * cols if self.raw(name) else self.buffer(name)
-            out.append(self.copy(name, access, rows, cols, k0, mul(slot, const(size))))
+            sources = (access,) if split is None else split.a if name == "a" else split.b
+            out += [self.copy(name, source, rows, cols, k0, mul(slot, const(size)), term)
+                    for term, source in enumerate(sources)]
         return [*out, ir.StageCommit()]
 
     def convert_raw(self, slot: ir.Expr) -> list[ir.Stmt]:

@@ -25,10 +25,13 @@ class Builder(Multiply):
         g, acc_t = self.gemm, self.scheme.acc
         total = var("sk_sum", acc_t)
         row, col, p = var("sk_row"), var("sk_col"), var("sk_p")
-        a = cast(ir.Load(array=g.a.array, index=self.address(g.a, row, col, p), type=g.a.elem),
-                  acc_t)
-        b = cast(ir.Load(array=g.b.array, index=self.address(g.b, row, col, p), type=g.b.elem),
-                  acc_t)
+        # the kernel's own operands, also where the GEMM multiplies the pre-pass's terms
+        ga, gb = (g.a, g.b) if g.split_terms is None else (g.split_terms.original_a,
+                                                          g.split_terms.original_b)
+        a = cast(ir.Load(array=ga.array, index=self.address(ga, row, col, p), type=ga.elem),
+                 acc_t)
+        b = cast(ir.Load(array=gb.array, index=self.address(gb, row, col, p), type=gb.elem),
+                 acc_t)
         update: ir.Expr = (ir.Call(fn=ir.MathFn.FMA, args=(a, b, total), type=acc_t) if g.fused
                            else binary(BinOp.ADD, total, binary(BinOp.MUL, a, b)))
         magnitude = ir.Call(fn=ir.MathFn.ABS, args=(total,), type=acc_t)

@@ -140,9 +140,11 @@ class Layout:
 
     def as_is(self, name: str) -> bool:
         """Whether operand ``name``'s elements are staged as they are (one term of the array's
-        own type, B row-major), so that a staged copy puts them where the fragments read."""
+        own type, or terms the pre-pass split, each from its own array; B row-major), so that
+        a staged copy puts them where the fragments read."""
         access = self.gemm.a if name == "a" else self.gemm.b
-        return self.scheme.terms == ("",) and self.scheme.operand == access.elem and (
+        one = self.scheme.terms == ("",) or self.gemm.split_terms is not None
+        return one and self.scheme.operand == access.elem and (
             name == "a" or self.b_layout is FragLayout.ROW or self.scheme.stacked)
 
     def raw(self, name: str) -> bool:

@@ -17,9 +17,13 @@ converts the region's elements only:
   Rows start 16-byte aligned so that the GEMM's staged copies take them 16 bytes at a time;
   the elements past ``d`` (``ne``) in a row are never written nor read.
 * An operand whose address depends on the batch has ``ze`` layers, another one.
+* A lowering that splits f32 operands into several 16-bit terms (``Bf16x3_operands``) gets a
+  temporary per term of each operand, each laid out as above (``split_gemm``), where the
+  policy splits them before pipelined schedules (``Staging.prepass_terms``).
 
-The cost is one read of each f32 element and one write of its 16-bit value (6 bytes an
-element of A and of B), against the GEMM's ``2 * me * ne * d`` operations.
+The cost is one read of each f32 element and one write of each of its 16-bit terms (6
+bytes an element of A and of B, 10 for three terms), against the GEMM's ``2 * me * ne * d``
+operations.
 """
 
 from __future__ import annotations
@@ -28,13 +32,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from sarek import ir, ir_check
-from sarek.gemm import Access, Gemm
+from sarek.gemm import Access, Gemm, SplitTerms
 from sarek.ir import BinOp, Builtin, ElemType
 from sarek.ir_build import add, binary, const, is_literal, mul, round_up, var
 from sarek.launch import Launch, Scratch, Steps
 from sarek.matrix_mapping import Region
 from sarek.matrix_scheme import PLANE_ALIGN, PLANE_PHASES, Lowering, scheme_for
 from sarek.schedule import Schedule
+from sarek.stage_copy import part
 from sarek.staging import Staging
 
 ROW_ALIGN = 8
@@ -56,17 +61,22 @@ def applies(gemm: Gemm, lowering: Lowering, schedule: Schedule,
     operands are f32, the lowering rounds them to one 16-bit term, and the schedule reads
     16-bit operands as they lie in memory (a warpgroup one), or is a pipelined one under a
     policy that converts before every pipelined schedule (``Staging.prepass_pipelined``); or
-    the operands are int32 under the byte planes and the schedule a warpgroup one, where the
-    target multiplies bytes (not ``Staging.whole_int32``): the pre-pass splits them into
-    stacked byte planes (``plane_kernel``)."""
-    if gemm.stacked_planes:
+    the lowering splits f32 operands into several 16-bit terms and the schedule is a
+    pipelined one (not a warpgroup one) under a policy that splits them before
+    (``Staging.prepass_terms``): each term goes into a temporary of its own; or the operands
+    are int32 under the byte planes and the schedule a warpgroup one, where the target
+    multiplies bytes (not ``Staging.whole_int32``): the pre-pass splits them into stacked byte
+    planes (``plane_kernel``)."""
+    if gemm.stacked_planes or gemm.split_terms is not None:
         return False
     if _planes(gemm, lowering):  # int32 under the byte planes: split into stacked planes
         return schedule.warpgroup and not staging.whole_int32
     scheme = scheme_for(lowering, gemm.operand_elt, staging.whole_int32)
-    converts = schedule.warpgroup or (staging.prepass_pipelined and schedule.stages > 1)
-    return (converts and gemm.operand_elt is ElemType.F32
-            and scheme.terms == ("",) and scheme.operand.bits == 16)
+    if gemm.operand_elt is not ElemType.F32 or scheme.operand.bits != 16:
+        return False
+    if scheme.terms != ("",):  # several terms: split by the pre-pass under pipelined mma.sync
+        return staging.prepass_terms and schedule.stages > 1 and not schedule.warpgroup
+    return schedule.warpgroup or (staging.prepass_pipelined and schedule.stages > 1)
 
 
 def _planes(gemm: Gemm, lowering: Lowering) -> bool:
@@ -128,17 +138,32 @@ def converted_gemm(gemm: Gemm, names: tuple[str, str], elem: ElemType,
     return replace(gemm, a=a, b=b)
 
 
+def split_gemm(gemm: Gemm, names: tuple[tuple[str, ...], tuple[str, ...]], elem: ElemType,
+               region_vars: Mapping[str, ir.Expr]) -> Gemm:
+    """``gemm`` reading its operands' terms from the temporaries called ``names`` (A's, then
+    B's, hi first; each laid out as ``converted_gemm``'s): A and B are the first terms and
+    ``Gemm.split_terms`` has every term and the original operands."""
+    each = [converted_gemm(gemm, (a, b), elem, region_vars)
+            for a, b in zip(*names, strict=True)]
+    split = SplitTerms(a=tuple(g.a for g in each), b=tuple(g.b for g in each),
+                       original_a=gemm.a, original_b=gemm.b)
+    return replace(each[0], split_terms=split)
+
+
 def conversion_kernel(original: ir.Kernel, gemm: Gemm, params: tuple[ir.Param, ...],
-                      names: tuple[str, str], elem: ElemType, region_names: tuple[str, ...]
-                      ) -> ir.Kernel:
+                      names: tuple[tuple[str, ...], tuple[str, ...]], elem: ElemType,
+                      region_names: tuple[str, ...]) -> ir.Kernel:
     """The pre-pass, launched as ``conversion_grid(region)`` blocks of ``BLOCK``: block
     ``(x, y, z)`` converts the ``BLOCK * PER_INVOCATION`` elements from ``y * BLOCK *
     PER_INVOCATION`` on of row ``x`` of layer ``z``, A's ``me`` rows first, then B's ``d`` (a
     temporary of one layer takes layer 0 only), each invocation ``PER_INVOCATION`` of them
     ``BLOCK`` apart: it reads all of its elements before it converts and stores any, so that
-    each has that many loads in flight whatever code the conversion compiles to. ``params``
-    are the kernel's parameters (the original's, the region's values, the temporaries). Its
-    indices are products and sums, no divisions by run-time values."""
+    each has that many loads in flight whatever code the conversion compiles to. ``names``
+    are A's temporaries and B's, one per term of the lowering, term ``t`` of an element
+    being ``sarek.stage_copy.part(x, t, elem)`` (the value rounded, for one term), as a
+    staged copy splits it. ``params`` are the kernel's parameters (the original's, the
+    region's values, the temporaries). Its indices are products and sums, no divisions by
+    run-time values."""
     me, ne, d = (var(region_names[i]) for i in (0, 1, 3))
     lda, ldb = var("sk_lda"), var("sk_ldb")
     row, layer = var("sk_row"), var("sk_layer")
@@ -147,7 +172,7 @@ def conversion_kernel(original: ir.Kernel, gemm: Gemm, params: tuple[ir.Param, .
         return const(True, ElemType.BOOL) if _batched(access) else binary(
             BinOp.EQ, layer, const(0))
 
-    def side(access: Access, name: str, r: ir.Expr, length: ir.Expr, ld: ir.Expr,
+    def side(access: Access, terms: tuple[str, ...], r: ir.Expr, length: ir.Expr, ld: ir.Expr,
              layer_rows: ir.Expr) -> tuple[ir.Stmt, ...]:
         first = layer if _batched(access) else const(0)
         start = mul(add(mul(first, layer_rows), r), ld)
@@ -164,9 +189,10 @@ def conversion_kernel(original: ir.Kernel, gemm: Gemm, params: tuple[ir.Param, .
             loads.append(ir.Let(name=f"sk_x{j}", type=access.elem, value=ir.Select(
                 cond=inside, a=load, b=ir.Const(value=0.0, type=access.elem),
                 type=access.elem)))
-            stores.append(ir.If(cond=inside, then=(ir.Store(
+            stores.append(ir.If(cond=inside, then=tuple(ir.Store(
                 array=name, index=add(var("sk_start"), col),
-                value=ir.Cast(x=var(f"sk_x{j}", access.elem), type=elem)),)))
+                value=part(var(f"sk_x{j}", access.elem), t, elem))
+                for t, name in enumerate(terms))))
         return (ir.If(cond=layers_ok(access), then=(
             ir.Let(name="sk_start", type=I32, value=start), *loads, *stores)),)
 
@@ -185,7 +211,8 @@ def conversion_kernel(original: ir.Kernel, gemm: Gemm, params: tuple[ir.Param, .
               orelse=(ir.Let(name="sk_kb", type=I32, value=binary(BinOp.SUB, row, me)),
                       *side(gemm.b, names[1], kb, ne, ldb, d))),
     )
-    made = ir.Kernel(name=f"{original.name}_to_{elem.value}", params=params, body=body,
+    split = "_terms" if len(names[0]) > 1 else ""
+    made = ir.Kernel(name=f"{original.name}_to_{elem.value}{split}", params=params, body=body,
                      block=(BLOCK, 1, 1))
     ir_check.ensure_valid(made)
     return made
@@ -357,32 +384,41 @@ def plan(original: Launch, gemm: Gemm, region: Region, lowering: Lowering, subgr
     if renames:
         kernel = mr.renamed(kernel, renames)
         gemm = recognize(kernel)
-    elem = scheme_for(lowering, gemm.operand_elt, staging.whole_int32).operand
+    scheme = scheme_for(lowering, gemm.operand_elt, staging.whole_int32)
+    elem = scheme.operand
+    planes = _planes(gemm, lowering)
+    terms = ("",) if planes else scheme.terms  # a temporary per term of each operand
     extra = mr.region_names(kernel)
     taken = {p.name for p in kernel.params} | set(extra)
-    names: list[str] = []
+    names: list[tuple[str, ...]] = []
     for operand in (gemm.a.array, gemm.b.array):
-        name = f"{operand}_{elem.value}"
-        while name in taken:
-            name += "_"
-        taken.add(name)
-        names.append(name)
-    pair = (names[0], names[1])
-    temporaries = tuple(ir.ArrayParam(name=n, elem=elem) for n in pair)
+        own: list[str] = []
+        for term in terms:
+            name = f"{operand}_{elem.value}{'_' + term if term else ''}"
+            while name in taken:
+                name += "_"
+            taken.add(name)
+            own.append(name)
+        names.append(tuple(own))
+    split = (names[0], names[1])
+    pair = (names[0][0], names[1][0])
+    temporaries = tuple(ir.ArrayParam(name=n, elem=elem) for n in (*names[0], *names[1]))
     region_params = tuple(ir.ScalarParam(name=n, elem=I32) for n in extra)
     internal = {n: var(f"sk_{n}") for n in ("me", "ne", "d")}
-    planes = _planes(gemm, lowering)
 
     def converted(values: Mapping[str, ir.Expr]) -> Gemm:
-        return (stacked_gemm(gemm, pair, values) if planes
-                else converted_gemm(gemm, pair, elem, values))
+        if planes:
+            return stacked_gemm(gemm, pair, values)
+        if len(terms) > 1:
+            return split_gemm(gemm, split, elem, values)
+        return converted_gemm(gemm, pair, elem, values)
 
     rewritten = mr.kernel(kernel.model_copy(update={"params": (*kernel.params, *temporaries)}),
                           converted(internal), lowering, subgroup, frag, staging, schedule)
     params = (*kernel.params, *region_params, *temporaries)
     rewritten = rewritten.model_copy(update={"params": params})
     prepass = (plane_kernel(kernel, gemm, params, pair, extra) if planes
-               else conversion_kernel(kernel, gemm, params, pair, elem, extra))
+               else conversion_kernel(kernel, gemm, params, split, elem, extra))
     grid_of = plane_grid if planes else conversion_grid
     args = {**{renames.get(n, n): v for n, v in original.args.items()},
             **dict(zip(extra, region.args, strict=True))}
@@ -393,6 +429,7 @@ def plan(original: Launch, gemm: Gemm, region: Region, lowering: Lowering, subgr
              "schedule": schedule.name, "prepass": prepass.name}
     steps = Steps((Launch(prepass, args, grid_of(region), (BLOCK, 1, 1)),
                    Launch(rewritten, args, grid, block, notes)),
-                  (Scratch(pair[0], elem, size_a), Scratch(pair[1], elem, size_b)))
+                  (*(Scratch(n, elem, size_a) for n in names[0]),
+                   *(Scratch(n, elem, size_b) for n in names[1])))
     return Plan(steps, converted({n: var(n2) for n, n2 in zip(
         ("me", "ne", "d"), (extra[0], extra[1], extra[3]), strict=True)}))
