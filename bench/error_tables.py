@@ -40,11 +40,10 @@ from typing import Any
 
 import numpy as np
 
-import sarek
-from backends.pipeline import rewrite_for
+from backends.pipeline import Compiled, compile_launch
+from backends.registry import target
 from bench import harness
 from bench.harness import RESULTS, ROOT
-from sarek.launch import Launch
 from sarek.loader import load_module
 from sarek.matrix_scheme import Lowering
 
@@ -69,7 +68,7 @@ class Plan:
 
 DEVICE = Plan((128, 256, 512, 1024), 256, (16, 64, 256, 1024, 4096, 16384))
 SIMULATOR = Plan((64, 128, 256), 64, (16, 64, 256, 1024, 4096))
-Run = Callable[[Launch], np.ndarray]  # a launch's output c
+Run = Callable[[Compiled], np.ndarray]  # the output c of a compiled launch
 
 
 def inputs(kind: str, m: int, n: int, k: int, rng: np.random.Generator
@@ -105,50 +104,37 @@ def errors(x: np.ndarray, a: np.ndarray, b: np.ndarray, c64: np.ndarray) -> dict
             "componentwise": float((diff[scale > 0] / scale[scale > 0]).max())}
 
 
-def launches(m: int, n: int, k: int, a: np.ndarray, b: np.ndarray) -> dict[str, Launch]:
-    """The original f32 kernel's launch on ``a``, ``b`` and its rewrite under each lowering
-    (as the CUDA target compiles it: its staging and schedule policy)."""
+def launches(m: int, n: int, k: int, a: np.ndarray, b: np.ndarray) -> dict[str, Compiled]:
+    """The original f32 kernel's launch on ``a``, ``b`` and its rewrite under each lowering,
+    as the CUDA target compiles them (its staging and schedule policy; a rewrite may be a
+    sequence, the conversion pre-pass first)."""
     made = load_module(ROOT / "examples" / "gemm_f32.py").make(m, n, k)
     original = dataclasses.replace(made, args={**made.args, "a": a.ravel(), "b": b.ravel()})
-    out = {ORIGINAL: original}
+    cuda = target("cuda")
+    out = {ORIGINAL: compile_launch(cuda, original, rewrite=False)}
     for lowering in LOWERINGS:
-        out[lowering.value] = rewrite_for(original, lowering=lowering, target="cuda").launch
+        out[lowering.value] = compile_launch(cuda, original, lowering=lowering)
     return out
 
 
-def simulated(launch: Launch) -> np.ndarray:
-    """``c`` after the launch in the simulator: the CUDA-lowered kernel (``h200`` model)."""
-    return launch.simulate(target="cuda")["c"]
+def simulated(compiled: Compiled) -> np.ndarray:
+    """``c`` after the launches in the simulator: the CUDA-lowered kernels (``h200``
+    model)."""
+    return compiled.steps.simulate(target="cuda")["c"]
 
 
 class Device:
-    """Runs launches on device 0, compiling each distinct CUDA text once."""
+    """Runs the launches on device 0."""
 
     def __init__(self) -> None:
         from backends.cuda.run import device_arch, device_name
 
         self.arch, self.name = device_arch(), device_name()
-        self.cubins: dict[str, bytes] = {}
 
-    def __call__(self, launch: Launch) -> np.ndarray:
-        from backends.cuda.emit import emit
-        from backends.cuda.nvrtc import compile_cubin
-        from backends.cuda.run import launch_cubin
-        from backends.cuda.shared import dynamic_bytes
+    def __call__(self, compiled: Compiled) -> np.ndarray:
+        from bench.gpu_speed_h200 import kernel_output
 
-        source = emit(launch.kernel)
-        if source not in self.cubins:
-            self.cubins[source] = compile_cubin(source, self.arch, f"{launch.kernel.name}.cu")
-        params: list[Any] = []
-        for p in launch.kernel.params:
-            dt = sarek.numpy_dtype(p.elem)
-            value = launch.args[p.name]
-            params.append(np.asarray(value, dt) if hasattr(value, "shape") else dt.type(value))
-        out = launch_cubin(self.cubins[source], launch.kernel.name, params, launch.grid,
-                           launch.block, dynamic_bytes(launch.kernel))
-        result = out[[p.name for p in launch.kernel.params].index("c")]
-        assert result is not None
-        return result
+        return kernel_output(compiled, self.arch, "c").view(np.float32)
 
 
 def cublas(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -166,8 +152,8 @@ def table(run: Run, shapes: list[tuple[str, int, int, int]], on_device: bool
         for kind in KINDS:
             a, b = inputs(kind, m, n, k, rng)
             c64 = a.astype(np.float64) @ b.astype(np.float64)
-            results = {name: run(launch).reshape(m, n)
-                       for name, launch in launches(m, n, k, a, b).items()}
+            results = {name: run(compiled).reshape(m, n)
+                       for name, compiled in launches(m, n, k, a, b).items()}
             results[NUMPY] = a @ b
             if on_device:
                 results[CUBLAS] = cublas(a, b)
@@ -182,9 +168,9 @@ def device_check(device: Device) -> dict[str, bool]:
     """Every method's output at ``CHECK_SHAPE`` on the device against the simulator, bits."""
     m, n, k = CHECK_SHAPE
     a, b = inputs("random", m, n, k, np.random.default_rng(SEED))
-    return {name: bool(np.array_equal(device(launch).view(np.uint32),
-                                      simulated(launch).view(np.uint32)))
-            for name, launch in launches(m, n, k, a, b).items()}
+    return {name: bool(np.array_equal(device(compiled).view(np.uint32),
+                                      simulated(compiled).view(np.uint32)))
+            for name, compiled in launches(m, n, k, a, b).items()}
 
 
 def plot(report: dict[str, Any], path: Path) -> bool:

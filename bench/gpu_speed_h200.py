@@ -140,6 +140,14 @@ def baselines(n: int) -> dict[str, float]:
         torch.backends.cuda.matmul.allow_tf32 = label == "cuBLAS TF32"
         out[label] = torch_seconds(partial(torch.matmul, a, b))
     torch.backends.cuda.matmul.allow_tf32 = False
+    # the int8 tensor-core peak: torch's int8 product (int32 sums) with B column-major, the
+    # layout cuBLASLt's int8 kernels take (a row-major B is transposed first)
+    a8 = torch.randint(-128, 128, (n, n), device="cuda", dtype=torch.int8)
+    b8 = torch.randint(-128, 128, (n, n), device="cuda", dtype=torch.int8).t()
+    try:
+        out["torch int8 matmul (_int_mm)"] = torch_seconds(partial(torch._int_mm, a8, b8))
+    except Exception as e:  # a missing baseline is reported, not fatal
+        print(f"torch int8 baseline unavailable: {e}")
     try:
         out["CuPy int32 matmul"] = cupy_int32_seconds(n)
     except Exception as e:  # a missing baseline is reported, not fatal

@@ -82,8 +82,12 @@ flight while the next is issued, had run at 414.9 against 393.6 for ``t128k64s2g
 copies no tensor map serves, such as batched operands); 128x256
 tiles over eight waves with three 32-deep stages for F16 of converted operands (2.0x; 128x128
 tiles in 64-deep stages, the best for f16 operands on ``mma.sync``, run at 0.73x the seed's
-here, and ``wgmma`` at 0.91x) and for Bf16 (1.85x), three 16-deep for Bf16x3 (1.57x; deeper
-steps spill registers or exceed shared memory); the byte planes, after the pre-pass that
+here, and ``wgmma`` at 0.91x) and for Bf16 (1.85x); for Bf16x3, after the pre-pass that
+splits each f32 element into its three bf16 terms once, each term in a temporary of its own
+that the copies stage as it is (``prepass_terms``), two 32-deep stages (53.4 TFLOP/s at
+4096^3 against 32.3 splitting as it stages on the same schedule, 52.0 for three 16-deep
+stages, the next in line where shared memory holds no more, in one run,
+``bench/results/schedule_sweep_bf16x3_prepass_h200.json``); the byte planes, after the pre-pass that
 splits int32 operands into byte planes stacked along k (``sarek.rewrite.prepass``), take
 ``wgmma``'s 8-bit form over 128x256 tiles in three 128-deep stages, A and B in 128-byte
 swizzle atoms copied by a producer warpgroup of bulk tensor copies, each phase's through
