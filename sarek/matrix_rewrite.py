@@ -90,9 +90,8 @@ def operands_refusal(gemm: Gemm, lowering: Lowering, schedule: Schedule,
     stages them, or None: a warpgroup schedule multiplies one 16-bit term with B staged as it
     is in memory."""
     scheme = _scheme(gemm, lowering, staging)
-    if gemm.split_terms is not None and (schedule.warpgroup or schedule.stages < 2):
-        return ("operands split into terms by the pre-pass are staged by a pipelined schedule "
-                "that is not a warpgroup one (an 's', no 'g')")
+    if gemm.split_terms is not None and schedule.stages < 2:
+        return "operands split into terms by the pre-pass are staged by a pipelined schedule"
     if scheme.stacked and (not schedule.warpgroup
                            or (schedule.bulk and not schedule.specialized)):
         return ("the stacked byte planes are multiplied by a warpgroup schedule of cp.async "
@@ -100,9 +99,9 @@ def operands_refusal(gemm: Gemm, lowering: Lowering, schedule: Schedule,
     if schedule.step > 64 and not scheme.stacked:
         return (f"{schedule.step}-deep steps are the stacked byte planes' (one 128-byte row of "
                 f"8-bit operands); {lowering} steps 16 to 64 deep")
+    one = scheme.terms == ("",) or gemm.split_terms is not None
     if schedule.warpgroup and not scheme.stacked and (
-            scheme.terms != ("",) or scheme.operand.bits != 16
-            or gemm.b.elem is not scheme.operand):
+            not one or scheme.operand.bits != 16 or gemm.b.elem is not scheme.operand):
         return (f"a warpgroup schedule multiplies one 16-bit term with B staged as it is in "
                 f"memory, or the byte planes after the pre-pass; {lowering} on {gemm.b.elem} "
                 f"B is not that")

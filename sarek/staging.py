@@ -81,9 +81,9 @@ class Staging:
     converted by the pre-pass (``sarek.rewrite.prepass``) under every pipelined schedule, as
     under warpgroup ones, and the GEMM stages the 16-bit temporaries as they are;
     ``prepass_terms``: f32 operands that a lowering splits into several 16-bit terms
-    (``Bf16x3_operands``) are split by the pre-pass under every pipelined schedule that is not
-    a warpgroup one, each term into a temporary of its own, and the GEMM stages each term's
-    temporary as it is into that term's arrays."""
+    (``Bf16x3_operands``) are split by the pre-pass under every pipelined schedule, each term
+    into a temporary of its own, and the GEMM stages each term's temporary as it is into that
+    term's arrays."""
 
     row_pad_bytes: int = 0
     narrow_b_col_major: bool = False

@@ -18,6 +18,8 @@ import sarek
 from backends import conformance, registry
 from backends.cuda.launch import Ready
 from backends.pipeline import compile_launch, rewrite_steps
+from sarek import ir
+from sarek.ir_walk import walk
 from sarek.launch import Launch, Steps
 from sarek.matrix_mapping import Region, region
 from sarek.matrix_pattern import recognize
@@ -219,27 +221,31 @@ def converting_steps(launch: Launch, schedule: Schedule) -> Steps:
     ("gemm_epilogue", (70, 45, 33)),
     ("gemm_f32_1d", (70, 45, 33)),
 ])
-@pytest.mark.parametrize("schedule", [SPLIT, Schedule.parse("t128k32s2")], ids=lambda s: s.name)
+@pytest.mark.parametrize("schedule", [SPLIT, Schedule.parse("t128k32s2"),
+                                      Schedule.parse("t128k64s2g"), Schedule.parse("t128k32s3gf")],
+                         ids=lambda s: s.name)
 def test_split_terms_give_the_bits_of_the_kernel_splitting_as_it_stages(
         name: str, size: tuple[int, int, int], schedule: Schedule) -> None:
     launch = example(name).make(*size, seed=3)
     steps = cuda_steps(launch, BF16X3, schedule)
     assert [s.kernel.name.endswith("_to_bf16_terms") for s in steps.launches] == [True, False]
     assert len(steps.scratch) == 6  # hi, mid and lo of A, then of B
-    today = converting_steps(launch, schedule)
+    today = converting_steps(launch, SPLIT if schedule.warpgroup else schedule)
     assert len(today.launches) == 1
     c = recognize(launch.kernel).c.array
     assert np.array_equal(bits(on_h200(steps)[c]), bits(on_h200(today)[c]))
 
 
-def test_split_terms_keep_the_original_loop_for_special_operands() -> None:
+@pytest.mark.parametrize("schedule", [SPLIT, Schedule.parse("t128k64s2g")],
+                         ids=lambda s: s.name)
+def test_split_terms_keep_the_original_loop_for_special_operands(schedule: Schedule) -> None:
     # NaN, infinities and values whose hi term is bf16's infinity send an output to the
     # original's loop, which reads the f32 operands, not the terms
     rng = np.random.default_rng(11)
     launch = example("gemm_f32").make(70, 45, 33)
     launch = replace(launch, args={**launch.args, "a": special_values(70 * 33, rng),
                                    "b": special_values(33 * 45, rng)})
-    got = on_h200(cuda_steps(launch, BF16X3, SPLIT))
+    got = on_h200(cuda_steps(launch, BF16X3, schedule))
     want = on_h200(converting_steps(launch, SPLIT))
     assert np.array_equal(bits(got["c"]), bits(want["c"]))
     assert np.isnan(got["c"]).any() and np.isinf(got["c"]).any()
@@ -277,13 +283,27 @@ def test_cuda_splits_the_terms_of_large_regions_only() -> None:
     assert small.before == () and small.scratch == ()
 
 
-def test_split_terms_are_refused_by_a_warpgroup_or_unpipelined_schedule() -> None:
+def test_split_terms_are_refused_by_an_unpipelined_schedule() -> None:
     launch = example("gemm_f32").make(70, 45, 33)
     staging = registry.target("cuda").staging
     gemm = rewrite_steps(launch, lowering=BF16X3, subgroup=32, frag=16, staging=staging,
                          schedule=SPLIT)[0].gemm
     assert gemm.split_terms is not None and gemm.a.elem.value == "bf16"
-    for schedule in (WGMMA, Schedule.parse("t128k32")):
-        why = operands_refusal(gemm, BF16X3, schedule, staging)
-        assert why is not None and "split into terms" in why
-    assert not prepass.applies(recognize(launch.kernel), BF16X3, WGMMA, staging)
+    why = operands_refusal(gemm, BF16X3, Schedule.parse("t128k32"), staging)
+    assert why is not None and "split into terms" in why
+    assert operands_refusal(gemm, BF16X3, WGMMA, staging) is None
+    assert not prepass.applies(recognize(launch.kernel), BF16X3, Schedule.parse("t128k32"),
+                               staging)
+
+
+def test_a_warpgroup_schedule_takes_one_fresh_strip_the_strips_share() -> None:
+    # Bf16x3 on wgmma: each wave's two 16x128 strips take the one fresh accumulator in turn
+    launch = example("gemm_f32").make(150, 270, 70)
+    steps = cuda_steps(launch, BF16X3, Schedule.parse("t128k64s2g"))
+    body = list(walk(steps.launches[-1].kernel.body))
+    fresh = [s.name for s in body if isinstance(s, ir.FragDecl) and s.name.startswith("sk_step")]
+    assert fresh == ["sk_step0_0_0"]
+    adds = [s for s in body if isinstance(s, ir.FragAdd)]
+    assert {(s.d, s.b) for s in adds} == {("sk_acc0_0_0", "sk_step0_0_0"),
+                                          ("sk_acc0_1_0", "sk_step0_0_0")}
+    assert len(adds) == 2 * 4  # two strips, four 16-deep sub-steps a 64-deep step

@@ -220,17 +220,19 @@ class Layout:
             for a in range(self.scheme.accumulators):
                 out.append(ir.FragDecl(name=f"sk_acc{a}_{i}_{j}", use=FragUse.ACCUMULATOR,
                                        shape=shape, elem=self.scheme.acc))
-        if self.scheme.step_sums:
+        if self.scheme.step_sums:  # one fresh strip that the strips take in turn
+            fresh = [(0, 0, 0)] if self.strips else [
+                (a, i, j) for i, j in self.frag_names() for a in range(self.scheme.accumulators)]
             out += [ir.FragDecl(name=self.step_sum(a, i, j), use=FragUse.ACCUMULATOR,
-                                shape=shape, elem=self.scheme.acc)
-                    for i, j in self.frag_names() for a in range(self.scheme.accumulators)]
+                                shape=shape, elem=self.scheme.acc) for a, i, j in fresh]
         if self.strips:  # A per strip and sub-step, B per sub-step: none is reloaded in a step
             subs = range(self.step // self.frag_k)
-            out += [ir.FragDecl(name=f"sk_fa0_{i}_{q}", use=FragUse.A, shape=shape,
-                                elem=self.scheme.operand) for q in subs
+            terms = range(len(self.scheme.terms))
+            out += [ir.FragDecl(name=f"sk_fa{t}_{i}_{q}", use=FragUse.A, shape=shape,
+                                elem=self.scheme.operand) for q in subs for t in terms
                     for i in range(self.grid[0])]
-            out += [ir.FragDecl(name=f"sk_fb0_{q}", use=FragUse.B, shape=shape,
-                                elem=self.scheme.operand) for q in subs]
+            out += [ir.FragDecl(name=f"sk_fb{t}_{q}", use=FragUse.B, shape=shape,
+                                elem=self.scheme.operand) for q in subs for t in terms]
             return out
         for t in range(len(self.scheme.terms)):
             for i in range(self.per_wave):

@@ -152,20 +152,20 @@ class Multiply(Copies):
 
         if self.strips:  # every wave: its strips of A by the block's one B, per sub-step
             for q, kk0 in enumerate(range(0, self.step, f)):
-                for i in range(self.grid[0]):
-                    row, _ = self.wave_origin(i, 0)
+                for t, term in enumerate(self.scheme.terms):
+                    for i in range(self.grid[0]):
+                        row, _ = self.wave_origin(i, 0)
+                        out.append(ir.FragLoad(
+                            frag=f"sk_fa{t}_{i}_{q}", array=self.staged("a", term),
+                            offset=buffered("a", add(mul(row, const(self.a_stride)),
+                                                     const(kk0))),
+                            stride=const(self.a_stride)))
+                    col_b = self.b_layout is FragLayout.COL  # column c at c * b_stride
                     out.append(ir.FragLoad(
-                        frag=f"sk_fa0_{i}_{q}", array=self.staged("a", ""),
-                        offset=buffered("a", add(mul(row, const(self.a_stride)), const(kk0))),
-                        stride=const(self.a_stride)))
-                col_b = self.b_layout is FragLayout.COL  # column c at c * b_stride
-                out.append(ir.FragLoad(frag=f"sk_fb0_{q}", array=self.staged("b", ""),
-                                       offset=buffered("b", const(kk0 if col_b
-                                                                  else kk0 * self.b_stride)),
-                                       stride=const(self.b_stride), layout=self.b_layout))
-                out += [ir.FragMulAdd(d=f"sk_acc0_{i}_0", a=f"sk_fa0_{i}_{q}",
-                                      b=f"sk_fb0_{q}", c=f"sk_acc0_{i}_0")
-                        for i in range(self.grid[0])]
+                        frag=f"sk_fb{t}_{q}", array=self.staged("b", term),
+                        offset=buffered("b", const(kk0 if col_b else kk0 * self.b_stride)),
+                        stride=const(self.b_stride), layout=self.b_layout))
+                out += self.strip_products(q)
                 if q == 0:
                     out += between
             return out
@@ -189,6 +189,25 @@ class Multiply(Copies):
             out += self.products()
             if kk0 == 0:
                 out += between
+        return out
+
+    def strip_products(self, q: int) -> list[ir.Stmt]:
+        """Sub-step ``q``'s products of every strip by the block's B. With ``step_sums`` each
+        strip's products go into one fresh accumulator that the strips take in turn
+        (``sk_step0_0_0``: filled with -0.0, the products, then added to the strip's running
+        accumulator), so that a wave holds one fresh strip, not one per strip."""
+        s = self.scheme
+        if not s.step_sums:
+            return [ir.FragMulAdd(d=f"sk_acc0_{i}_0", a=f"sk_fa{ta}_{i}_{q}",
+                                  b=f"sk_fb{tb}_{q}", c=f"sk_acc0_{i}_0")
+                    for ta, tb, _ in s.products for i in range(self.grid[0])]
+        fresh = self.step_sum(0, 0, 0)
+        out: list[ir.Stmt] = []
+        for i in range(self.grid[0]):
+            out.append(ir.FragFill(frag=fresh, value=ir.Const(value=-0.0, type=s.acc)))
+            out += [ir.FragMulAdd(d=fresh, a=f"sk_fa{ta}_{i}_{q}", b=f"sk_fb{tb}_{q}", c=fresh)
+                    for ta, tb, _ in s.products]
+            out.append(ir.FragAdd(d=f"sk_acc0_{i}_0", a=f"sk_acc0_{i}_0", b=fresh))
         return out
 
     def products(self) -> list[ir.Stmt]:

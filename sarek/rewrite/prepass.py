@@ -62,7 +62,7 @@ def applies(gemm: Gemm, lowering: Lowering, schedule: Schedule,
     16-bit operands as they lie in memory (a warpgroup one), or is a pipelined one under a
     policy that converts before every pipelined schedule (``Staging.prepass_pipelined``); or
     the lowering splits f32 operands into several 16-bit terms and the schedule is a
-    pipelined one (not a warpgroup one) under a policy that splits them before
+    pipelined one (a warpgroup one too) under a policy that splits them before
     (``Staging.prepass_terms``): each term goes into a temporary of its own; or the operands
     are int32 under the byte planes and the schedule a warpgroup one, where the target
     multiplies bytes (not ``Staging.whole_int32``): the pre-pass splits them into stacked byte
@@ -74,8 +74,8 @@ def applies(gemm: Gemm, lowering: Lowering, schedule: Schedule,
     scheme = scheme_for(lowering, gemm.operand_elt, staging.whole_int32)
     if gemm.operand_elt is not ElemType.F32 or scheme.operand.bits != 16:
         return False
-    if scheme.terms != ("",):  # several terms: split by the pre-pass under pipelined mma.sync
-        return staging.prepass_terms and schedule.stages > 1 and not schedule.warpgroup
+    if scheme.terms != ("",):  # several terms: split by the pre-pass, staged as they are
+        return staging.prepass_terms and schedule.stages > 1
     return schedule.warpgroup or (staging.prepass_pipelined and schedule.stages > 1)
 
 
