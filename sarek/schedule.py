@@ -56,7 +56,10 @@ class Schedule:
     row, then tile column, the column fastest), so that a target's producer runs into the
     next tile while the consumers finish one; with ``ordered`` (``o``, after an ``r``) they
     go down ``ORDER_ROWS`` tile rows before the next column (the last group as many rows as
-    are left), so that the tiles in flight at once share fewer rows of B and A."""
+    are left), so that the tiles in flight at once share fewer rows of B and A. With
+    ``narrow`` (``t128x128``, a wide warpgroup schedule) the eight waves share a ``tile`` x
+    ``tile`` tile, each wave one strip: half the accumulators of ``t128k..g``'s waves, for a
+    lowering that holds a second set of them (Bf16x3's sub-step sums)."""
 
     tile: int = 64
     step: int = 16
@@ -64,6 +67,7 @@ class Schedule:
     stages: int = 1
     wide: bool = False
     warpgroup: bool = False
+    narrow: bool = False
     in_flight: bool = False
     bulk: bool = False
     specialized: bool = False
@@ -107,14 +111,15 @@ class Schedule:
     @property
     def tile_n(self) -> int:
         """Output columns per block (``tile`` rows)."""
-        return self.wave_columns * self.wave_tile
+        return self.tile if self.narrow else self.wave_columns * self.wave_tile
 
     @classmethod
     def parse(cls, name: str) -> Schedule:
         """The schedule ``name`` spells (``t128k64s2``: tile 128, steps of 64, two stages;
         ``p`` after the step for register prefetch); ``ScheduleError`` for anything else."""
         m = _NAME.fullmatch(name)
-        if m is None or (m[2] is not None and int(m[2]) != 2 * int(m[1])):
+        narrow = m is not None and m[2] is not None and int(m[2]) == int(m[1]) and bool(m[6])
+        if m is None or (m[2] is not None and int(m[2]) != 2 * int(m[1]) and not narrow):
             raise ScheduleError(f"{name!r} is not a schedule name such as t64k16, t128k64s2, "
                                 "t128x256k64s2, t128k16p or t128k64s2g (tile, step, p for "
                                 "prefetch, s and the stages, g for a warpgroup's fragments, f "
@@ -122,7 +127,8 @@ class Schedule:
                                 "tensor copies, w for a producer warpgroup, r for a persistent "
                                 "grid, o last for its grouped tile order)")
         return cls(tile=int(m[1]), step=int(m[3]), prefetch=bool(m[4]), stages=int(m[5] or 1),
-                   wide=m[2] is not None, warpgroup=bool(m[6]), in_flight=bool(m[7]),
+                   wide=m[2] is not None, warpgroup=bool(m[6]), narrow=narrow,
+                   in_flight=bool(m[7]),
                    bulk=bool(m[8]), specialized=bool(m[9]), persistent=bool(m[10]),
                    ordered=bool(m[11]))
 
@@ -157,6 +163,9 @@ class Schedule:
             raise ScheduleError("a warpgroup schedule takes 128x128 tiles over one warpgroup "
                                 "(four waves of 32) or 128x256 over two, 16x16 fragments and "
                                 "2 to 4 stages")
+        if self.narrow and not (self.wide and self.warpgroup):
+            raise ScheduleError("a square tile over eight waves ('t128x128') is a warpgroup "
+                                "schedule's: two warpgroups, one strip a wave")
         if self.in_flight and (not self.warpgroup or self.stages < 3):
             raise ScheduleError("a schedule with a step's multiplies in flight is a warpgroup "
                                 "schedule of 3 or 4 stages (the step after one that is still "

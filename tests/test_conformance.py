@@ -189,7 +189,8 @@ def test_an_added_schedule_runs_wherever_the_rewrite_takes_it() -> None:
                  (c.lowering, c.subgroup or 32, c.frag or 16), warpgroup) is None}
     assert ("gemm_f16", "F16_operands", 32, 16) in takes
     assert ("gemm_i32", "Int32_byte_planes", 32, 16) in takes  # after the plane pre-pass
-    assert ("gemm_f32", "Bf16x3_operands", 32, 16) not in takes  # one 16-bit term only
+    assert ("gemm_f32", "Bf16x3_operands", 32, 16) in takes  # after the split pre-pass
+    assert ("gemm_i8", "Int8_operands", 32, 16) not in takes  # 16-bit terms only
     assert scheduled(cases, warpgroup.name) == sorted(
         (*rewrite, size.label) for rewrite in takes for size in conformance.SCHEDULE_SIZES)
 
@@ -210,15 +211,17 @@ def test_the_rewrites_an_added_schedule_is_left_out_of_are_reported_with_the_rea
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "report.json"
     assert conform("--target", "sim-cuda", "--quick", "--example", "gemm_f16", "--example",
-                   "gemm_f32", "--schedule", "t128k64s2g", "--report", str(path)) == 0
+                   "gemm_f32", "--example", "gemm_i8", "--schedule", "t128k64s2g",
+                   "--report", str(path)) == 0
     data = report_of(path)
-    # f32 operands rounded to one 16-bit term take it after the conversion pre-pass
+    # f32 operands take it after the conversion pre-pass (Bf16x3's split into its terms)
     assert [(c["example"], c["lowering"]) for c in data["cases"]
             if c["schedule"] == "t128k64s2g"] == [("gemm_f16", "F16_operands"),
+                                                  ("gemm_f32", "Bf16x3_operands"),
                                                   ("gemm_f32", "Bf16_operands"),
                                                   ("gemm_f32", "F16_operands")]
     left = {(r["example"], r["lowering"]) for r in data["left_out"]}
-    assert left == {("gemm_f32", "Bf16x3_operands")}
+    assert left == {("gemm_i8", "Int8_operands")}
     assert all("a warpgroup schedule multiplies one 16-bit term" in r["reason"]
                for r in data["left_out"])
     assert "1 rewrites left out of the added schedules" in capsys.readouterr().out

@@ -20,7 +20,7 @@ from sarek.matrix_pattern import recognize
 from sarek.matrix_rewrite import RewriteError, kernel, launch_dims, rewrite_launch
 from sarek.matrix_scheme import Lowering
 from sarek.schedule import LARGE, SEED, Schedule, ScheduleError
-from sarek.staging import Staging
+from sarek.staging import Fragments, Staging
 
 SCHEDULES = [LARGE, Schedule(tile=128, step=16), Schedule(tile=64, step=32),
              Schedule(tile=64, step=64), Schedule(prefetch=True),
@@ -63,6 +63,14 @@ def test_schedule_names_spell_the_schedule_and_parse_back() -> None:
     assert Schedule(tile=128, step=64, stages=2, wide=True).name == "t128x256k64s2"
     with pytest.raises(ScheduleError, match="not a schedule name"):
         Schedule.parse("t128x128k64")  # a wide tile is twice as wide as high
+    # but a warpgroup schedule's eight waves may share a square tile, one strip a wave
+    narrow = Schedule.parse("t128x128k32s2g")
+    assert (narrow.tile_n, narrow.waves, narrow.groups, narrow.name) == (
+        128, 8, 2, "t128x128k32s2g")
+    assert Staging(strip_rows=16).fragments(narrow, 16) == Fragments(
+        rows=1, cols=1, m=16, n=128, shared_b=True)
+    with pytest.raises(ScheduleError, match="warpgroup schedule's"):
+        Schedule(tile=128, step=32, stages=2, narrow=True).check(16, 256)
 
 
 def test_a_schedule_that_does_not_divide_is_refused_with_the_reason() -> None:
