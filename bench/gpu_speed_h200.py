@@ -293,13 +293,15 @@ def main() -> int:
                 # the kernel converting each element as it stages it beside them
                 schedules[label] = f"pre-pass + {schedules[label]}"
                 seconds = kernel_seconds(best, arch, upto=len(best.before))
-                # each f32 element read once, each of its 16-bit terms written
-                written = sum(s.size for s in best.scratch)
-                moved = written * 2 + written // (len(best.scratch) // 2) * 4
+                # each element of the n x n operands read once (4 bytes), the temporaries
+                # (16-bit terms, byte planes) written
+                moved = 2 * n * n * 4 + sum(s.size * s.elem.bits // 8 for s in best.scratch)
                 prepasses.append({"n": n, "prepass": label,
                                   "prepass_kernel": best.before[0].lowered.name,
                                   "median_s": seconds, "gb_per_s": moved / seconds / 1e9})
                 assert best.rewritten is not None
+                if lowering is Lowering.INT32_BYTE_PLANES:
+                    continue  # int32 operands: no kernel converting as it stages compares
                 plain = STAGED if best.rewritten.schedule.warpgroup else best.rewritten.schedule
                 staged = compile_launch(converting, launch, lowering=lowering, schedule=plain)
                 staged_label = f"{label}, {CONVERTING}"
