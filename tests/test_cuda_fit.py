@@ -42,8 +42,8 @@ def wgmma(kernel: ir.Kernel) -> bool:
     # Bf16's large schedules: wgmma after the conversion pre-pass, then 178.5 KiB: the seed's
     ("gemm_f32", Lowering.BF16_OPERANDS, A100, "t64k16"),
     ("gemm_f32", Lowering.BF16_OPERANDS, RTX, "t64k16"),
-    # Bf16x3 after the split: t128x256k32s2 (167 KiB) fits neither, its next t128x256k16s3
-    # (136.25 KiB) sm_80's 163 KiB, not sm_86's 99
+    # Bf16x3 after the split: wgmma's t128x128k64s2g runs on neither, t128x256k32s2 (167
+    # KiB) fits neither, t128x256k16s3 (136.25 KiB) sm_80's 163 KiB, not sm_86's 99
     ("gemm_f32", Lowering.BF16X3_OPERANDS, A100, "t128x256k16s3"),
     ("gemm_f32", Lowering.BF16X3_OPERANDS, RTX, "t64k16"),
 ], ids=["f16-sm_80", "f16-sm_86", "bf16-sm_80", "bf16-sm_86", "bf16x3-sm_80", "bf16x3-sm_86"])

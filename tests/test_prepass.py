@@ -185,10 +185,11 @@ def test_conformance_runs_the_prepass_under_the_warpgroup_schedules() -> None:
     cuda = registry.target("cuda")
     cases = [c for c in conformance.matrix(cuda, EXAMPLES, only=("gemm_f32",))
              if c.schedule is not None and c.schedule.warpgroup]
-    assert {c.lowering for c in cases} == set(CONVERTED)
-    bf16 = next(c for c in cases if c.lowering is Lowering.BF16_OPERANDS)
-    outcome = conformance.check(replace(bf16, size=conformance.RAGGED), cuda, device=False)
-    assert outcome.ok, outcome.error or outcome.arrays
+    assert {c.lowering for c in cases} == {*CONVERTED, Lowering.BF16X3_OPERANDS}
+    for lowering in (Lowering.BF16_OPERANDS, Lowering.BF16X3_OPERANDS):
+        case = next(c for c in cases if c.lowering is lowering)
+        outcome = conformance.check(replace(case, size=conformance.RAGGED), cuda, device=False)
+        assert outcome.ok, outcome.error or outcome.arrays
 
 
 def test_a_launch_record_of_a_sequence_reads_back_the_same() -> None:

@@ -49,6 +49,8 @@ STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True, byte_k=32, packed_p
     ("Bf16_operands", Schedule(tile=128, step=64, stages=3, wide=True, warpgroup=True,
                                in_flight=True)),
     ("Bf16_operands", Schedule(tile=128, step=32, stages=3, wide=True)),
+    ("Bf16x3_operands", Schedule(tile=128, step=64, stages=2, wide=True, warpgroup=True,
+                                 narrow=True)),
     ("Bf16x3_operands", Schedule(tile=128, step=32, stages=2, wide=True)),
     ("Bf16x3_operands", Schedule(tile=128, step=16, stages=3, wide=True)),
     ("Int32_byte_planes", Schedule(tile=128, step=128, stages=3, wide=True, warpgroup=True,
@@ -84,10 +86,14 @@ tiles over eight waves with three 32-deep stages for F16 of converted operands (
 tiles in 64-deep stages, the best for f16 operands on ``mma.sync``, run at 0.73x the seed's
 here, and ``wgmma`` at 0.91x) and for Bf16 (1.85x); for Bf16x3, after the pre-pass that
 splits each f32 element into its three bf16 terms once, each term in a temporary of its own
-that the copies stage as it is (``prepass_terms``), two 32-deep stages (53.4 TFLOP/s at
-4096^3 against 32.3 splitting as it stages on the same schedule, 52.0 for three 16-deep
-stages, the next in line where shared memory holds no more, in one run,
-``bench/results/schedule_sweep_bf16x3_prepass_h200.json``); the byte planes, after the pre-pass that
+that the copies stage as it is (``prepass_terms``), ``wgmma`` over 128x128 tiles of two
+warpgroups, one 16x128 strip a wave, in two 64-deep stages (``t128x128k64s2g``: 55.6
+TFLOP/s at 4096^3 and 66.3 at 8192^3 against 53.5 and 58.3 for ``t128x256k32s2``, in one
+run each, ``bench/results/schedule_sweep_bf16x3_wgmma_h200.json``,
+``schedule_sweep_bf16x3_wgmma_8192_h200.json``), then, where a device refuses ``wgmma``,
+``mma.sync`` over 128x256 tiles in two 32-deep stages (53.4 against 32.3 splitting as it
+stages on the same schedule, ``schedule_sweep_bf16x3_prepass_h200.json``), then three
+16-deep stages where shared memory holds no more; the byte planes, after the pre-pass that
 splits int32 operands into byte planes stacked along k (``sarek.rewrite.prepass``), take
 ``wgmma``'s 8-bit form over 128x256 tiles in three 128-deep stages, A and B in 128-byte
 swizzle atoms copied by a producer warpgroup of bulk tensor copies, each phase's through
