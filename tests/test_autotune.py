@@ -47,7 +47,8 @@ def test_autotune_runs_the_fastest_agreeing_schedule_and_records_it(cache: None)
     assert np.array_equal(c, (a.astype(np.float64) @ b).astype(np.float32))
     (done,) = tuned.memo.entries.values()
     assert done.rewritten is not None
-    assert done.rewritten.schedule.name in ("t64k16", "t128x256k16s3")
+    offered = autotune.candidates(registry.target("cuda"), Lowering.BF16X3_OPERANDS)
+    assert done.rewritten.schedule in offered
     assert autotune.TUNED.misses == 1  # measured once, then recorded
 
 
