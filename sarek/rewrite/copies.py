@@ -164,9 +164,7 @@ class Copies(Layout):
             origin = self.address(access, const(0), var("sk_col0"), k)
             strides = (access.red_stride, access.col_stride)
             limits = (left(self.k_stop, k0), left("sk_ne", var("sk_col0")))
-        fill = pad(name, access.elem)
-        if term:  # the later terms of A's -0.0: mid = bf16(-0.0 - -0.0) = +0.0, lo likewise
-            fill = ir.Const(value=0.0, type=access.elem)
+        fill = pad(name, access.elem, term)
         pitch = cols if self.raw(name) else self.a_stride if name == "a" else self.b_stride
         dst = f"sk_r{name}" if self.raw(name) else self.staged(name, self.scheme.terms[term])
         return ir.StageCopy(dst=dst,

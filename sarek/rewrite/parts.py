@@ -33,8 +33,12 @@ def zero(t: ElemType) -> ir.Const:
     return ir.Const(value=0.0 if t.is_float else 0, type=t)
 
 
-def pad(operand: str, t: ElemType) -> ir.Const:
+def pad(operand: str, t: ElemType, term: int = 0) -> ir.Const:
     """What operand ``operand`` ("a" or "b") is staged as outside the region. A pads with -0.0:
     a padded product -0.0 * +0.0 is -0.0, which leaves every sum unchanged, a -0.0 one too
-    (+0.0 would turn it into +0.0)."""
+    (+0.0 would turn it into +0.0). Term ``term`` of the padding where the pre-pass split the
+    operands into terms (``sarek.stage_copy.part``): every term after the first is the
+    residual x - x of a zero, +0.0."""
+    if term:
+        return zero(t)
     return ir.Const(value=-0.0, type=t) if operand == "a" and t.is_float else zero(t)
