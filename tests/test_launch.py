@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -291,6 +292,73 @@ def test_a_repeated_launch_follows_a_changed_argument() -> None:
     assert np.array_equal(cupy.asnumpy(second), want_17)
 
 
+def _on_gpu(framework: str, host: np.ndarray) -> Any:
+    """``host`` copied to a fresh (aligned) allocation of ``framework``."""
+    if framework == "cupy":
+        return pytest.importorskip("cupy").asarray(host)
+    return pytest.importorskip("torch").from_numpy(host).cuda()
+
+
+def _off_by_one(framework: str, host: np.ndarray) -> tuple[Any, Any]:
+    """``host`` on the GPU one element past the start of an allocation of two elements more
+    (those two -7): the view, and the whole allocation."""
+    whole = _on_gpu(framework, np.concatenate([[-7], host, [-7]]).astype(host.dtype))
+    return whole[1:-1], whole
+
+
+def _to_host(framework: str, x: Any) -> np.ndarray:
+    if framework == "cupy":
+        return np.asarray(pytest.importorskip("cupy").asnumpy(x))
+    return np.asarray(x.cpu().numpy())
+
+
+WGMMA_SCHEDULE = "t128x256k64s3gwr"  # bulk tensor copies through tensor maps
+
+
+@pytest.mark.device
+@needs_cuda
+@pytest.mark.parametrize("framework", ["cupy", "torch"])
+@pytest.mark.parametrize("schedule", ["t128k64s2", WGMMA_SCHEDULE],
+                         ids=["cp.async", "tensor-maps"])
+def test_a_rewritten_gemm_on_views_off_16_bytes_gives_the_bits_of_aligned_arrays(
+        framework: str, schedule: str) -> None:
+    """Each array a contiguous view one f16 past an aligned allocation, which the rewrite's
+    16-byte copies and tensor maps cannot read in place: the launch stages them through
+    aligned temporaries and writes back the view alone."""
+    from conftest import example
+
+    from backends.cuda.fit import WGMMA_ARCHS
+    from backends.cuda.run import device_arch
+
+    if schedule == WGMMA_SCHEDULE and device_arch(0) not in WGMMA_ARCHS:
+        pytest.skip(f"{schedule} multiplies with wgmma, which {device_arch(0)} does not have")
+    gemm = example("gemm_f16")
+    m = n = k = 64
+    launch = gemm.make(m, n, k)
+    a, b, c = launch.args["a"], launch.args["b"], launch.args["c"]
+    config = (launch.grid, launch.block)
+    want = c.copy()
+    gemm.matmul_f16.with_options(target="sim", schedule=schedule)[config](a, b, want, m, n, k)
+    run = gemm.matmul_f16.with_options(target="cuda", schedule=schedule)
+    aligned = [_on_gpu(framework, x) for x in (a, b, c)]
+    run[config](*aligned, m, n, k)
+    offset = [_off_by_one(framework, x) for x in (a, b, c)]
+    views = [view for view, _ in offset]
+    assert [v.__cuda_array_interface__["data"][0] % 16 for v in views] == [2, 2, 2]
+    run[config](*views, m, n, k)
+    (record,) = run.memo.ready.values()  # one record for both launches: the same kernels
+    assert record.assumes_aligned
+    assert run.memo.repeat.last is None  # a staged launch is never repeated unbound
+    got = _to_host(framework, views[2])
+    assert np.array_equal(got.view(np.uint16), _to_host(framework, aligned[2]).view(np.uint16))
+    assert np.array_equal(got.view(np.uint16), want.view(np.uint16))
+    for (view, _), host in zip(offset[:2], (a, b), strict=True):  # inputs as given
+        assert np.array_equal(_to_host(framework, view).view(np.uint16), host.view(np.uint16))
+    for _, whole in offset:  # the caller's memory around each view, untouched
+        around = _to_host(framework, whole)
+        assert (around[0], around[-1]) == (-7, -7)
+
+
 FIRST_LAUNCH = '''
 import sys
 import cupy
@@ -349,6 +417,83 @@ def test_a_launch_record_reads_back_as_it_was_written() -> None:
     assert (record.grid, record.block, record.user_count) == ((1, 2, 1), (128, 1, 1), 6)
     assert done.rewritten is not None
     assert record.region == tuple(int(x) for x in done.rewritten.region.args)
+
+
+# --------------------------------------------------------------------------- alignment
+
+
+def _device_array(ptr: int) -> object:
+    from backends.cuda.launch import DeviceArray
+
+    return DeviceArray("x", ptr, 64, None, "cupy")
+
+
+def test_a_rewritten_launch_stages_each_device_array_off_16_bytes() -> None:
+    from backends.cuda.launch import staged
+
+    values = [_device_array(0x1000), _device_array(0x1002), _device_array(0x1008), 64]
+    assert staged(values, assumes_aligned=True) == [1, 2]
+
+
+def test_a_rewritten_launch_of_aligned_arrays_stages_nothing() -> None:
+    from backends.cuda.launch import staged
+
+    values = [_device_array(0x1000), _device_array(0x1010), np.zeros(3, np.float16), 64]
+    assert staged(values, assumes_aligned=True) == []
+
+
+def test_a_launch_run_as_written_stages_no_array_even_off_16_bytes() -> None:
+    from backends.cuda.launch import staged
+
+    values = [_device_array(0x1002), _device_array(0x1003), 64]
+    assert staged(values, assumes_aligned=False) == []
+
+
+def _record(monkeypatch: pytest.MonkeyPatch, **options: bool) -> object:
+    """The launch record of ``matmul`` compiled for CUDA (NVRTC's version stood in: only the
+    cubin's key depends on it)."""
+    from backends import registry
+    from backends.cuda import launch as cuda_launch
+    from backends.pipeline import compile_launch
+    from sarek.launch import Launch
+
+    monkeypatch.setattr(cuda_launch, "nvrtc_version", lambda: "12.0")
+    a, b, c = operands()
+    launch = Launch(matmul.ir, dict(zip("abcmnk", (a, b, c, M, N, K), strict=True)), GRID,
+                    BLOCK)
+    return cuda_launch.Ready.of(compile_launch(registry.target("cuda"), launch, **options),
+                                "sm_90")
+
+
+def test_the_record_of_a_rewritten_launch_assumes_aligned_arrays(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from backends.cuda.launch import Ready
+
+    record = _record(monkeypatch)
+    assert isinstance(record, Ready) and record.assumes_aligned
+    assert Ready.from_bytes(record.to_bytes()) == record
+
+
+def test_the_record_of_a_launch_run_as_written_does_not_assume_aligned_arrays(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from backends.cuda.launch import Ready
+
+    record = _record(monkeypatch, rewrite=False)
+    assert isinstance(record, Ready) and not record.assumes_aligned
+    assert Ready.from_bytes(record.to_bytes()) == record
+
+
+def test_a_launch_record_without_assumes_aligned_is_not_read_back() -> None:
+    """A record of the layout before the field (``ready_for`` makes it again)."""
+    import json
+
+    from backends.cuda.launch import Ready
+
+    record = Ready("k", "text", "sm_90", "key", (1, 2, 1), (128, 1, 1), ("f16", "i32"), 1,
+                   (7,), 0, assumes_aligned=True)
+    old = {k: v for k, v in json.loads(record.to_bytes()).items() if k != "assumes_aligned"}
+    with pytest.raises(KeyError):
+        Ready.from_bytes(json.dumps(old).encode())
 
 
 def _opencl_reason() -> str | None:

@@ -3,6 +3,8 @@
 * **Arrays.** An object with ``__cuda_array_interface__`` (CuPy, PyTorch, numba) is used in
   place: its pointer, checked for the parameter's dtype, C-contiguity and the launch's device.
   An object with only ``__dlpack__`` is viewed through ``cuda.core``'s ``StridedMemoryView``.
+  A rewritten launch runs a device array that does not start 16-byte aligned (a view at an
+  offset, ``x[1:]``) on an aligned copy of it, copied back after the launch (``staged``).
   A NumPy array is copied to the device before the launch and back after it (numba's
   behaviour), the launch then synchronizing its stream.
 * **Streams.** The stream given (``kernel[grid, block, stream]``: an integer handle, a CuPy
@@ -222,7 +224,8 @@ class Ready:
     and the dynamic shared memory. A sequence (a conversion pre-pass, then the GEMM) is the
     GEMM's record with the records of the launches before it (``before``) and its temporaries
     (``scratch``: element type and count of each), which are the last parameters of every
-    kernel of the sequence."""
+    kernel of the sequence. ``assumes_aligned`` (on that last record) says whether its kernels
+    assume every array starts 16-byte aligned: those of a rewrite (``staged``)."""
 
     name: str
     text: str
@@ -237,13 +240,15 @@ class Ready:
     maps: tuple[Request, ...] = ()  # the tensor maps after the parameters (backends.cuda.tma)
     before: tuple[Ready, ...] = ()
     scratch: tuple[tuple[str, int], ...] = ()
+    assumes_aligned: bool = False
 
     @classmethod
     def of(cls, done: Compiled, arch: str) -> Ready:
         user = len(done.original.kernel.params)
         *before, last = (cls.of_step(step, arch, user) for step in done.runs)
         return dataclasses.replace(last, before=tuple(before), scratch=tuple(
-            (s.elem.value, s.size) for s in done.scratch))
+            (s.elem.value, s.size) for s in done.scratch),
+            assumes_aligned=done.rewritten is not None)
 
     @classmethod
     def of_step(cls, step: Step, arch: str, user: int) -> Ready:
@@ -273,7 +278,9 @@ class Ready:
                       "elems": tuple(d["elems"]), "region": tuple(d["region"]),
                       "maps": tuple(Request(**m) for m in d.get("maps", ())),
                       "before": tuple(cls.from_dict(b) for b in d.get("before", ())),
-                      "scratch": tuple((str(e), int(n)) for e, n in d.get("scratch", ()))})
+                      "scratch": tuple((str(e), int(n)) for e, n in d.get("scratch", ())),
+                      # required: a record without it is of an older layout, made again
+                      "assumes_aligned": bool(d["assumes_aligned"])})
 
 
 READY = kernel_cache.Cache("cuda-launch")
@@ -442,13 +449,32 @@ class Repeat:
                                         handle, self.addresses, 0), "cuLaunchKernel")
 
 
+ALIGN = 16
+"""Bytes a rewritten kernel assumes each array's address a multiple of (``cp.async``, tensor
+maps)."""
+
+
+def staged(values: list[Any], assumes_aligned: bool) -> list[int]:
+    """The positions among a launch's ``values`` of the device arrays it runs on aligned
+    temporaries: with ``assumes_aligned`` (a rewrite, whose ``cp.async`` copies and tensor maps
+    check element indices only, taking arrays to be whole allocations), each ``DeviceArray``
+    whose address is not a multiple of ``ALIGN``; otherwise none (a kernel run as written
+    reads and writes element by element, at any address, and a copy would change what it does
+    with overlapping views). NumPy arrays are copied to fresh allocations in any case."""
+    if not assumes_aligned:
+        return []
+    return [i for i, v in enumerate(values) if type(v) is DeviceArray and v.ptr % ALIGN]
+
+
 def run_compiled(done: Ready, values: list[Any], stream: Any,
                  call: tuple[Any, Any, tuple[Any, ...]] | None = None) -> Repeat | None:
     """Launches ``done`` with the caller's ``values`` (parameter order: NumPy arrays,
     ``DeviceArray``s and checked Python scalars); the region's values follow them. A sequence
     launches its kernels in order on the one stream, over temporaries of this device and
-    stream (``_scratch``). With ``call`` (the caller's grid, block and arguments), a launch of
-    device arrays alone by one kernel returns the ``Repeat`` that launches it again."""
+    stream (``_scratch``). A device array of ``staged`` is copied into an aligned temporary
+    before the first kernel and back after the last, the stream then synchronized. With
+    ``call`` (the caller's grid, block and arguments), a launch of device arrays alone (none
+    staged) by one kernel returns the ``Repeat`` that launches it again."""
     cu = _driver()
 
     devices = {v.device for v in values if type(v) is DeviceArray and v.device is not None}
@@ -462,6 +488,7 @@ def run_compiled(done: Ready, values: list[Any], stream: Any,
     records = (*done.before, done)
     handle = _stream_handle(stream, values, device)
     copies: list[tuple[Any, np.ndarray]] = []
+    temporaries: list[tuple[int, int, int]] = []  # staged: (temporary, caller's, bytes)
     try:
         slots: list[Any] = []  # per caller's value: a pointer, or the scalar itself
         for v in values:
@@ -476,6 +503,16 @@ def run_compiled(done: Ready, values: list[Any], stream: Any,
                 slots.append(int(ptr))
             else:
                 slots.append(None)
+        # A rewrite's cp.async copies and tensor maps take every array to start 16-byte
+        # aligned; a view at an offset runs on an aligned copy of itself (``staged``).
+        for i in staged(values, done.assumes_aligned):
+            nbytes = values[i].size * _dtype(done.elems[i]).itemsize
+            ptr = int(_check(cu.cuMemAlloc(max(nbytes, 1)), "cuMemAlloc"))
+            temporaries.append((ptr, values[i].ptr, nbytes))
+            if nbytes:
+                _check(cu.cuMemcpyDtoDAsync(ptr, values[i].ptr, nbytes, handle),
+                       "cuMemcpyDtoDAsync")
+            slots[i] = ptr  # what the kernels and the tensor maps encoded below see
         scratch = _scratch(done.scratch, device, handle) if done.scratch else ()
         for record in records:
             p = _params(record, device)
@@ -492,16 +529,19 @@ def run_compiled(done: Ready, values: list[Any], stream: Any,
             if gx and gy and gz:
                 _check(cu.cuLaunchKernel(p.function, gx, gy, gz, bx, by, bz, p.shared, handle,
                                          p.addresses.ctypes.data, 0), "cuLaunchKernel")
-        if copies:
-            for ptr, host in copies:
-                if host.nbytes:
-                    _check(cu.cuMemcpyDtoHAsync(host.ctypes.data, ptr, host.nbytes, handle),
-                           "cuMemcpyDtoHAsync")
+        for ptr, host in copies:
+            if host.nbytes:
+                _check(cu.cuMemcpyDtoHAsync(host.ctypes.data, ptr, host.nbytes, handle),
+                       "cuMemcpyDtoHAsync")
+        for ptr, caller, nbytes in temporaries:  # every one: the kernels may write any array
+            if nbytes:
+                _check(cu.cuMemcpyDtoDAsync(caller, ptr, nbytes, handle), "cuMemcpyDtoDAsync")
+        if copies or temporaries:  # the device is done with them before they are freed
             _check(cu.cuStreamSynchronize(handle), "cuStreamSynchronize")
     finally:
-        for ptr, _ in copies:
+        for ptr in [c for c, _ in copies] + [t for t, _, _ in temporaries]:
             cu.cuMemFree(ptr)
-    if copies or call is None or done.before:
+    if copies or temporaries or call is None or done.before:
         return None
     return Repeat(call, stream, p, [v for v in values if type(v) is DeviceArray][:1], device)
 
