@@ -2,11 +2,15 @@
 
 The consumer warpgroups of ``t128x256k64s3gw`` (and ``...gwr``) hand their accumulators to the
 block's threads through the exchange array ``sk_cs``: each warpgroup in its turn stores its
-fragments there, then its lanes store the tile's outputs one element a trip of a 128-trip loop
-(``specs/matrix-pattern-rewrite.md``, the epilogue). This benchmark times each kernel as printed
-beside the same text edited, side by side in rounds (``bench/text_variants.py``):
+fragments there, then its lanes store the tile's outputs, on a whole tile four consecutive f16
+outputs a trip of a 32-trip loop (one 8-byte packed store), on the others one output a trip of
+a 128-trip loop (``specs/matrix-pattern-rewrite.md``, the epilogue). This benchmark times each
+kernel as printed beside the same text edited, side by side in rounds
+(``bench/text_variants.py``):
 
 * ``printed``: as ``sarek.emit`` prints it;
+* ``one output a time``: every tile through the loop of one output a trip (``sk_whole``
+  false: the printing before packed outputs; the same bits);
 * ``unroll 4`` / ``unroll 16``: ``#pragma unroll N`` on each epilogue loop (the same bits);
 * ``no output stores``: the loops' stores of outputs removed (the exchange kept): garbage out,
   a bound on what the loops cost. (Removing the exchange's stores as well leaves the
@@ -44,15 +48,21 @@ def unrolled(text: str, times: int) -> str:
 
 
 def without(text: str, heads: tuple[str, ...]) -> str:
-    """``text`` without the statements that store into the arrays named ``heads``."""
+    """``text`` without the statements that store into the arrays named ``heads`` (element
+    stores and packed ones)."""
     for head in heads:
-        text = re.sub(rf"\n\s*{head}\[[^\n]*\] = [^\n]*;(?=\n)", "", text)
+        text = re.sub(rf"\n\s*(\*\(\([^()]*\)&)?{head}\[[^\n]*\]\)? = [^\n]*;(?=\n)", "", text)
     return text
 
 
+def one_at_a_time(text: str) -> str:
+    """``text`` with no tile taking the packed outputs."""
+    return re.sub(r"bool sk_whole = [^\n]*;", "bool sk_whole = false;", text)
+
+
 def variants(c: str) -> dict[str, Edit]:
-    return {"printed": None, "unroll 4": partial(unrolled, times=4),
-            "unroll 16": partial(unrolled, times=16),
+    return {"printed": None, "one output a time": one_at_a_time,
+            "unroll 4": partial(unrolled, times=4), "unroll 16": partial(unrolled, times=16),
             "no output stores": partial(without, heads=(c,))}
 
 

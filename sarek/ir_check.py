@@ -94,7 +94,8 @@ class _Checker(FragmentRules, BulkRules, RoleRules):
                     self.report(path, f"packed store to {name!r}, which is not an array")
                 elif sym.readonly:
                     self.report(path, f"store to read-only array {name!r}")
-                elif not (v.type.is_int and not v.type.is_signed and sym.elem.is_int
+                elif not (v.type.is_int and not v.type.is_signed
+                          and (sym.elem.is_int or sym.elem.is_float)
                           and v.type.bits // sym.elem.bits in PACKED_COUNTS
                           and v.type.bits % sym.elem.bits == 0):
                     self.report(path, f"a packed store into {sym.elem} array {name!r} takes an "

@@ -13,17 +13,24 @@ from sarek.ir import BinOp, ElemType
 from sarek.ir_build import add, binary, const
 from sarek.ir_walk import replace_statements, walk
 
+UNSIGNED = {8: ElemType.U8, 16: ElemType.U16, 32: ElemType.U32, 64: ElemType.U64}
+"""The unsigned integer type of each width."""
+
 
 def parts(s: ir.StorePacked, elem: ElemType) -> list[ir.Store]:
     """The element stores of ``s`` into an array of ``elem``: part ``i`` is
-    ``(value >> i * bits) & mask`` converted to ``elem``, stored at ``index + i``."""
+    ``(value >> i * bits) & mask`` converted to ``elem`` (an integer) or read as its bits (a
+    float), stored at ``index + i``."""
     t = s.value.type
     count = t.bits // elem.bits
     mask = const((1 << elem.bits) - 1, t)
     out = []
     for i in range(count):
         shifted = binary(BinOp.SHR, s.value, const(i * elem.bits, t)) if i else s.value
-        part = ir.Cast(x=binary(BinOp.AND, shifted, mask), type=elem)
+        low: ir.Expr = binary(BinOp.AND, shifted, mask)
+        # a float element takes the part's bits (f16 and bf16 are stored by their bits)
+        part = (ir.Bitcast(x=ir.Cast(x=low, type=UNSIGNED[elem.bits]), type=elem)
+                if elem.is_float else ir.Cast(x=low, type=elem))
         out.append(ir.Store(array=s.array, index=add(s.index, const(i)) if i else s.index,
                             value=part, line=s.line))
     return out

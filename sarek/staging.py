@@ -83,7 +83,10 @@ class Staging:
     ``prepass_terms``: f32 operands that a lowering splits into several 16-bit terms
     (``Bf16x3_operands``) are split by the pre-pass under every pipelined schedule, each term
     into a temporary of its own, and the GEMM stages each term's temporary as it is into that
-    term's arrays."""
+    term's arrays; ``packed_out``: where a block's whole tile of outputs is covered and C's
+    rows are contiguous and suitably aligned, each lane stores the epilogue values of
+    consecutive outputs (8 bytes of them) as one ``StorePacked`` (the other tiles store one
+    output at a time)."""
 
     row_pad_bytes: int = 0
     narrow_b_col_major: bool = False
@@ -101,6 +104,7 @@ class Staging:
     planes_pad_bytes: int = 0
     prepass_pipelined: bool = False
     prepass_terms: bool = False
+    packed_out: bool = False
 
     def fragments(self, schedule: Schedule, frag: int) -> Fragments:
         """Each wave's accumulators under ``schedule`` with ``frag`` x ``frag`` fragments: a

@@ -60,6 +60,7 @@ class Memory(Core):
         count = value_bits // bits
         mask = (1 << bits) - 1
         dtype = numpy_dtype(arr.elem)
+        raw = np.dtype(f"u{bits // 8}")
 
         def part(i: int) -> tuple[ExprFn, ExprFn]:
             def index(st: State, m: Mask) -> Value:
@@ -67,7 +68,8 @@ class Memory(Core):
 
             def value(st: State, m: Mask) -> Value:
                 v = np.asarray(fvalue(st, m)).astype(np.uint64)
-                out = ((v >> np.uint64(i * bits)) & np.uint64(mask)).astype(dtype)
+                # the part's bits, read as the element type (a float's bits included)
+                out = ((v >> np.uint64(i * bits)) & np.uint64(mask)).astype(raw).view(dtype)
                 return out if out.ndim else out[()]
 
             return index, value

@@ -110,20 +110,42 @@ def test_packed_stores_of_two_threads_to_one_element_race() -> None:
     (E.I32, E.U8, "takes an unsigned integer 2, 4 or 8 times as wide, not i32"),
     (E.U8, E.U8, "not u8"),
     (E.U32, E.U32, "not u32"),
-    (E.U64, E.F16, "not u64"),
-], ids=["signed", "one-element", "same-width", "float-array"])
+    (E.U32, E.BOOL, "not u32"),
+], ids=["signed", "one-element", "same-width", "bool-array"])
 def test_the_checker_refuses_a_value_that_does_not_pack(value_type: ElemType, elem: ElemType,
                                                          why: str) -> None:
     with pytest.raises(IRError, match=why):
         ir_check.ensure_valid(packing_kernel(value_type=value_type, elem=elem)
-                              if elem is not E.F16 else _into_f16(value_type))
+                              if elem is not E.BOOL else _into(E.BOOL, value_type))
 
 
-def _into_f16(value_type: ElemType) -> ir.Kernel:
+def _into(elem: ElemType, value_type: ElemType) -> ir.Kernel:
     return ir.Kernel(name="k", params=(ir.ArrayParam(name="w", elem=value_type),), body=(
-        ir.ArrayDecl(name="s", elem=E.F16, size=64, space=MemSpace.SHARED),
+        ir.ArrayDecl(name="s", elem=elem, size=64, space=MemSpace.SHARED),
         ir.StorePacked(array="s", index=const(0),
                        value=ir.Load(array="w", index=const(0), type=value_type))))
+
+
+# f16 and f32 bit patterns that a numeric conversion would change: NaNs with payloads and
+# both signs, -0.0, infinities, subnormals
+F16_BITS = np.array([0x7E01, 0xFC00, 0x8000, 0x0001, 0xFE7F, 0x7C00, 0x3C00, 0x83FF] * 16,
+                    np.uint16)
+F32_BITS = np.array([0x7FC00001, 0xFF800000, 0x80000000, 0x00000001] * 16, np.uint32)
+
+
+@pytest.mark.parametrize(("elem", "value_type", "patterns"), [
+    (E.F16, E.U64, F16_BITS), (E.F32, E.U64, F32_BITS), (E.F16, E.U32, F16_BITS)],
+    ids=["f16-u64", "f32-u64", "f16-u32"])
+def test_a_packed_store_into_a_float_array_writes_each_parts_bits(
+        elem: ElemType, value_type: ElemType, patterns: np.ndarray) -> None:
+    words = patterns.view(f"<u{value_type.bits // 8}")[:THREADS].copy()
+    kernel = packing_kernel(value_type=value_type, elem=elem)
+    host = {"out": np.zeros(words.nbytes // patterns.itemsize, patterns.dtype).view(
+        sarek.dtypes.numpy_dtype(elem)), "w": words}
+    out = sarek.simulate(kernel, host, grid=1, block=THREADS)["out"]
+    assert np.array_equal(out.view(patterns.dtype), patterns[:out.size])
+    split = sarek.simulate(packed_store.elements(kernel), host, grid=1, block=THREADS)["out"]
+    assert np.array_equal(split.view(patterns.dtype), patterns[:out.size])
 
 
 def test_the_checker_refuses_a_packed_store_into_a_read_only_array() -> None:

@@ -38,7 +38,8 @@ from sarek.staging import Staging
 
 SUBGROUPS = (32,)
 FRAGMENTS = (16,)
-STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True, byte_k=32, packed_planes=True, large=(
+STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True, byte_k=32, packed_planes=True,
+                  packed_out=True, large=(
     ("F16_operands", Schedule(tile=128, step=64, stages=3, wide=True, warpgroup=True,
                               specialized=True, persistent=True)),
     ("F16_operands", Schedule(tile=128, step=64, stages=3, wide=True, warpgroup=True,

@@ -5,13 +5,15 @@ original's own loop), and ``Builder.build``, which puts the whole body together.
 from __future__ import annotations
 
 from sarek import ir
-from sarek.ir import BinOp, Builtin, MemSpace
-from sarek.ir_build import add, binary, const, logical_not, mul, var
+from sarek.ir import BinOp, Builtin, ElemType, MemSpace
+from sarek.ir_build import add, binary, const, is_literal, logical_not, mul, var
+from sarek.packed_store import UNSIGNED
 from sarek.rewrite.multiply import Multiply
 from sarek.rewrite.parts import (
     I32,
     builtin,
     cast,
+    conjunction,
 )
 from sarek.schedule import ORDER_ROWS
 
@@ -61,7 +63,10 @@ class Builder(Multiply):
                          value=cast(self.epilogue(var("sk_sum", acc_t)), g.c.elem))))
 
         exchanged = ir.Load(array="sk_cs", index=self.exchanged(), type=acc_t)
+        width = self.packed_width()
         out: list[ir.Stmt] = []
+        if width > 1:
+            out.append(ir.Let(name="sk_whole", type=ElemType.BOOL, value=self.whole_tile(width)))
         if self.scheme.accumulators > 1:
             out.append(ir.ArrayDecl(name="sk_out", elem=I32,
                                     size=self.acc_m * self.acc_n // self.subgroup,
@@ -71,9 +76,12 @@ class Builder(Multiply):
                 # the stacked byte planes' sum started at 0: the initial value added last
                 total_of = add(exchanged, cast(self.init(), I32)) if self.scheme.stacked \
                     else exchanged
-                out += self.exchange_turns(
-                    [self.through_exchange(f"sk_acc0_{i}_{j}")],
-                    [self.per_lane([*self.fragment_coordinates(i, j), store(total_of)])])
+                take: ir.Stmt = self.per_lane([*self.fragment_coordinates(i, j),
+                                               store(total_of)])
+                if width > 1:
+                    take = ir.If(cond=var("sk_whole", ElemType.BOOL),
+                                 then=(self.packed_out(i, j, width),), orelse=(take,))
+                out += self.exchange_turns([self.through_exchange(f"sk_acc0_{i}_{j}")], [take])
                 continue
             # Byte planes: sk_out[q] = init + sum_s (acc_s << 8s), wrapping.
             total = ir.Load(array="sk_out", index=var("sk_q"), type=I32)
@@ -88,6 +96,75 @@ class Builder(Multiply):
                         ir.Barrier()]
             out.append(self.per_lane([*self.fragment_coordinates(i, j), store(total)]))
         return out
+
+    def packed_width(self) -> int:
+        """How many consecutive outputs a lane stores at once on a whole tile (``packed_out``):
+        as many as fill 8 bytes, where the target's policy asks for it, C's rows are
+        contiguous, the lowering keeps one accumulator whose total needs no recomputation,
+        and each lane's run stays in one row of its fragment; 1 (one output at a time)
+        otherwise."""
+        c, scheme = self.gemm.c, self.scheme
+        if not (self.pack_outputs and scheme.accumulators == 1
+                and scheme.original_beyond is None and is_literal(c.col_stride, 1)
+                and (c.elem.is_int or c.elem.is_float) and c.elem.bits <= 32):
+            return 1
+        width = 64 // c.elem.bits
+        while width > 1 and (self.acc_n % width
+                             or self.acc_m * self.acc_n % (self.subgroup * width)):
+            width //= 2
+        return width
+
+    def whole_tile(self, width: int) -> ir.Expr:
+        """Whether every output of the block's tile is covered and C's element at each
+        output of the tile whose column is a multiple of ``width`` (from the tile's first) is
+        ``width``-aligned. Coverage is tested at the tile's last output: the test's three
+        terms grow with the row and the column. (A whole tile has ``ne >= tile_n``, so with
+        ``me * ne * ze`` an i32, as the region is, no term of the test overflows.)"""
+        c = self.gemm.c
+        last_row = add(var("sk_row0"), const(self.tile - 1))
+        last_col = add(var("sk_col0"), const(self.tile_n - 1))
+
+        def aligned(x: ir.Expr) -> ir.Expr:
+            return binary(BinOp.EQ, binary(BinOp.AND, x, const(width - 1)), const(0))
+
+        terms = [self.covered(last_row, last_col),
+                 aligned(self.address(c, var("sk_row0"), var("sk_col0"), const(0)))]
+        if not (isinstance(c.row_stride, ir.Const) and int(c.row_stride.value) % width == 0):
+            terms.append(aligned(c.row_stride))
+        return conjunction(*terms)
+
+    def packed_out(self, i: int, j: int, width: int) -> ir.For:
+        """Fragment (i, j)'s outputs out of the exchange array, each lane taking ``width``
+        consecutive ones of a row a trip: each output's epilogue value, their bits as one
+        ``StorePacked`` into C (the whole tile is covered, ``whole_tile``)."""
+        g, acc_t = self.gemm, self.scheme.acc
+        elem = g.c.elem
+        bits = UNSIGNED[elem.bits]
+        word_t = UNSIGNED[elem.bits * width]
+        row, col, z = var("sk_row"), var("sk_col"), var("sk_z")
+        parts: list[ir.Stmt] = []
+        word: ir.Expr | None = None
+        for part in range(width):
+            at = add(col, const(part)) if part else col
+            total: ir.Expr = ir.Load(array="sk_cs", index=add(self.exchanged(), const(part))
+                                     if part else self.exchanged(), type=acc_t)
+            if self.scheme.stacked:  # the stacked byte planes' sum started at 0
+                total = add(total, cast(g.init_at(row, at, z), I32))
+            value = cast(g.epilogue_at(total, row, at, z), elem)
+            name = f"sk_bits{part}"
+            parts.append(ir.Let(name=name, type=word_t,
+                                value=cast(value if elem is bits else
+                                           ir.Bitcast(x=value, type=bits), word_t)))
+            shifted = binary(BinOp.SHL, var(name, word_t), const(part * elem.bits, word_t)) \
+                if part else var(name, word_t)
+            word = shifted if word is None else binary(BinOp.OR, word, shifted)
+        assert word is not None
+        e = mul(add(mul(var("sk_q"), const(self.subgroup)), var("sk_wave_lane")), const(width))
+        trips = self.acc_m * self.acc_n // (self.subgroup * width)
+        return ir.For(var="sk_q", start=const(0), stop=const(trips), step=const(1), body=(
+            ir.Let(name="sk_e", type=I32, value=e), *self.fragment_coordinates(i, j), *parts,
+            ir.StorePacked(array=g.c.array, index=self.address(g.c, row, col, const(0)),
+                           value=word)))
 
     def build(self) -> tuple[ir.Stmt, ...]:
         tid = builtin(Builtin.THREAD_IDX_X)

@@ -75,6 +75,7 @@ class Layout:
                            (rows * cols // PACK) % self.threads == 0
                            for rows, cols in ((self.tile, self.step), (self.step, self.tile_n))))
         self.converting = staging.converting_copies
+        self.pack_outputs = staging.packed_out
         # Where the staged copies read along k: from k_start (the reduction's first element)
         # up to the region value ``sk_d``, or for the stacked byte planes one phase's blocks
         # (``Multiply.stacked``)

@@ -1,0 +1,110 @@
+"""Packed outputs (``Staging.packed_out``, ``specs/matrix-pattern-rewrite.md`` 6.4): on a
+block whose whole tile is covered and whose rows of C are contiguous and aligned, each lane
+stores the epilogue values of consecutive outputs as one ``StorePacked``; every other tile
+stores one output at a time. Either way each output gets the same bits: each kernel below is
+compared with the same rewrite under a policy without packed outputs, both lowered for CUDA and
+simulated under its ``h200`` model, and with the original kernel where the lowering is exact."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from conftest import example
+from test_matrix_rewrite import bits, original
+
+import sarek
+from backends.registry import target
+from sarek import ir
+from sarek.ir_walk import walk
+from sarek.launch import Launch
+from sarek.matrix_rewrite import rewrite_launch
+from sarek.matrix_scheme import Lowering
+from sarek.schedule import SEED, Schedule
+
+CUDA = target("cuda").staging
+ONE_AT_A_TIME = replace(CUDA, packed_out=False)
+PERSISTENT = Schedule.parse("t128x256k64s3gwr")
+
+
+def rewrite(launch: Launch, schedule: Schedule, packed: bool = True,
+            lowering: Lowering | None = None) -> Launch:
+    return rewrite_launch(launch, staging=CUDA if packed else ONE_AT_A_TIME,
+                          schedule=schedule, lowering=lowering).launch
+
+
+def on_cuda(rw: Launch) -> dict[str, np.ndarray]:
+    return sarek.simulate(rw.kernel, dict(rw.args), grid=rw.grid, block=rw.block,
+                          target="cuda", arith="h200")
+
+
+def packed_stores_into(kernel: ir.Kernel, array: str) -> list[ir.StorePacked]:
+    return [s for s in walk(kernel.body) if isinstance(s, ir.StorePacked) and s.array == array]
+
+
+@pytest.mark.parametrize(("name", "size", "schedule", "lowering", "parts"), [
+    # 64x64 tiles, whole ones and ragged ones; f16 outputs four to a store
+    ("gemm_f16", (150, 200, 40), SEED, None, 4),
+    # 128x256 tiles of two consumer warpgroups and a producer, a tile whole and three not
+    ("gemm_f16", (150, 300, 64), PERSISTENT, None, 4),
+    # f32 outputs two to a store; the epilogue reads C's old value at each output
+    ("gemm_epilogue", (130, 72, 24), SEED, Lowering.BF16_OPERANDS, 2),
+    # i32 outputs with a bias per column
+    ("gemm_i8", (70, 136, 64), SEED, None, 2),
+    # three batches: the alignment of each batch's first output is tested apart
+    ("gemm_batched", (64, 64, 16), SEED, Lowering.BF16_OPERANDS, 2),
+], ids=["f16-seed", "f16-persistent", "epilogue-bf16", "i8", "batched"])
+def test_packed_outputs_give_the_bits_of_outputs_stored_one_at_a_time(
+        name: str, size: tuple[int, int, int], schedule: Schedule, lowering: Lowering | None,
+        parts: int) -> None:
+    launch = example(name).make(*size, seed=5)
+    packed, single = (rewrite(launch, schedule, p, lowering) for p in (True, False))
+    c = recognize_c(launch)
+    stores = packed_stores_into(packed.kernel, c)
+    assert stores and all(s.value.type.bits == parts * launch.args[c].dtype.itemsize * 8
+                          for s in stores)
+    assert packed_stores_into(single.kernel, c) == []
+    assert np.array_equal(bits(on_cuda(packed)[c]), bits(on_cuda(single)[c]))
+
+
+def test_packed_f16_outputs_give_the_originals_bits() -> None:
+    launch = example("gemm_f16").make(150, 300, 64, seed=3)
+    rw = rewrite(launch, PERSISTENT)
+    assert np.array_equal(bits(rw.simulate()["c"]), bits(original(launch)))  # neutral kernel
+
+
+def test_special_values_keep_their_bits_in_packed_outputs() -> None:
+    launch = example("gemm_f16").make(64, 64, 16, seed=1)
+    a = launch.args["a"].copy()
+    # rows of inf, NaN and of products that overflow or underflow f16
+    a[0:16] = np.float16(np.inf)
+    a[16 * 16:16 * 17] = np.float16(np.nan)
+    a[32 * 16:33 * 16] = np.float16(60000.0)
+    a[48 * 16:49 * 16] = np.float16(2.0 ** -14)
+    launch = replace(launch, args={**launch.args, "a": a})
+    rw = rewrite(launch, SEED)
+    assert packed_stores_into(rw.kernel, "c")
+    assert np.array_equal(bits(on_cuda(rw)["c"]), bits(on_cuda(rewrite(launch, SEED, False))["c"]))
+    assert np.array_equal(bits(rw.simulate()["c"]), bits(original(launch)))
+
+
+def test_rows_of_c_not_aligned_to_a_store_are_stored_one_output_at_a_time() -> None:
+    # n = 201: rows of C start at odd elements, so no tile takes the packed stores; the
+    # simulator would refuse a misaligned packed store (OutOfBounds)
+    launch = example("gemm_f16").make(130, 201, 32, seed=2)
+    rw = rewrite(launch, SEED)
+    assert packed_stores_into(rw.kernel, "c")  # printed, and not taken
+    assert np.array_equal(bits(on_cuda(rw)["c"]), bits(on_cuda(rewrite(launch, SEED, False))["c"]))
+
+
+def test_a_lowering_that_recomputes_beyond_its_range_stores_one_output_at_a_time() -> None:
+    launch = example("gemm_f32").make(64, 64, 16)
+    rw = rewrite(launch, SEED, lowering=Lowering.BF16X3_OPERANDS)
+    assert packed_stores_into(rw.kernel, "c") == []
+
+
+def recognize_c(launch: Launch) -> str:
+    from sarek.matrix_pattern import recognize
+
+    return recognize(launch.kernel).c.array
