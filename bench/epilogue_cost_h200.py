@@ -15,10 +15,13 @@ kernel as printed beside the same text edited, side by side in rounds
 * ``no output stores``: the loops' stores of outputs removed (the exchange kept): garbage out,
   a bound on what the loops cost. (Removing the exchange's stores as well leaves the
   accumulators dead, and ptxas then keeps one of the step's four ``wgmma``: no bound at all.)
+* ``--text NAME=FILE``: the kernel as another printing gave it (the same kernel's text saved
+  from an earlier checkout, say), launched as this one is (its dynamic shared memory at most
+  this printing's).
 
 Prints a table and writes ``bench/results/epilogue_cost_h200.json``.
 
-    python -m bench.epilogue_cost_h200 [--rounds 5] [--case N:SCHEDULE ...]
+    python -m bench.epilogue_cost_h200 [--rounds 5] [--case N:SCHEDULE ...] [--text NAME=FILE]
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import argparse
 import re
 import sys
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from backends.cuda.run import device_arch, device_name
@@ -60,9 +64,13 @@ def one_at_a_time(text: str) -> str:
     return re.sub(r"bool sk_whole = [^\n]*;", "bool sk_whole = false;", text)
 
 
-def variants(c: str) -> dict[str, Edit]:
+def variants(c: str, texts: dict[str, str]) -> dict[str, Edit]:
+    def replaced(text: str, by: str) -> str:
+        return by
+
     return {"printed": None, "one output a time": one_at_a_time,
             "unroll 4": partial(unrolled, times=4), "unroll 16": partial(unrolled, times=16),
+            **{name: partial(replaced, by=text) for name, text in texts.items()},
             "no output stores": partial(without, heads=(c,))}
 
 
@@ -73,7 +81,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--case", action="append", metavar="N:SCHEDULE")
+    parser.add_argument("--text", action="append", default=[], metavar="NAME=FILE",
+                        help="time this text of the kernel too, as variant NAME")
     args = parser.parse_args()
+    texts = {name: Path(file).read_text() for name, file in
+             (t.split("=", 1) for t in args.text)}
     arch, cuda = device_arch(), target("cuda")
     rows: list[dict[str, Any]] = []
     cells: list[tuple[object, ...]] = []
@@ -85,7 +97,8 @@ def main() -> int:
         compiled = compile_launch(cuda, launch, lowering=Lowering.F16_OPERANDS,
                                   schedule=Schedule.parse(schedule))
         assert compiled.gemm is not None
-        measured = time_variants(compiled, arch, variants(compiled.gemm.c.array), args.rounds)
+        measured = time_variants(compiled, arch, variants(compiled.gemm.c.array, texts),
+                                 args.rounds)
         for r in variant_rows(measured, n, n=n, schedule=schedule):
             name, bits = r["variant"], r["bit_identical_to_printed"]
             same &= bits or name in GARBAGE

@@ -86,7 +86,8 @@ class Staging:
     term's arrays; ``packed_out``: where a block's whole tile of outputs is covered and C's
     rows are contiguous and suitably aligned, each lane stores the epilogue values of
     consecutive outputs (8 bytes of them) as one ``StorePacked`` (the other tiles store one
-    output at a time)."""
+    output at a time); ``exchange_pad``: elements appended to every row of the exchange
+    array (so that the rows a warp's accumulator stores reach fall in distinct banks)."""
 
     row_pad_bytes: int = 0
     narrow_b_col_major: bool = False
@@ -105,6 +106,7 @@ class Staging:
     prepass_pipelined: bool = False
     prepass_terms: bool = False
     packed_out: bool = False
+    exchange_pad: int = 0
 
     def fragments(self, schedule: Schedule, frag: int) -> Fragments:
         """Each wave's accumulators under ``schedule`` with ``frag`` x ``frag`` fragments: a
@@ -142,6 +144,9 @@ class Staging:
         if self.planes_pad_bytes < 0 or self.planes_pad_bytes % 16 or self.planes_pad_bytes > 256:
             raise StagingError(f"byte-plane padding must be a multiple of 16 bytes from 0 to "
                                f"256, not {self.planes_pad_bytes}")
+        if not 0 <= self.exchange_pad <= 64:
+            raise StagingError(f"the exchange array's row padding must be 0 to 64 elements, "
+                               f"not {self.exchange_pad}")
         if self.byte_k not in (16, 32):
             raise StagingError(f"8-bit fragments reduce 16 or 32 deep, not {self.byte_k}")
 

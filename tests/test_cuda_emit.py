@@ -44,8 +44,10 @@ def test_shared_arrays_past_48_kib_come_from_one_dynamic_allocation(arch: str) -
                             staging=target("cuda").staging,
                             schedule=Schedule(tile=128, step=64, stages=2)).launch
     src = emit(launch.kernel)
-    # A: 2 x 128 x (64 + 8) halves, B: 2 x 64 x (128 + 8) halves, the exchange: 4 x 256 f32
-    assert shared.dynamic_bytes(launch.kernel) == 2 * (2 * 128 * 72 + 2 * 64 * 136) + 4096
+    # A: 2 x 128 x (64 + 8) halves, B: 2 x 64 x (128 + 8) halves, the exchange: 4 fragments
+    # of 16 rows 16 + 8 f32 apart
+    assert shared.dynamic_bytes(launch.kernel) == (2 * (2 * 128 * 72 + 2 * 64 * 136)
+                                                   + 4 * 16 * 24 * 4)
     assert "extern __shared__ __align__(16) unsigned char sk_dynamic[];" in src
     assert "__shared__ __align__(16) unsigned short" not in src
     assert compile_cubin(src, arch)[:4] == b"\x7fELF"

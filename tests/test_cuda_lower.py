@@ -181,13 +181,13 @@ def test_a_wrong_ldmatrix_row_is_caught(monkeypatch: pytest.MonkeyPatch) -> None
 
 def test_a_swapped_element_of_an_element_wise_move_is_caught(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    real = cuda_lower._elements
+    real = cuda_lower._places
 
-    def swapped(*args: object) -> list[tuple[ir.Expr, ir.Expr]]:
+    def swapped(*args: object) -> list[tuple[object, object]]:
         out = real(*args)  # type: ignore[arg-type]
         return [out[1], out[0], *out[2:]]
 
-    monkeypatch.setattr(cuda_lower, "_elements", swapped)
+    monkeypatch.setattr(cuda_lower, "_places", swapped)
     assert mutation_caught()
 
 

@@ -1,8 +1,10 @@
-"""Packed outputs (``Staging.packed_out``, ``specs/matrix-pattern-rewrite.md`` 6.4): on a
-block whose whole tile is covered and whose rows of C are contiguous and aligned, each lane
-stores the epilogue values of consecutive outputs as one ``StorePacked``; every other tile
-stores one output at a time. Either way each output gets the same bits: each kernel below is
-compared with the same rewrite under a policy without packed outputs, both lowered for CUDA and
+"""How CUDA's policy moves outputs through the exchange array (``specs/matrix-pattern-rewrite.md``
+6.4, ``specs/backends.md``): packed outputs (``Staging.packed_out``: on a block whose whole
+tile is covered and whose rows of C are contiguous and aligned, each lane stores the epilogue
+values of consecutive outputs as one ``StorePacked``; every other tile one output at a time),
+the exchange array's padded rows (``Staging.exchange_pad``) and the lowering's 64-bit stores of
+accumulator pairs into it. Each output gets the same bits either way: each kernel below is
+compared with the same rewrite under a policy without the change, both lowered for CUDA and
 simulated under its ``h200`` model, and with the original kernel where the lowering is exact."""
 
 from __future__ import annotations
@@ -108,3 +110,56 @@ def recognize_c(launch: Launch) -> str:
     from sarek.matrix_pattern import recognize
 
     return recognize(launch.kernel).c.array
+
+
+# ------------------------------------------------------------------ the exchange array
+
+UNPADDED = replace(CUDA, exchange_pad=0)
+
+
+def varying_init() -> Launch:
+    from gemm_gen import varying_init_launch
+
+    return varying_init_launch(130, 300, 70)  # C's f32 enters through the exchange array too
+
+
+@pytest.mark.parametrize("schedule", [SEED, Schedule.parse("t128x256k64s2g"), PERSISTENT],
+                         ids=lambda s: s.name)
+def test_padded_exchange_rows_give_the_bits_of_dense_ones(schedule: Schedule) -> None:
+    launch = varying_init()
+    padded = rewrite(launch, schedule)
+    dense = rewrite_launch(launch, staging=UNPADDED, schedule=schedule).launch
+    sizes = [next(d.size for d in walk(k.body) if isinstance(d, ir.ArrayDecl)
+                  and d.name == "sk_cs") for k in (padded.kernel, dense.kernel)]
+    assert sizes[0] > sizes[1]
+    assert np.array_equal(bits(on_cuda(padded)["c"]), bits(on_cuda(dense)["c"]))
+
+
+@pytest.mark.parametrize("row", [16, 256], ids=["fragment", "strip"])
+def test_cudas_padding_puts_a_half_warps_accumulator_pairs_in_distinct_banks(row: int) -> None:
+    # lane (g, t) of 0..3 x 0..3 stores the pair at columns 2t, 2t + 1 of row g; 32 banks of
+    # 4 bytes
+    def banks(stride: int) -> int:
+        return len({(g * stride + 2 * t + half) % 32 for g in range(4) for t in range(4)
+                    for half in (0, 1)})
+
+    assert banks(row) < 32
+    assert banks(row + CUDA.exchange_pad) == 32
+
+
+def test_the_lowering_stores_accumulator_pairs_into_the_exchange_as_64_bit_words() -> None:
+    from backends.cuda import lower as cuda_lower
+
+    rw = rewrite(example("gemm_f16").make(64, 64, 16), SEED)
+    lowered = cuda_lower.lower(rw.kernel)
+    into = packed_stores_into(lowered, "sk_cs")
+    assert into and all(s.value.type is ir.ElemType.U64 for s in into)
+    assert not [s for s in walk(lowered.body) if isinstance(s, ir.Store) and s.array == "sk_cs"
+                and isinstance(s.value, ir.Load) and s.value.array.startswith("sk_acc")]
+
+
+def test_an_exchange_padding_past_64_elements_is_refused() -> None:
+    from sarek.staging import StagingError
+
+    with pytest.raises(StagingError, match="row padding must be 0 to 64 elements, not 65"):
+        replace(CUDA, exchange_pad=65)

@@ -21,6 +21,7 @@ fragments of subgroups of 32 exist here (NVIDIA has no 8x8x8 float shape).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -39,7 +40,7 @@ from sarek.staging import Staging
 SUBGROUPS = (32,)
 FRAGMENTS = (16,)
 STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True, byte_k=32, packed_planes=True,
-                  packed_out=True, large=(
+                  packed_out=True, exchange_pad=8, large=(
     ("F16_operands", Schedule(tile=128, step=64, stages=3, wide=True, warpgroup=True,
                               specialized=True, persistent=True)),
     ("F16_operands", Schedule(tile=128, step=64, stages=3, wide=True, warpgroup=True,
@@ -158,7 +159,7 @@ the mask)."""
 
 EDGE = 16
 _LANE, _G, _T = "sk_lane", "sk_lane_g", "sk_lane_t"  # lane, lane / 4, lane % 4
-I32, U32 = ElemType.I32, ElemType.U32
+I32, U32, U64 = ElemType.I32, ElemType.U32, ElemType.U64
 
 
 @remembered(128)  # the printer and the simulator both lower the same kernel object
@@ -256,16 +257,17 @@ def _halves(use: FragUse, n: int = EDGE) -> int:
     return 1 if use is FragUse.A else n // 8
 
 
-def _elements(facts: atoms.MmaAtomFacts, use: FragUse, n: int = EDGE
-              ) -> list[tuple[ir.Expr, ir.Expr]]:
-    """(row, column) in the 16 x ``n`` fragment of each element a lane holds, in register
-    order (B's and the accumulator's 8-column blocks one after another)."""
+def _places(facts: atoms.MmaAtomFacts, use: FragUse, n: int = EDGE
+            ) -> list[tuple[_Affine, _Affine]]:
+    """(row, column) in the 16 x ``n`` fragment of each element a lane holds, as functions of
+    the lane, in register order (B's and the accumulator's 8-column blocks one after
+    another)."""
     coords = _layout(facts, use).coordinates
     out = []
     for h in range(_halves(use, n)):
         for e in range(coords.shape[1]):
             row, col = _affine(coords[:, e, 0]), _affine(coords[:, e, 1])
-            out.append((row.expr(), col.expr(8 * h)))
+            out.append((row, dataclasses.replace(col, base=col.base + 8 * h)))
     return out
 
 
@@ -281,6 +283,33 @@ def divisor(e: ir.Expr) -> int:
         case ir.Binary(op=BinOp.SHL, a=a, b=ir.Const(value=int(c))):
             return min(divisor(a) << c, 1 << 30)
     return 1
+
+
+def _paired(places: list[tuple[_Affine, _Affine]], s: ir.FragStore) -> bool:
+    """Whether each lane's accumulator slots ``2i`` and ``2i + 1`` lie side by side in a row of
+    ``s``'s row-major destination, the first at an even element: as ``mma.sync`` and ``wgmma``
+    give them (columns ``2t`` and ``2t + 1``), with the offset and the row stride even."""
+    if s.layout is not FragLayout.ROW or len(places) % 2:
+        return False
+    if divisor(s.offset) % 2 or divisor(s.stride) % 2:
+        return False
+    return all(r0 == r1 and c1 == dataclasses.replace(c0, base=c0.base + 1)
+               and c0.along_g % 2 == c0.along_t % 2 == c0.base % 2 == 0
+               for (r0, c0), (r1, c1) in zip(places[::2], places[1::2], strict=True))
+
+
+def _pair_stores(d: ir.FragDecl, s: ir.FragStore, at: list[ir.Expr]) -> list[ir.Stmt]:
+    """Each pair of 32-bit accumulator slots as one 64-bit ``StorePacked`` at ``at[i]`` (the
+    first slot in the low half): half the store instructions, each reaching twice the
+    banks."""
+    out: list[ir.Stmt] = []
+    for i, where in enumerate(at):
+        low, high = (ir.Load(array=d.name, index=const(2 * i + h), type=d.elem) for h in (0, 1))
+        bits = [ir.Cast(x=x if d.elem is U32 else ir.Bitcast(x=x, type=U32), type=U64)
+                for x in (low, high)]
+        out.append(ir.StorePacked(array=s.array, index=where, value=binary(
+            BinOp.OR, bits[0], binary(BinOp.SHL, bits[1], const(32, U64))), line=s.line))
+    return out
 
 
 def ldmatrix_blocks(facts: atoms.MmaAtomFacts, use: FragUse, layout: FragLayout
@@ -457,7 +486,11 @@ class _Lowering:
             major, minor = (row, col) if s.layout is FragLayout.ROW else (col, row)
             return add(add(s.offset, mul(major, s.stride)), minor)
 
-        elements = _elements(facts, d.use, d.shape.n)
+        places = _places(facts, d.use, d.shape.n)
+        elements = [(row.expr(), col.expr()) for row, col in places]
+        if (d.use is FragUse.ACCUMULATOR and isinstance(s, ir.FragStore) and d.elem.bits == 32
+                and _paired(places, s)):
+            return _pair_stores(d, s, [at(row, col) for row, col in elements[::2]])
         if d.use is FragUse.ACCUMULATOR:
             out: list[ir.Stmt] = []
             for slot, (row, col) in enumerate(elements):

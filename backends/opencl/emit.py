@@ -140,6 +140,14 @@ def _hook(p: Printer, s: ir.Stmt) -> list[str] | None:
     return None
 
 
+def _bitcasts() -> dict[tuple[ElemType, ElemType], str]:
+    """A float's bits read as an integer of its width and back, through OpenCL C's
+    ``as_T``."""
+    E = ElemType
+    pairs = [(E.F32, E.U32), (E.F32, E.I32), (E.F64, E.U64), (E.F64, E.I64)]
+    return {(a, b): f"as_{TYPES[b]}({{x}})" for f, i in pairs for a, b in ((f, i), (i, f))}
+
+
 DIALECT = Dialect(
     name="opencl",
     types=TYPES,
@@ -151,6 +159,7 @@ DIALECT = Dialect(
     prelude=_CONVERSIONS + helpers("", TYPES, clz=("clz", "clz")) + "\n",
     math=MATH,
     casts=CASTS,
+    bitcasts=_bitcasts(),
     stmt_hook=_hook,
     memory_types={ElemType.BOOL: "uchar"},
     long_suffixes=("L", "UL"),

@@ -50,6 +50,9 @@ class Layout:
         self.turns = schedule.groups if self.strips else 1
         self.grid = (fragments.rows, fragments.cols)
         self.acc_m, self.acc_n = fragments.m, fragments.n
+        # Rows of the exchange array: a fragment's row and the policy's padding, which spreads
+        # the rows a warp's accumulator stores reach over the shared-memory banks.
+        self.exchange_stride = self.acc_n + staging.exchange_pad
         # Row strides and B's layout of the staged tiles: the target's policy (padded 16-bit
         # rows, column-major 8-bit B), which moves elements but never changes a result.
         # (the policy's byte-plane layout applies where its planes land by staged copies)
@@ -184,7 +187,7 @@ class Layout:
     def exchange_size(self) -> int:
         """Elements of the exchange array ``sk_cs``: one accumulator fragment for each wave
         of a turn."""
-        return self.waves // self.turns * self.acc_m * self.acc_n
+        return self.waves // self.turns * self.acc_m * self.exchange_stride
 
     def exchange_room(self) -> str | None:
         """The first staged term array whose bytes can hold the exchange array (a whole
@@ -279,7 +282,7 @@ class Layout:
         wave: ir.Expr = var("sk_wave")
         if self.turns > 1:
             wave = binary(BinOp.REM, wave, const(self.waves // self.turns))
-        return mul(wave, const(self.acc_m * self.acc_n))
+        return mul(wave, const(self.acc_m * self.exchange_stride))
 
     def exchange_turns(self, put: list[ir.Stmt], take: list[ir.Stmt]) -> list[ir.Stmt]:
         """``put`` (into the exchange array), a barrier, ``take`` (out of it), a barrier: by
@@ -296,8 +299,13 @@ class Layout:
         return out
 
     def exchanged(self) -> ir.Expr:
-        """Element ``sk_e`` of this wave's fragment in ``sk_cs`` (row-major, stride frag)."""
-        return add(self.exchange_offset(), var("sk_e"))
+        """Element ``sk_e`` (row-major) of this wave's fragment in ``sk_cs``, whose rows lie
+        ``exchange_stride`` apart."""
+        e = var("sk_e")
+        if self.exchange_stride != self.acc_n:
+            e = add(mul(binary(BinOp.DIV, e, const(self.acc_n)), const(self.exchange_stride)),
+                    binary(BinOp.REM, e, const(self.acc_n)))
+        return add(self.exchange_offset(), e)
 
     def fragment_coordinates(self, i: int, j: int) -> list[ir.Stmt]:
         """``sk_row``, ``sk_col``: the output of element ``sk_e`` of fragment (i, j)."""
@@ -311,4 +319,4 @@ class Layout:
 
     def through_exchange(self, frag: str) -> ir.FragStore:
         return ir.FragStore(frag=frag, array="sk_cs", offset=self.exchange_offset(),
-                            stride=const(self.acc_n))
+                            stride=const(self.exchange_stride))

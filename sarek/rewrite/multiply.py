@@ -41,7 +41,8 @@ class Multiply(Copies):
                         cond=here, a=cast(self.init(), self.scheme.acc), b=zero(self.scheme.acc),
                         type=self.scheme.acc))])],
                 [ir.FragLoad(frag=f"sk_acc0_{i}_{j}", array="sk_cs",
-                             offset=self.exchange_offset(), stride=const(self.acc_n))])
+                             offset=self.exchange_offset(),
+                             stride=const(self.exchange_stride))])
         return out
 
     def pipelined(self) -> list[ir.Stmt]:
