@@ -301,7 +301,7 @@ class Layout:
     def exchanged(self) -> ir.Expr:
         """Element ``sk_e`` (row-major) of this wave's fragment in ``sk_cs``, whose rows lie
         ``exchange_stride`` apart."""
-        e = var("sk_e")
+        e: ir.Expr = var("sk_e")
         if self.exchange_stride != self.acc_n:
             e = add(mul(binary(BinOp.DIV, e, const(self.acc_n)), const(self.exchange_stride)),
                     binary(BinOp.REM, e, const(self.acc_n)))
