@@ -8,6 +8,8 @@ parts (``elements``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sarek import ir
 from sarek.ir import BinOp, ElemType
 from sarek.ir_build import add, binary, const
@@ -15,6 +17,16 @@ from sarek.ir_walk import replace_statements, walk
 
 UNSIGNED = {8: ElemType.U8, 16: ElemType.U16, 32: ElemType.U32, 64: ElemType.U64}
 """The unsigned integer type of each width."""
+
+
+def word(parts: Sequence[ir.Expr], bits: int) -> ir.Expr:
+    """``parts`` (unsigned, of the word's type, each below ``2^bits``) as one word, the first
+    in the least significant ``bits``: what a ``StorePacked`` of them stores (``parts`` below
+    takes it apart)."""
+    out = parts[0]
+    for i, part in enumerate(parts[1:], 1):
+        out = binary(BinOp.OR, out, binary(BinOp.SHL, part, const(i * bits, part.type)))
+    return out
 
 
 def parts(s: ir.StorePacked, elem: ElemType) -> list[ir.Store]:

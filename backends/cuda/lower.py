@@ -29,7 +29,7 @@ import numpy as np
 
 from backends.cstyle import EmitError
 from backends.cuda import chains, copies, roles, shared, wgmma
-from sarek import atoms, ir, ir_check, tile
+from sarek import atoms, ir, ir_check, packed_store, tile
 from sarek.ir import BinOp, Builtin, ElemType, FragLayout, FragUse, MemSpace
 from sarek.ir_build import add, binary, const, mul, var
 from sarek.ir_walk import replace_statements, walk, with_blocks
@@ -307,8 +307,8 @@ def _pair_stores(d: ir.FragDecl, s: ir.FragStore, at: list[ir.Expr]) -> list[ir.
         low, high = (ir.Load(array=d.name, index=const(2 * i + h), type=d.elem) for h in (0, 1))
         bits = [ir.Cast(x=x if d.elem is U32 else ir.Bitcast(x=x, type=U32), type=U64)
                 for x in (low, high)]
-        out.append(ir.StorePacked(array=s.array, index=where, value=binary(
-            BinOp.OR, bits[0], binary(BinOp.SHL, bits[1], const(32, U64))), line=s.line))
+        out.append(ir.StorePacked(array=s.array, index=where,
+                                  value=packed_store.word(bits, 32), line=s.line))
     return out
 
 

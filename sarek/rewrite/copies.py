@@ -5,7 +5,7 @@ multiplies them."""
 
 from __future__ import annotations
 
-from sarek import ir
+from sarek import ir, packed_store
 from sarek.ir import BinOp, FragLayout
 from sarek.ir_build import add, binary, const, mul, var
 from sarek.matrix_pattern import Access
@@ -118,15 +118,13 @@ class Copies(Layout):
         at = add(mul(var("sk_g"), const(stride)), var("sk_gk"))
         out: list[ir.Stmt] = []
         for p, term in enumerate(self.scheme.terms):
-            word: ir.Expr | None = None
+            bytes_ = []
             for j in range(PACK):
                 u = cast(var(f"sk_v{j}", access.elem), U32)
-                byte = binary(BinOp.AND, binary(BinOp.SHR, u, const(8 * p, U32)) if p else u,
-                              const(255, U32))
-                part = binary(BinOp.SHL, byte, const(8 * j, U32)) if j else byte
-                word = part if word is None else binary(BinOp.OR, word, part)
-            assert word is not None
-            out.append(ir.StorePacked(array=self.staged(name, term), index=at, value=word))
+                bytes_.append(binary(BinOp.AND, binary(BinOp.SHR, u, const(8 * p, U32))
+                                     if p else u, const(255, U32)))
+            out.append(ir.StorePacked(array=self.staged(name, term), index=at,
+                                      value=packed_store.word(bytes_, 8)))
         return out
 
     def stage(self) -> list[ir.Stmt]:

@@ -4,7 +4,7 @@ original's own loop), and ``Builder.build``, which puts the whole body together.
 
 from __future__ import annotations
 
-from sarek import ir
+from sarek import ir, packed_store
 from sarek.ir import BinOp, Builtin, ElemType, MemSpace
 from sarek.ir_build import add, binary, const, is_literal, logical_not, mul, var
 from sarek.packed_store import UNSIGNED
@@ -73,11 +73,8 @@ class Builder(Multiply):
                                     space=MemSpace.LOCAL))
         for i, j in self.frag_names():
             if self.scheme.accumulators == 1:
-                # the stacked byte planes' sum started at 0: the initial value added last
-                total_of = add(exchanged, cast(self.init(), I32)) if self.scheme.stacked \
-                    else exchanged
                 take: ir.Stmt = self.per_lane([*self.fragment_coordinates(i, j),
-                                               store(total_of)])
+                                               store(self.total(0))])
                 if width > 1:
                     take = ir.If(cond=var("sk_whole", ElemType.BOOL),
                                  then=(self.packed_out(i, j, width),), orelse=(take,))
@@ -96,6 +93,17 @@ class Builder(Multiply):
                         ir.Barrier()]
             out.append(self.per_lane([*self.fragment_coordinates(i, j), store(total)]))
         return out
+
+    def total(self, part: int) -> ir.Expr:
+        """The sum at element ``sk_e + part`` of this wave's part of the exchange array, an
+        output of row ``sk_row`` and column ``sk_col + part``; the stacked byte planes' sum
+        started at 0, so their initial value is added here."""
+        index = add(self.exchanged(), const(part)) if part else self.exchanged()
+        out: ir.Expr = ir.Load(array="sk_cs", index=index, type=self.scheme.acc)
+        if not self.scheme.stacked:
+            return out
+        col = add(var("sk_col"), const(part)) if part else var("sk_col")
+        return add(out, cast(self.gemm.init_at(var("sk_row"), col, var("sk_z")), I32))
 
     def packed_width(self) -> int:
         """How many consecutive outputs a lane stores at once on a whole tile (``packed_out``):
@@ -137,28 +145,20 @@ class Builder(Multiply):
         """Fragment (i, j)'s outputs out of the exchange array, each lane taking ``width``
         consecutive ones of a row a trip: each output's epilogue value, their bits as one
         ``StorePacked`` into C (the whole tile is covered, ``whole_tile``)."""
-        g, acc_t = self.gemm, self.scheme.acc
+        g = self.gemm
         elem = g.c.elem
         bits = UNSIGNED[elem.bits]
         word_t = UNSIGNED[elem.bits * width]
         row, col, z = var("sk_row"), var("sk_col"), var("sk_z")
         parts: list[ir.Stmt] = []
-        word: ir.Expr | None = None
         for part in range(width):
             at = add(col, const(part)) if part else col
-            total: ir.Expr = ir.Load(array="sk_cs", index=add(self.exchanged(), const(part))
-                                     if part else self.exchanged(), type=acc_t)
-            if self.scheme.stacked:  # the stacked byte planes' sum started at 0
-                total = add(total, cast(g.init_at(row, at, z), I32))
-            value = cast(g.epilogue_at(total, row, at, z), elem)
-            name = f"sk_bits{part}"
-            parts.append(ir.Let(name=name, type=word_t,
+            value = cast(g.epilogue_at(self.total(part), row, at, z), elem)
+            parts.append(ir.Let(name=f"sk_bits{part}", type=word_t,
                                 value=cast(value if elem is bits else
                                            ir.Bitcast(x=value, type=bits), word_t)))
-            shifted = binary(BinOp.SHL, var(name, word_t), const(part * elem.bits, word_t)) \
-                if part else var(name, word_t)
-            word = shifted if word is None else binary(BinOp.OR, word, shifted)
-        assert word is not None
+        word = packed_store.word([var(f"sk_bits{part}", word_t) for part in range(width)],
+                                 elem.bits)
         e = mul(add(mul(var("sk_q"), const(self.subgroup)), var("sk_wave_lane")), const(width))
         trips = self.acc_m * self.acc_n // (self.subgroup * width)
         return ir.For(var="sk_q", start=const(0), stop=const(trips), step=const(1), body=(

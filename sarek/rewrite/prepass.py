@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from sarek import ir, ir_check
+from sarek import ir, ir_check, packed_store
 from sarek.gemm import Access, Gemm, SplitTerms
 from sarek.ir import BinOp, Builtin, ElemType
 from sarek.ir_build import add, binary, const, is_literal, mul, round_up, var
@@ -308,15 +308,12 @@ def plane_kernel(original: ir.Kernel, gemm: Gemm, params: tuple[ir.Param, ...],
 def _plane_word(plane: int) -> ir.Expr:
     """Plane ``plane`` of ``sk_x0`` .. (``PLANE_WORD`` of them) as one word, k order from
     the least significant byte."""
-    out: ir.Expr | None = None
+    bytes_ = []
     for j in range(PLANE_WORD):
         u = ir.Cast(x=ir.Cast(x=var(f"sk_x{j}", I32), type=ElemType.U32), type=U64)
-        byte = binary(BinOp.AND, binary(BinOp.SHR, u, const(8 * plane, U64))
-                      if plane else u, const(255, U64))
-        part = binary(BinOp.SHL, byte, const(8 * j, U64)) if j else byte
-        out = part if out is None else binary(BinOp.OR, out, part)
-    assert out is not None
-    return out
+        bytes_.append(binary(BinOp.AND, binary(BinOp.SHR, u, const(8 * plane, U64))
+                             if plane else u, const(255, U64)))
+    return packed_store.word(bytes_, 8)
 
 
 def plane_grid(region: Region) -> tuple[int, int, int]:
