@@ -20,7 +20,6 @@ from backends.cuda import emit_bulk, emit_roles, shared
 from backends.cuda.lower import lower
 from sarek import atoms, ir, ir_check
 from sarek.ir import BinOp, Builtin, ElemType, MathFn
-from sarek.ir_walk import walk
 
 TYPES = {
     ElemType.I8: "signed char", ElemType.U8: "unsigned char", ElemType.I16: "short",
@@ -314,12 +313,45 @@ def print_kernel(kernel: ir.Kernel) -> str:
         text.index(head):end] + ", " + ", ".join(maps) + text[end:])
 
 
+class _Settling:
+    """The register arrays the ``wgmma`` printed since the last wait for all read or write.
+
+    A ``wgmma.mma_async`` is an asm statement whose accumulators (and A, from registers) are
+    in-out operands, and a wait is an asm statement that names none of them: nothing stops
+    the C++ compiler from moving an access to those registers (the epilogue's first reads,
+    the loop's exit copies) above the wait that completes them, and ptxas then serializes
+    every ``wgmma`` of the kernel (warning C7514). So after each wait for all (pending 0)
+    the printer names each such array as an in-out operand of an empty asm statement: every
+    later access stays after the wait, and no instruction is added."""
+
+    def __init__(self) -> None:
+        self.arrays: dict[str, None] = {}
+
+    def issued(self, s: ir.Wgmma) -> None:
+        self.arrays.update(dict.fromkeys((s.d,) if s.a_index is not None else (s.d, s.a)))
+
+    def settled(self, p: Printer) -> list[str]:
+        """Pins of every array issued since the last wait for all, which it forgets."""
+        lines = []
+        for name in self.arrays:
+            decl = p.arrays[name]
+            assert isinstance(decl, ir.ArrayDecl)  # a wgmma's registers are declared arrays
+            letter = "f" if decl.elem is ElemType.F32 else "r"
+            operands = ", ".join(f'"+{letter}"({name}[{j}])' for j in range(decl.size))
+            lines.append(f'asm volatile("" : {operands});')
+        self.arrays.clear()
+        return lines
+
+
 def _print(kernel: ir.Kernel) -> str:
-    if not any(isinstance(s, ir.ArrayDecl) and s.dynamic_offset is not None
-               for s in walk(kernel.body)):
-        return render(kernel, DIALECT)
+    settling = _Settling()
 
     def hook(p: Printer, s: ir.Stmt) -> list[str] | None:
+        match s:
+            case ir.Wgmma():
+                settling.issued(s)
+            case ir.WgmmaWait(pending=0):
+                return [*(_hook(p, s) or ()), *settling.settled(p)]
         if not isinstance(s, ir.ArrayDecl):
             return _hook(p, s)
         host = p.arrays.get(s.shares) if s.shares is not None else None
