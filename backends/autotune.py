@@ -37,8 +37,8 @@ TUNED = Cache("autotune")
 def candidates(target: Target, lowering: Lowering) -> list[Schedule]:
     """The seed's schedule and every schedule ``target``'s policy names for ``lowering``."""
     policy = target.staging
-    named = [s for name, s in (*policy.large, *policy.offered, *policy.small)
-             if name == lowering.value]
+    listed = (*policy.huge, *policy.large, *policy.offered, *policy.small)
+    named = [s for name, s in listed if name == lowering.value]
     return list(dict.fromkeys([SEED, *named]))
 
 

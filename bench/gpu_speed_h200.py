@@ -209,11 +209,13 @@ def markdown(result: dict[str, Any]) -> str:
              "| kernel | schedule | " + " | ".join(f"{n}³" for n in sizes) + " |",
              "| --- | --- | " + " | ".join("---" for _ in sizes) + " |"]
     for kernel in kernels:
-        schedule = next(speed[n, kernel]["schedule"] for n in sizes if (n, kernel) in speed)
+        at = {n: speed[n, kernel]["schedule"] for n in sizes if (n, kernel) in speed}
+        named = list(dict.fromkeys(at.values()))  # one name, or each size's where they differ
+        schedule = (f"`{named[0]}`" if len(named) == 1 and named[0] else ", ".join(
+            f"`{x}` ({n}³)" for n, x in at.items() if x))
         cells = [f"{speed[n, kernel]['tflops']:.1f}" if (n, kernel) in speed else ""
                  for n in sizes]
-        lines.append(f"| {kernel} | {f'`{schedule}`' if schedule else ''} | "
-                     + " | ".join(cells) + " |")
+        lines.append(f"| {kernel} | {schedule} | " + " | ".join(cells) + " |")
     alone = {(r["n"], r["prepass"]): r for r in result["rows"] if "prepass" in r}
     for kernel in dict.fromkeys(k for _, k in alone):
         cells = [f"{alone[n, kernel]['median_s'] * 1e3:.3f} ms, "

@@ -20,6 +20,10 @@ from sarek.schedule import SEED, Schedule
 LARGE_REGION = 1024
 """Regions with at least this many rows and columns take a target's large schedule."""
 
+HUGE_REGION = 8192
+"""Regions with at least this many rows and columns prefer a target's huge schedules to its
+large ones."""
+
 
 class StagingError(SarekError):
     """A staging policy the rewrite cannot use."""
@@ -49,6 +53,8 @@ class Staging:
     column-major; ``byte_k``: how deep a multiply-accumulate of 8-bit 16x16 fragments reduces
     (16, or 32 where the target multiplies 32 deep and the schedule's steps divide into it);
     ``large``: (lowering name, schedule) pairs for large regions, the preferred first;
+    ``huge``: pairs that regions of at least ``HUGE_REGION`` rows and columns prefer to the
+    large ones;
     ``small``: (lowering name, schedule) pairs for every other region (a target whose 8-bit
     multiply-accumulates reduce only 32 deep needs 32-deep steps at every size);
     ``offered``: (lowering name, schedule) pairs the target prints beyond its policy, which
@@ -93,6 +99,7 @@ class Staging:
     narrow_b_col_major: bool = False
     byte_k: int = 16
     large: tuple[tuple[str, Schedule], ...] = ()
+    huge: tuple[tuple[str, Schedule], ...] = ()
     small: tuple[tuple[str, Schedule], ...] = ()
     offered: tuple[tuple[str, Schedule], ...] = ()
     packed_planes: bool = False
@@ -122,12 +129,15 @@ class Staging:
 
     def candidates(self, lowering: str, me: int, ne: int) -> tuple[Schedule, ...]:
         """The schedules a region of ``me`` x ``ne`` outputs may take under the lowering
-        named ``lowering``, the preferred first: when both extents reach ``LARGE_REGION``,
-        the target's large ones for it (in the order ``large`` lists them), then its small
-        ones for it, then the seed's, which every target builds."""
+        named ``lowering``, the preferred first: when both extents reach ``HUGE_REGION``, the
+        target's huge ones for it; when both reach ``LARGE_REGION``, its large ones for it (in
+        the order ``large`` lists them); then its small ones for it, then the seed's, which
+        every target builds."""
         listed = self.small
         if me >= LARGE_REGION and ne >= LARGE_REGION:
             listed = self.large + self.small
+        if me >= HUGE_REGION and ne >= HUGE_REGION:
+            listed = self.huge + listed
         found = tuple(schedule for name, schedule in listed if name == lowering)
         return tuple(dict.fromkeys((*found, SEED)))
 

@@ -124,7 +124,7 @@ def test_the_full_matrix_has_the_edge_sizes_and_partial_launches() -> None:
 def test_the_full_matrix_runs_the_targets_large_and_offered_schedules_too() -> None:
     cuda = registry.target("cuda")
     cases = conformance.matrix(cuda, EXAMPLES)
-    declared = set(cuda.staging.large) | set(cuda.staging.offered)
+    declared = set(cuda.staging.huge) | set(cuda.staging.large) | set(cuda.staging.offered)
     scheduled = {(c.lowering.value, c.schedule) for c in cases
                  if c.lowering is not None and c.schedule is not None}
     assert scheduled == {(name, schedule) for name, schedule in declared

@@ -154,3 +154,12 @@ def test_the_policy_takes_the_first_large_schedule_the_operands_suit() -> None:
     assert rewrite_launch(f32, staging=policy, lowering=Lowering.F16_OPERANDS).schedule == LARGE
     with pytest.raises(RewriteError, match="warpgroup schedule multiplies one 16-bit term"):
         rewrite_launch(f32, staging=policy, lowering=Lowering.F16_OPERANDS, schedule=warpgroup)
+
+
+def test_regions_of_8192_rows_and_columns_prefer_the_huge_schedules_to_the_large_ones() -> None:
+    huge = Schedule(tile=128, step=64, stages=2, warpgroup=True)
+    policy = Staging(huge=(("F16_operands", huge),), large=(("F16_operands", LARGE),))
+    assert policy.candidates("F16_operands", 8192, 8192) == (huge, LARGE, SEED)
+    assert policy.candidates("F16_operands", 8191, 8192) == (LARGE, SEED)
+    assert policy.candidates("F16_operands", 8192, 1023) == (SEED,)
+    assert policy.candidates("Bf16_operands", 8192, 8192) == (SEED,)

@@ -133,7 +133,8 @@ def matrix(target: Target, examples: Path, *, quick: bool = False, only: tuple[s
     """Every case for ``target``: each ``gemm_*.py`` example in ``examples`` (those named in
     ``only``, when given) at each size, as the original and under every lowering that takes its
     operands at every subgroup and fragment the target permits; at the sizes of
-    ``SCHEDULE_SIZES``, under the target's large schedules (``Staging.large``) and those it
+    ``SCHEDULE_SIZES``, under the target's huge and large schedules (``Staging.huge``,
+    ``Staging.large``) and those it
     offers besides (``Staging.offered``), each at every subgroup and fragment of its lowering
     where the rewrite takes it (a large schedule the operands do not suit is one the policy
     passes over), and under each of ``schedules`` at every rewrite that takes it
@@ -147,7 +148,7 @@ def matrix(target: Target, examples: Path, *, quick: bool = False, only: tuple[s
         variants += rewrites
         sizes = (RAGGED,) if quick else SIZES + EXTRA_SIZES.get(path.stem, ())
         cases += [Case(path, size, *v) for size in sizes for v in variants]
-        declared = target.staging.large + target.staging.offered
+        declared = target.staging.huge + target.staging.large + target.staging.offered
         scheduled = [] if quick else [(r, s) for r in rewrites for name, s in declared
                                       if name == r[0].value and
                                       refusal(target, launch, r, s) is None]

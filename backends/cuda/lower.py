@@ -61,6 +61,9 @@ STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True, byte_k=32, packed_p
                                    in_flight=True)),
     ("Int32_byte_planes", Schedule(step=32, prefetch=True)),
     ("Int8_operands", Schedule(tile=128, step=32, stages=3)),
+), huge=(
+    ("F16_operands", Schedule(tile=128, step=64, stages=3, wide=True, warpgroup=True,
+                              specialized=True, persistent=True, ordered=True)),
 ), offered=(
     ("F16_operands", Schedule(tile=128, step=32, stages=3, warpgroup=True)),
     ("F16_operands", Schedule(tile=128, step=64, stages=2, warpgroup=True)),
@@ -68,7 +71,11 @@ STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True, byte_k=32, packed_p
 ), strip_rows=atoms.WGMMA.m // atoms.WGMMA.warps, shared_bytes=shared.MAX_BYTES - 1024,
     exchange_in_tiles=True, prepass_terms=True)
 """Padded 16-bit rows put the 8 rows one ldmatrix reads in distinct banks; 8-bit B staged
-column-major lets ldmatrix deliver B's k-consecutive bytes. Large regions take the pipelined
+column-major lets ldmatrix deliver B's k-consecutive bytes. Regions of at least 8192 x 8192
+outputs with f16 operands (``huge``) take the grouped tile order ``t128x256k64s3gwro``, which
+ran at 1.03x to 1.05x ``...gwr`` at 8192^3 in four runs side by side and at 0.98x to 1.00x
+at 4096^3 (``bench/results/variants_arrivals_h200.json``, ``schedule_sweep_pinned_8192_h200.json``,
+``schedule_sweep_packed_order_8192_h200.json``). Large regions take the pipelined
 schedule that measured fastest on the H200 at 4096^3 (``bench/schedule_sweep_h200.py``, one
 run; every tile copied by ``cp.async``, raw where it is converted at the step that multiplies
 it): for F16 with f16 operands ``wgmma`` over 128x256 tiles of two warpgroups in three 64-deep
