@@ -11,18 +11,17 @@ its function named as the printed one's) in place of the printing.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from pathlib import Path
 
 from backends.cuda.launch import launchables
-from backends.cuda.nvrtc import compile_cubin
 from backends.cuda.run import device_arch, time_steps
 from backends.pipeline import compile_launch
 from backends.registry import target
 from bench.gpu_speed_h200 import REPEATS, host_values, kernel_seconds
 from bench.harness import ROOT, Timing
 from bench.schedule_sweep_h200 import EXAMPLE
+from bench.text_variants import in_place
 from sarek.loader import load_module
 from sarek.matrix_scheme import Lowering
 from sarek.schedule import Schedule
@@ -45,10 +44,8 @@ def main() -> int:
         s = kernel_seconds(rw, arch)
     else:
         values = host_values(rw)
-        steps = launchables(rw, values)
-        last = dataclasses.replace(steps[-1], cubin=compile_cubin(
-            args.text.read_text(), arch, args.text.name))
-        s = Timing.of(time_steps([*steps[:-1], last], values, REPEATS)).median_s
+        steps = in_place(launchables(rw, values), args.text.read_text(), arch, args.text.name)
+        s = Timing.of(time_steps(steps, values, REPEATS)).median_s
     print(f"{rw.kernel.name}: {s * 1e3:.3f} ms, {2.0 * args.n**3 / s / 1e12:.1f} TFLOP/s")
     return 0
 

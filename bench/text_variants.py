@@ -23,6 +23,12 @@ Edit = Callable[[str], str] | None
 """A text variant: the printed text edited (None: as printed)."""
 
 
+def in_place(steps: list[Launchable], text: str, arch: str, name: str) -> list[Launchable]:
+    """``steps`` with their last kernel compiled from ``text`` (a variant of its printing,
+    its function named as the printed one's) for ``arch``."""
+    return [*steps[:-1], dataclasses.replace(steps[-1], cubin=compile_cubin(text, arch, name))]
+
+
 def time_variants(compiled: Compiled, arch: str, variants: Mapping[str, Edit], rounds: int
                   ) -> dict[str, dict[str, Any]]:
     """Per variant of ``compiled``'s last kernel (its launch sequence's earlier kernels run as
@@ -31,10 +37,9 @@ def time_variants(compiled: Compiled, arch: str, variants: Mapping[str, Edit], r
     values = host_values(compiled)
     steps = launchables(compiled, values)
     record = Ready.of(compiled, arch)
-    before, last = steps[:-1], steps[-1]
     kernels: dict[str, list[Launchable]] = {
-        name: [*before, last if edit is None else dataclasses.replace(last, cubin=compile_cubin(
-            edit(record.text), arch, f"{record.name}.cu"))]
+        name: steps if edit is None else in_place(steps, edit(record.text), arch,
+                                                  f"{record.name}.cu")
         for name, edit in variants.items()}
     c = compiled.gemm.c.array if compiled.gemm is not None else "c"
     outputs = {name: launch_steps(k, values)[c].view(np.uint32) for name, k in kernels.items()}
