@@ -93,7 +93,11 @@ class Staging:
     rows are contiguous and suitably aligned, each lane stores the epilogue values of
     consecutive outputs (8 bytes of them) as one ``StorePacked`` (the other tiles store one
     output at a time); ``exchange_pad``: elements appended to every row of the exchange
-    array (so that the rows a warp's accumulator stores reach fall in distinct banks)."""
+    array (so that the rows a warp's accumulator stores reach fall in distinct banks);
+    ``swizzled_depth``: under warpgroup schedules whose steps are this deep, the staged 16-bit
+    tiles take no row padding, since the target lays them out in swizzle atoms of its own
+    (where padding would only leave bytes unused and make the target's index arithmetic
+    divide by the padded row); 0: none."""
 
     row_pad_bytes: int = 0
     narrow_b_col_major: bool = False
@@ -114,6 +118,7 @@ class Staging:
     prepass_terms: bool = False
     packed_out: bool = False
     exchange_pad: int = 0
+    swizzled_depth: int = 0
 
     def fragments(self, schedule: Schedule, frag: int) -> Fragments:
         """Each wave's accumulators under ``schedule`` with ``frag`` x ``frag`` fragments: a
@@ -157,6 +162,9 @@ class Staging:
         if not 0 <= self.exchange_pad <= 64:
             raise StagingError(f"the exchange array's row padding must be 0 to 64 elements, "
                                f"not {self.exchange_pad}")
+        if self.swizzled_depth < 0:
+            raise StagingError(f"the depth of swizzled steps must be 0 or more, not "
+                               f"{self.swizzled_depth}")
         if self.byte_k not in (16, 32):
             raise StagingError(f"8-bit fragments reduce 16 or 32 deep, not {self.byte_k}")
 

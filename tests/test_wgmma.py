@@ -18,7 +18,7 @@ from backends.cuda.shared import dynamic_bytes
 from backends.cuda.wgmma import CoreLayout, fence_and_wait
 from backends.registry import target
 from sarek import ir, ir_check
-from sarek.ir_build import const, var
+from sarek.ir_build import add, const, mul, var
 from sarek.ir_walk import replace_statements, walk
 from sarek.launch import Launch
 from sarek.matrix_rewrite import RewriteError, rewrite_launch
@@ -219,6 +219,15 @@ def test_the_printed_m64n256k16_compiles_for_sm_90a() -> None:
     assert compile_cubin(src, "sm_90")[:4] == b"\x7fELF"
 
 
+def test_a_kernel_with_wgmma_reads_its_subgroup_index_once_the_same_in_every_lane() -> None:
+    src = sarek.emit(rewrite(WIDE[0]).kernel, "cuda")
+    body = src[src.index(") {\n", src.index('extern "C" __global__')) + 4:]
+    assert body.startswith("    const int sk_subgroup = __shfl_sync(0xffffffffu, ")
+    assert body.count(">> 5") == 1 and "int sk_wave = sk_subgroup;" in body
+    seed = sarek.emit(rewrite(Schedule()).kernel, "cuda")  # mma.sync: no warpgroups to assume
+    assert "sk_subgroup" not in seed and "__shfl_sync" not in seed
+
+
 def test_the_lowering_refuses_a_wgmma_block_that_is_not_whole_warpgroups() -> None:
     kernel = rewrite(WIDE[0]).kernel.model_copy(update={"block": (192, 1, 1)})
     with pytest.raises(EmitError, match="not a multiple of 128 invocations"):
@@ -302,8 +311,21 @@ def test_b_buffers_of_whole_kilobytes_take_128_byte_swizzle_atoms() -> None:
         lowered = cuda_lower.lower(rewrite(schedule).kernel)
         by_name[schedule.name] = {s.swizzle for s in walk(lowered.body)
                                   if isinstance(s, ir.Wgmma)}
-    # B buffers of 64 x 136 halves are 17 KiB; of 32 x 136, 8.5 KiB
+    # B buffers of 64 x 128 halves (unpadded: 64-deep steps) are 16 KiB; of 32 x 136, 8.5 KiB
     assert by_name == {"t128k64s2g": {128}, "t128k32s3g": {0}}
+
+
+def test_cuda_stages_the_16_bit_rows_of_64_deep_warpgroup_steps_unpadded() -> None:
+    sizes = {}
+    for schedule in [*WARPGROUP, WIDE[0]]:
+        stmts = walk(rewrite(schedule).kernel.body)
+        sizes[schedule.name] = {s.name: s.size for s in stmts if isinstance(s, ir.ArrayDecl)
+                                and s.name in ("sk_a", "sk_b")}
+    # swizzle atoms take 64 columns a row; 32-deep steps keep ldmatrix's padded rows (+8)
+    assert sizes == {"t128k64s2g": {"sk_a": 2 * 128 * 64, "sk_b": 2 * 64 * 128},
+                     "t128k32s3g": {"sk_a": 3 * 128 * 40, "sk_b": 3 * 32 * 136},
+                     "t128x256k64s3g": {"sk_a": 3 * 128 * 64, "sk_b": 3 * 64 * 256}}
+    assert Staging(row_pad_bytes=16).swizzled_depth == 0  # the neutral policy pads as asked
 
 
 def test_a_swizzled_layout_is_dense_keeps_chunks_whole_and_xors_them_by_row() -> None:
@@ -322,7 +344,7 @@ def test_a_staged_64_columns_wide_is_read_from_shared_memory_k_major_and_swizzle
         stmts = list(walk(cuda_lower.lower(rewrite(schedule).kernel).body))
         reads[schedule.name] = ({s.a_index is not None for s in stmts if isinstance(s, ir.Wgmma)},
                                 sum(isinstance(s, ir.Ldmatrix) for s in stmts))
-    # t128k64s2g stages A 128 x 64 (18 KiB buffers): no ldmatrix; t128k32s3g's 32 columns are
+    # t128k64s2g stages A 128 x 64 (16 KiB buffers): no ldmatrix; t128k32s3g's 32 columns are
     # half an atom, so its A goes through registers
     assert reads == {"t128k64s2g": ({True}, 0), "t128k32s3g": ({False}, 2 * 32 // 16)}
 
@@ -335,6 +357,19 @@ def test_where_a_copy_puts_an_a_element_is_where_wgmma_reads_it() -> None:
             assert logical == 2 * 128 * 72 + r * 64 + c
             placed = _value(layout.element(const(2 * 128 * 72), const(r), const(c)))
             assert placed == logical ^ (((logical - 2 * 128 * 72) >> 6 & 7) << 3)
+
+
+def test_an_unpadded_a_is_read_where_the_neutral_rewrite_put_it() -> None:
+    # rows of 64: the index wgmma's descriptor takes is the neutral offset itself, with no
+    # division or remainder left for a compiler to evaluate at each step
+    layout = CoreLayout(rows=128, pitch=64, swizzle=True, cols=64)
+    offset = add(mul(var("sk_slot"), const(128 * 64)), mul(var("sk_wave"), const(16 * 64)))
+    assert layout.logical(offset) == offset
+    padded = CoreLayout(rows=128, pitch=72, swizzle=True, cols=64)
+    for r, c in ((0, 0), (17, 5), (127, 63)):
+        neutral = const(3 * 128 * 64 + r * 64 + c)
+        assert _value(layout.logical(neutral)) == _value(
+            padded.logical(const(3 * 128 * 72 + r * 72 + c))) - 3 * 128 * 8
 
 
 def _shared_a_kernel(change) -> tuple[ir.Kernel, Launch]:

@@ -20,6 +20,7 @@ from backends.cuda import emit_bulk, emit_roles, shared
 from backends.cuda.lower import lower
 from sarek import atoms, ir, ir_check
 from sarek.ir import BinOp, Builtin, ElemType, MathFn
+from sarek.ir_walk import walk
 
 TYPES = {
     ElemType.I8: "signed char", ElemType.U8: "unsigned char", ElemType.I16: "short",
@@ -299,7 +300,12 @@ def print_kernel(kernel: ir.Kernel) -> str:
     allocation (``dynamic_offset``, ``backends.cuda.shared.place``) are pointers into it, and
     the tensor maps of its bulk copies follow its parameters (``backends.cuda.emit_bulk``)."""
     maps = emit_bulk.parameters(kernel)
-    text = _print(kernel)
+    uniform = any(isinstance(s, ir.Wgmma) for s in walk(kernel.body))
+    text = _print(kernel, uniform)
+    if uniform:  # at the entry every warp is converged
+        head = f"{DIALECT.kernel_prefix} {kernel.name}("
+        at = text.index(" {\n", text.index(head)) + len(" {\n")
+        text = text[:at] + f"    {UNIFORM_SUBGROUP}\n" + text[at:]
     bounds = emit_roles.launch_bounds(kernel)
     if bounds:
         text = text.replace(f"{DIALECT.kernel_prefix} {kernel.name}(",
@@ -343,7 +349,15 @@ class _Settling:
         return lines
 
 
-def _print(kernel: ir.Kernel) -> str:
+UNIFORM_SUBGROUP = f"const int sk_subgroup = __shfl_sync(0xffffffffu, {_LINEAR} >> 5, 0);"
+"""The subgroup index of a kernel that issues ``wgmma`` (blocks of whole warpgroups), read once
+at its entry: lane 0's, which is every lane's, so that the compiler knows it is the same across
+the warp and keeps what derives from it (the descriptors of A's rows) in uniform registers,
+where computing each descriptor in each lane and moving it into a uniform register before
+its ``wgmma`` delayed the issue of each ``wgmma``."""
+
+
+def _print(kernel: ir.Kernel, uniform: bool) -> str:
     settling = _Settling()
 
     def hook(p: Printer, s: ir.Stmt) -> list[str] | None:
@@ -364,7 +378,8 @@ def _print(kernel: ir.Kernel) -> str:
         return [*(first if offset == 0 and host is None else []),
                 f"{t}* const {s.name} = ({t}*)({shared.DYNAMIC} + {offset});"]
 
-    return render(kernel, dataclasses.replace(DIALECT, stmt_hook=hook))
+    builtins = {**BUILTINS, Builtin.SUBGROUP_ID: "sk_subgroup"} if uniform else BUILTINS
+    return render(kernel, dataclasses.replace(DIALECT, stmt_hook=hook, builtins=builtins))
 
 
 def emit(kernel: ir.Kernel) -> str:

@@ -69,8 +69,10 @@ STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True, byte_k=32, packed_p
     ("F16_operands", Schedule(tile=128, step=64, stages=2, warpgroup=True)),
     ("F16_operands", Schedule(tile=128, step=64, stages=2)),
 ), strip_rows=atoms.WGMMA.m // atoms.WGMMA.warps, shared_bytes=shared.MAX_BYTES - 1024,
-    exchange_in_tiles=True, prepass_terms=True)
-"""Padded 16-bit rows put the 8 rows one ldmatrix reads in distinct banks; 8-bit B staged
+    exchange_in_tiles=True, prepass_terms=True, swizzled_depth=wgmma.SWIZZLE_ROW)
+"""Padded 16-bit rows put the 8 rows one ldmatrix reads in distinct banks, except under
+warpgroup schedules of 64-deep steps, whose tiles ``wgmma`` reads in 128-byte swizzle atoms
+(``swizzled_depth``); 8-bit B staged
 column-major lets ldmatrix deliver B's k-consecutive bytes. Regions of at least 8192 x 8192
 outputs with f16 operands (``huge``) take the grouped tile order ``t128x256k64s3gwro``, which
 ran at 1.03x to 1.05x ``...gwr`` at 8192^3 in four runs side by side and at 0.98x to 1.00x

@@ -152,6 +152,8 @@ class CoreLayout:
         index of the element at ``neutral`` in the neutral layout, ``row * 64 + col`` within
         its buffer (``ir.Wgmma``'s ``a_index``; the swizzle applies to the address)."""
         assert self.swizzle and self.cols == SWIZZLE_ROW
+        if self.pitch == SWIZZLE_ROW:  # unpadded rows: the buffer's base plus row * 64 + col
+            return neutral
         within = binary(BinOp.REM, neutral, const(self.rows * self.pitch))
         base = binary(BinOp.SUB, neutral, within)
         row = binary(BinOp.DIV, within, const(self.pitch))
