@@ -57,9 +57,11 @@ class Layout:
         # rows, column-major 8-bit B), which moves elements but never changes a result.
         # (the policy's byte-plane layout applies where its planes land by staged copies)
         planes = scheme.operand is U8 and self.stages > 1
-        swizzled = schedule.warpgroup and self.step == staging.swizzled_depth
-        pad = (0 if swizzled else staging.row_pad_bytes * 8 // 16) if scheme.operand.bits == 16 \
-            else staging.planes_pad_bytes if planes else 0
+        if scheme.operand.bits == 16:  # unless the target lays the tiles out in swizzle atoms
+            swizzled = schedule.warpgroup and self.step == staging.swizzled_depth
+            pad = 0 if swizzled else staging.row_pad_bytes * 8 // 16
+        else:
+            pad = staging.planes_pad_bytes if planes else 0
         self.a_stride, self.b_stride = self.step + pad, self.tile_n + pad
         col_b = scheme.operand.bits == 8 and (staging.narrow_b_col_major
                                               or (planes and staging.planes_b_col_major))
