@@ -37,8 +37,7 @@ TUNED = Cache("autotune")
 def candidates(target: Target, lowering: Lowering) -> list[Schedule]:
     """The seed's schedule and every schedule ``target``'s policy names for ``lowering``."""
     policy = target.staging
-    listed = (*policy.huge, *policy.large, *policy.offered, *policy.small)
-    named = [s for name, s in listed if name == lowering.value]
+    named = [s for name, s in policy.declared + policy.small if name == lowering.value]
     return list(dict.fromkeys([SEED, *named]))
 
 

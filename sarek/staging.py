@@ -132,6 +132,12 @@ class Staging:
         return Fragments(rows=schedule.tile // (height * schedule.waves), cols=1, m=height,
                          n=schedule.tile_n, shared_b=True)
 
+    @property
+    def declared(self) -> tuple[tuple[str, Schedule], ...]:
+        """Every (lowering name, schedule) pair the target names beyond its small ones: its
+        huge, large and offered schedules, the ones conformance checks besides the seed's."""
+        return self.huge + self.large + self.offered
+
     def candidates(self, lowering: str, me: int, ne: int) -> tuple[Schedule, ...]:
         """The schedules a region of ``me`` x ``ne`` outputs may take under the lowering
         named ``lowering``, the preferred first: when both extents reach ``HUGE_REGION``, the

@@ -64,7 +64,7 @@ def test_opencl_nv_stages_like_cuda_within_48_kib_of_local_memory() -> None:
     assert (NV.staging.row_pad_bytes, NV.staging.narrow_b_col_major, NV.staging.byte_k,
             NV.staging.packed_planes) == (cuda.row_pad_bytes, cuda.narrow_b_col_major,
                                           cuda.byte_k, cuda.packed_planes)
-    for lowering, schedule in NV.staging.large + NV.staging.offered:
+    for lowering, schedule in NV.staging.declared:
         big = rewrite_launch(load_module(EXAMPLES / f"{TIMED_ON[lowering]}.py").make(64, 64, 64),
                              lowering=Lowering(lowering), staging=NV.staging,
                              schedule=schedule).launch

@@ -5,6 +5,8 @@ refused with the reason."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from conftest import example
@@ -325,7 +327,12 @@ def test_cuda_stages_the_16_bit_rows_of_64_deep_warpgroup_steps_unpadded() -> No
     assert sizes == {"t128k64s2g": {"sk_a": 2 * 128 * 64, "sk_b": 2 * 64 * 128},
                      "t128k32s3g": {"sk_a": 3 * 128 * 40, "sk_b": 3 * 32 * 136},
                      "t128x256k64s3g": {"sk_a": 3 * 128 * 64, "sk_b": 3 * 64 * 256}}
-    assert Staging(row_pad_bytes=16).swizzled_depth == 0  # the neutral policy pads as asked
+    # a policy that names no swizzled depth pads them as it pads every 16-bit row
+    padding = dataclasses.replace(target("cuda").staging, swizzled_depth=0)
+    launch = example("gemm_f16").make(*SIZE, seed=5)
+    body = rewrite_launch(launch, staging=padding, schedule=WARPGROUP[0]).launch.kernel.body
+    assert {s.name: s.size for s in walk(body) if isinstance(s, ir.ArrayDecl)
+            and s.name in ("sk_a", "sk_b")} == {"sk_a": 2 * 128 * 72, "sk_b": 2 * 64 * 136}
 
 
 def test_a_swizzled_layout_is_dense_keeps_chunks_whole_and_xors_them_by_row() -> None:
@@ -365,11 +372,12 @@ def test_an_unpadded_a_is_read_where_the_neutral_rewrite_put_it() -> None:
     layout = CoreLayout(rows=128, pitch=64, swizzle=True, cols=64)
     offset = add(mul(var("sk_slot"), const(128 * 64)), mul(var("sk_wave"), const(16 * 64)))
     assert layout.logical(offset) == offset
-    padded = CoreLayout(rows=128, pitch=72, swizzle=True, cols=64)
-    for r, c in ((0, 0), (17, 5), (127, 63)):
-        neutral = const(3 * 128 * 64 + r * 64 + c)
-        assert _value(layout.logical(neutral)) == _value(
-            padded.logical(const(3 * 128 * 72 + r * 72 + c))) - 3 * 128 * 8
+    base = 2 * 128 * 64  # and a copy puts each element where wgmma's swizzle reads it
+    for r in range(128):
+        for c in range(64):
+            logical = _value(layout.logical(const(base + r * 64 + c)))
+            placed = _value(layout.element(const(base), const(r), const(c)))
+            assert placed == logical ^ ((((logical - base) >> 6) & 7) << 3)
 
 
 def _shared_a_kernel(change) -> tuple[ir.Kernel, Launch]:
@@ -572,7 +580,7 @@ def _cuda_wgmma_policy() -> list[object]:
     staging = target("cuda").staging
     return [pytest.param(name, s, marks=_STILL_SERIALIZED)
             if name == "Int32_byte_planes" and s.in_flight else (name, s)
-            for name, s in (*staging.large, *staging.offered) if s.warpgroup]
+            for name, s in staging.declared if s.warpgroup]
 
 
 _EXAMPLE = {"F16_operands": "gemm_f16", "Bf16_operands": "gemm_f32",

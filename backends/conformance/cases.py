@@ -148,8 +148,8 @@ def matrix(target: Target, examples: Path, *, quick: bool = False, only: tuple[s
         variants += rewrites
         sizes = (RAGGED,) if quick else SIZES + EXTRA_SIZES.get(path.stem, ())
         cases += [Case(path, size, *v) for size in sizes for v in variants]
-        declared = target.staging.huge + target.staging.large + target.staging.offered
-        scheduled = [] if quick else [(r, s) for r in rewrites for name, s in declared
+        scheduled = [] if quick else [(r, s) for r in rewrites
+                                      for name, s in target.staging.declared
                                       if name == r[0].value and
                                       refusal(target, launch, r, s) is None]
         requested = [(r, s) for r in rewrites for s in schedules
