@@ -411,7 +411,9 @@ class Wgmma(_Stmt):
 
     ``b_descriptor`` and ``a_descriptor`` (A from shared memory) are the descriptors'
     strides and modes for those layouts, which a printer prints. The
-    instruction is preceded by a ``wgmma.fence`` and complete after the ``WgmmaWait`` that
+    instruction is preceded by a ``wgmma.fence`` (unless ``fenced`` is false: it directly
+    follows a ``Wgmma`` of the same shape, which orders their accumulators, and no other
+    instruction touched its registers in between) and complete after the ``WgmmaWait`` that
     retires its group."""
 
     kind: Literal["wgmma"] = "wgmma"
@@ -428,6 +430,7 @@ class Wgmma(_Stmt):
     a_core_m: int = Field(default=512, gt=0)
     b_descriptor: MatrixDescriptor | None = None
     a_descriptor: MatrixDescriptor | None = None
+    fenced: bool = True
 
 
 class WgmmaWait(_Stmt):

@@ -97,7 +97,11 @@ class Staging:
     ``swizzled_depth``: under warpgroup schedules whose steps are this deep, the staged 16-bit
     tiles take no row padding, since the target lays them out in swizzle atoms of its own
     (where padding would only leave bytes unused and make the target's index arithmetic
-    divide by the padded row); 0: none."""
+    divide by the padded row); 0: none; ``sum_strip_cols``: under a lowering with sub-step
+    sums (``Scheme.step_sums``), each strip is this many columns wide, the tile's columns
+    split between several strips of a wave, where the tile's width is a multiple larger than
+    it (0: strips as wide as the tile), so that one strip's sums can be added while the
+    next strip's products are in flight."""
 
     row_pad_bytes: int = 0
     narrow_b_col_major: bool = False
@@ -119,18 +123,24 @@ class Staging:
     packed_out: bool = False
     exchange_pad: int = 0
     swizzled_depth: int = 0
+    sum_strip_cols: int = 0
 
-    def fragments(self, schedule: Schedule, frag: int) -> Fragments:
+    def fragments(self, schedule: Schedule, frag: int, step_sums: bool = False) -> Fragments:
         """Each wave's accumulators under ``schedule`` with ``frag`` x ``frag`` fragments: a
         square grid over the wave's tile, or under a schedule with ``warpgroup`` strips
         ``strip_rows`` high (one fragment when the policy names none) covering the block's
-        tile between its waves."""
+        tile between its waves, as wide as the tile or, under ``step_sums`` (the lowering's
+        sub-step sums), ``sum_strip_cols`` wide."""
         if not schedule.warpgroup:
             per_wave = schedule.wave_tile // frag
             return Fragments(rows=per_wave, cols=per_wave, m=frag, n=frag)
         height = self.strip_rows or frag
-        return Fragments(rows=schedule.tile // (height * schedule.waves), cols=1, m=height,
-                         n=schedule.tile_n, shared_b=True)
+        rows = schedule.tile // (height * schedule.waves)
+        width = self.sum_strip_cols
+        if step_sums and width and schedule.tile_n > width and schedule.tile_n % width == 0:
+            return Fragments(rows=rows, cols=schedule.tile_n // width, m=height, n=width,
+                             shared_b=True)
+        return Fragments(rows=rows, cols=1, m=height, n=schedule.tile_n, shared_b=True)
 
     @property
     def declared(self) -> tuple[tuple[str, Schedule], ...]:
@@ -171,6 +181,9 @@ class Staging:
         if self.swizzled_depth < 0:
             raise StagingError(f"the depth of swizzled steps must be 0 or more, not "
                                f"{self.swizzled_depth}")
+        if self.sum_strip_cols < 0 or self.sum_strip_cols % 8:
+            raise StagingError(f"strips under sub-step sums are a multiple of 8 columns wide "
+                               f"(0: the tile's width), not {self.sum_strip_cols}")
         if self.byte_k not in (16, 32):
             raise StagingError(f"8-bit fragments reduce 16 or 32 deep, not {self.byte_k}")
 

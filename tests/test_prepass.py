@@ -298,14 +298,29 @@ def test_split_terms_are_refused_by_an_unpipelined_schedule() -> None:
                                staging)
 
 
-def test_a_warpgroup_schedule_takes_one_fresh_strip_the_strips_share() -> None:
-    # Bf16x3 on wgmma: each wave's two 16x128 strips take the one fresh accumulator in turn
+def test_a_warpgroup_schedule_takes_a_fresh_strip_per_column_and_holds_each_add_back() -> None:
+    # Bf16x3 on wgmma under CUDA's policy: each wave's 16x128 rows split into two 16x64
+    # strips (Staging.sum_strip_cols), the strips of a column taking its fresh strip in turn,
+    # and each strip's add coming after the next strip's products
     launch = example("gemm_f32").make(150, 270, 70)
     steps = cuda_steps(launch, BF16X3, Schedule.parse("t128k64s2g"))
     body = list(walk(steps.launches[-1].kernel.body))
-    fresh = [s.name for s in body if isinstance(s, ir.FragDecl) and s.name.startswith("sk_step")]
-    assert fresh == ["sk_step0_0_0"]
+    fresh = {s.name: s.shape for s in body if isinstance(s, ir.FragDecl)
+             and s.name.startswith("sk_step")}
+    assert fresh == {f"sk_step0_0_{j}": ir.FragShape(m=16, n=64, k=16) for j in (0, 1)}
     adds = [s for s in body if isinstance(s, ir.FragAdd)]
-    assert {(s.d, s.b) for s in adds} == {("sk_acc0_0_0", "sk_step0_0_0"),
-                                          ("sk_acc0_1_0", "sk_step0_0_0")}
-    assert len(adds) == 2 * 4  # two strips, four 16-deep sub-steps a 64-deep step
+    assert {(s.d, s.b) for s in adds} == {(f"sk_acc0_{i}_{j}", f"sk_step0_0_{j}")
+                                          for i in (0, 1) for j in (0, 1)}
+    assert len(adds) == 4 * 4  # four strips, four 16-deep sub-steps a 64-deep step
+    loop = next(s for s in body if isinstance(s, ir.For) and s.var == "sk_k0")
+    run = [s for s in loop.body if isinstance(s, ir.FragFill | ir.FragMulAdd | ir.FragAdd)]
+    kinds = "".join({ir.FragFill: "f", ir.FragMulAdd: "m", ir.FragAdd: "a"}[type(s)]
+                    for s in run)
+    assert kinds == "fmmmmmm" + "fmmmmmma" * 15 + "a"  # each add after the next products
+    for n, s in enumerate(run):  # no fill of a fresh strip whose add is still to come
+        if isinstance(s, ir.FragFill):
+            later = next((x for x in run[n + 1:] if isinstance(x, ir.FragAdd)
+                          and x.b == s.frag), None)
+            earlier = [x for x in run[:n] if isinstance(x, ir.FragMulAdd) and x.d == s.frag]
+            added = [x for x in run[:n] if isinstance(x, ir.FragAdd) and x.b == s.frag]
+            assert later is not None and len(added) == len(earlier) // 6

@@ -9,7 +9,10 @@ lowering emits such a run chain by chain: statements that touch a fragment one o
 belong to one chain, chains keep their statements' order, and come out in the order of their
 first statement. Statements of different chains touch no common written fragment, so every
 interleaving computes the same values; only the registers alive at once change. Runs without
-an add (no fresh accumulators) keep their order.
+an add (no fresh accumulators) keep their order, and so do runs that fill a fresh accumulator
+after a product: the warpgroup strips' order, one strip's fill and products after another's,
+whose add the rewrite holds back until the next strip's products are issued, so that the add
+runs while those are in flight (``sarek.rewrite.multiply``).
 """
 
 from __future__ import annotations
@@ -44,6 +47,10 @@ def by_chain(run: list[ir.Stmt]) -> list[ir.Stmt]:
     alone keeps its order, whose independent neighbours a device overlaps."""
     if not any(isinstance(s, ir.FragAdd) for s in run):
         return run
+    fills = [i for i, s in enumerate(run) if isinstance(s, ir.FragFill)]
+    products = [i for i, s in enumerate(run) if isinstance(s, ir.FragMulAdd)]
+    if fills and products and fills[-1] > products[0]:
+        return run  # fills between products: ordered strip by strip already (see above)
     written = {_writes(s) for s in run}
     parent = list(range(len(run)))
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from backends import cstyle
 from backends.c_helpers import helpers
 from backends.cstyle import Dialect, EmitError, Printer, render
@@ -162,9 +164,9 @@ def _descriptor(p: Printer, array: str, index: ir.Expr, d: ir.MatrixDescriptor |
 
 
 def _wgmma(p: Printer, s: ir.Wgmma) -> list[str]:
-    """A ``wgmma.fence`` and one ``wgmma.mma_async``: A from this lane's four registers or
-    through its descriptor, B through its descriptor (the strides and modes the lowering
-    recorded)."""
+    """A ``wgmma.fence`` (where ``fenced``) and one ``wgmma.mma_async``: A from this lane's
+    four registers or through its descriptor, B through its descriptor (the strides and modes
+    the lowering recorded)."""
     values = atoms.WGMMA.c(s.n).values  # accumulator elements of each thread
     integer = s.elem.bits == 8  # s32 accumulators; no scales nor transposes to give
     d = ", ".join(f"%{j}" for j in range(values))
@@ -182,7 +184,8 @@ def _wgmma(p: Printer, s: ir.Wgmma) -> list[str]:
         ins = f'"l"({a_desc})'
         scales = "p" if integer else "p, 1, 1, 0, 1"  # scale-d, -a, -b, transpose-a, -b
     op = atoms.WGMMA.ptx(s.n, s.elem)
-    return ['asm volatile("wgmma.fence.sync.aligned;" ::: "memory");',
+    fence = ['asm volatile("wgmma.fence.sync.aligned;" ::: "memory");'] if s.fenced else []
+    return [*fence,
             f'asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, 1, 0;\\n{op} {{{d}}}, '
             f'{a}, {b}, {scales};\\n}}" : {outs} : {ins}, "l"({b_desc}) '
             ': "memory");']
@@ -320,32 +323,39 @@ def print_kernel(kernel: ir.Kernel) -> str:
 
 
 class _Settling:
-    """The register arrays the ``wgmma`` printed since the last wait for all read or write.
+    """The register arrays of the ``wgmma`` groups a wait completes.
 
     A ``wgmma.mma_async`` is an asm statement whose accumulators (and A, from registers) are
     in-out operands, and a wait is an asm statement that names none of them: nothing stops
     the C++ compiler from moving an access to those registers (the epilogue's first reads,
-    the loop's exit copies) above the wait that completes them, and ptxas then serializes
-    every ``wgmma`` of the kernel (warning C7514). So after each wait for all (pending 0)
-    the printer names each such array as an in-out operand of an empty asm statement: every
-    later access stays after the wait, and no instruction is added."""
+    the loop's exit copies, the add of a strip's sums) above the wait that completes them,
+    and ptxas then serializes every ``wgmma`` of the kernel (warning C7514). So after each
+    wait the printer names each array of the groups it completes (every group but the
+    ``pending`` newest, the open one committed first; none that a group still in flight
+    holds) as an in-out operand of an empty asm statement: every later access stays after
+    the wait, and no instruction is added."""
 
     def __init__(self) -> None:
-        self.arrays: dict[str, None] = {}
+        self.open: dict[str, None] = {}
+        self.groups: list[dict[str, None]] = []  # committed, maybe in flight, oldest first
 
     def issued(self, s: ir.Wgmma) -> None:
-        self.arrays.update(dict.fromkeys((s.d,) if s.a_index is not None else (s.d, s.a)))
+        self.open.update(dict.fromkeys((s.d,) if s.a_index is not None else (s.d, s.a)))
 
-    def settled(self, p: Printer) -> list[str]:
-        """Pins of every array issued since the last wait for all, which it forgets."""
+    def settled(self, p: Printer, pending: int) -> list[str]:
+        """Pins of every array of the groups a wait for all but ``pending`` completes."""
+        committed = [*self.groups, self.open]
+        self.open = {}
+        kept = len(committed) - pending if pending else len(committed)
+        done, self.groups = committed[:kept], committed[kept:]
+        flying = {name for g in self.groups for name in g}
         lines = []
-        for name in self.arrays:
+        for name in dict.fromkeys(name for g in done for name in g if name not in flying):
             decl = p.arrays[name]
             assert isinstance(decl, ir.ArrayDecl)  # a wgmma's registers are declared arrays
             letter = "f" if decl.elem is ElemType.F32 else "r"
             operands = ", ".join(f'"+{letter}"({name}[{j}])' for j in range(decl.size))
             lines.append(f'asm volatile("" : {operands});')
-        self.arrays.clear()
         return lines
 
 
@@ -357,15 +367,34 @@ where computing each descriptor in each lane and moving it into a uniform regist
 its ``wgmma`` delayed the issue of each ``wgmma``."""
 
 
+def _constant_fill(p: Printer, s: ir.Store) -> str:
+    """A store of a constant into a ``wgmma`` accumulator as an asm ``mov`` of its bits.
+
+    Printed as a C assignment, the fills of Bf16x3's fresh strips (-0.0 before each
+    sub-step's products) let the compiler keep one register of the constant and copy it:
+    under ``t128x128k64s2gwr`` ptxas then spilled in the reduction loop (34 local loads and
+    33 local stores a step, against 12 loads), and the kernel ran at 0.85x the asm fills on
+    the H200 (``bench/results/bf16x3_fill_h200.json``)."""
+    assert isinstance(s.value, ir.Const)
+    value, f32 = s.value.value, s.value.type is ElemType.F32
+    bits = int(np.float32(value).view(np.uint32)) if f32 else int(value) & 0xFFFFFFFF
+    letter = "f" if f32 else "r"
+    return (f'asm volatile("mov.b32 %0, 0x{bits:08x};" : "={letter}"'
+            f'({s.array}[{p.expr(s.index)}]));')
+
+
 def _print(kernel: ir.Kernel, uniform: bool) -> str:
     settling = _Settling()
+    accumulators = {s.d for s in walk(kernel.body) if isinstance(s, ir.Wgmma)}
 
     def hook(p: Printer, s: ir.Stmt) -> list[str] | None:
         match s:
             case ir.Wgmma():
                 settling.issued(s)
-            case ir.WgmmaWait(pending=0):
-                return [*(_hook(p, s) or ()), *settling.settled(p)]
+            case ir.Store(array=name, value=ir.Const()) if name in accumulators:
+                return [_constant_fill(p, s)]
+            case ir.WgmmaWait(pending=pending):
+                return [*(_hook(p, s) or ()), *settling.settled(p, pending)]
         if not isinstance(s, ir.ArrayDecl):
             return _hook(p, s)
         host = p.arrays.get(s.shares) if s.shares is not None else None

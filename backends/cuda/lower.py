@@ -52,7 +52,7 @@ STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True, byte_k=32, packed_p
                                in_flight=True)),
     ("Bf16_operands", Schedule(tile=128, step=32, stages=3, wide=True)),
     ("Bf16x3_operands", Schedule(tile=128, step=64, stages=2, wide=True, warpgroup=True,
-                                 narrow=True)),
+                                 narrow=True, specialized=True, persistent=True, ordered=True)),
     ("Bf16x3_operands", Schedule(tile=128, step=32, stages=2, wide=True)),
     ("Bf16x3_operands", Schedule(tile=128, step=16, stages=3, wide=True)),
     ("Int32_byte_planes", Schedule(tile=128, step=128, stages=3, wide=True, warpgroup=True,
@@ -69,7 +69,8 @@ STAGING = Staging(row_pad_bytes=16, narrow_b_col_major=True, byte_k=32, packed_p
     ("F16_operands", Schedule(tile=128, step=64, stages=2, warpgroup=True)),
     ("F16_operands", Schedule(tile=128, step=64, stages=2)),
 ), strip_rows=atoms.WGMMA.m // atoms.WGMMA.warps, shared_bytes=shared.MAX_BYTES - 1024,
-    exchange_in_tiles=True, prepass_terms=True, swizzled_depth=wgmma.SWIZZLE_ROW)
+    exchange_in_tiles=True, prepass_terms=True, swizzled_depth=wgmma.SWIZZLE_ROW,
+    sum_strip_cols=wgmma.SWIZZLE_ROW)
 """Padded 16-bit rows put the 8 rows one ldmatrix reads in distinct banks, except under
 warpgroup schedules of 64-deep steps, whose tiles ``wgmma`` reads in 128-byte swizzle atoms
 (``swizzled_depth``); 8-bit B staged

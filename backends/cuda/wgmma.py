@@ -134,7 +134,22 @@ class CoreLayout:
 
     def start(self, neutral: ir.Expr) -> ir.Expr:
         """Where the row that starts at ``neutral`` in the neutral layout starts here (a row
-        that begins an 8-row group)."""
+        that begins an 8-row group), or for a transposed layout (16-bit B) the element at
+        ``neutral`` of such a row: ``neutral`` may add to the row a column that begins a
+        column block (64 columns swizzled, else 8), when it adds it as a constant (``x + c``
+        with ``x`` a multiple of the row, as a buffer's slot makes it)."""
+        column = 0 if self.k_major else _column(neutral, self.pitch)
+        if column:
+            block = SWIZZLE_ROW if self.swizzle else CORE
+            if column % block:
+                raise EmitError(f"wgmma reads B from column {column} of a staged row, not "
+                                f"the start of a {block}-column block")
+            match neutral:  # the row's start: the constant less the column
+                case ir.Binary(a=head, b=ir.Const(value=int(c))):
+                    row = add(head, const(c - column))
+                case _:
+                    row = const(int(evaluate(neutral, {}) or 0) - column)
+            return add(self.start(row), const(column // block * self.core_n))
         within = binary(BinOp.REM, neutral, const(self.rows * self.pitch))
         base = binary(BinOp.SUB, neutral, within)
         if self.k_major:  # a fragment's first row (8 r) and column (16 j): its core matrix
@@ -159,6 +174,24 @@ class CoreLayout:
         row = binary(BinOp.DIV, within, const(self.pitch))
         col = binary(BinOp.REM, within, const(self.pitch))
         return add(base, add(mul(row, const(SWIZZLE_ROW)), col))
+
+
+def _column(neutral: ir.Expr, pitch: int) -> int:
+    """The column within its row that the neutral offset ``neutral`` names: a constant's
+    remainder by ``pitch``, or that of ``c`` in ``v * s + c`` with ``s`` a multiple of
+    ``pitch`` (a buffer's slot and a constant); ``EmitError`` for a sum of a constant that
+    is not at a row's start and anything else."""
+    match neutral:
+        case ir.Const(value=int(c)):
+            return c % pitch
+        case ir.Binary(op=BinOp.ADD, a=head, b=ir.Const(value=int(c))):
+            match head:
+                case ir.Binary(op=BinOp.MUL, b=ir.Const(value=int(s))) if s % pitch == 0:
+                    return c % pitch
+            if c % pitch:
+                raise EmitError(f"wgmma reads B at an offset whose column it cannot tell "
+                                f"({c} % {pitch} past a row start it cannot see)")
+    return 0
 
 
 def wgmma_arrays(kernel: ir.Kernel) -> dict[str, CoreLayout]:
@@ -330,42 +363,103 @@ def _bulk_issue(s: ir.If) -> bool:
                                 for x in walk(s.then))
 
 
+def _registers(s: ir.Stmt, local: frozenset[str]) -> frozenset[str] | None:
+    """The register arrays ``s`` reads or writes when it touches nothing else (stores, lets
+    and assignments of local arrays and scalars, loops of them: a fill or an add of
+    accumulators), else None."""
+    touched: set[str] = set()
+    exprs: list[ir.Expr] = []
+    for x in walk((s,)):
+        match x:
+            case ir.Store(array=name, index=index, value=value) if name in local:
+                touched.add(name)
+                exprs += (index, value)
+            case ir.For(start=a, stop=b, step=c):
+                exprs += (a, b, c)
+            case ir.Let(value=value) | ir.Assign(value=value):
+                exprs.append(value)
+            case _:
+                return None
+    for e in (e for root in exprs for e in subexpressions(root)):
+        if isinstance(e, ir.Load):
+            if e.array not in local:
+                return None
+            touched.add(e.array)
+    return frozenset(touched)
+
+
 def fence_and_wait(stmts: tuple[ir.Stmt, ...], in_flight: frozenset[str] = frozenset()
                    ) -> tuple[ir.Stmt, ...]:
-    """``stmts`` with an ``AsyncProxyFence`` after every ``StageWait`` and a ``WgmmaWait`` ending
-    every run of ``Ldmatrix`` and ``Wgmma`` that holds a ``Wgmma`` (unless the run ends in one
-    already), nested blocks too; ``EmitError`` where a run reloads a register one of its ``Wgmma``
-    reads. The run that ends the body of a loop over a variable of ``in_flight`` leaves its group
+    """``stmts`` with an ``AsyncProxyFence`` after every ``StageWait`` and the ``WgmmaWait``
+    each ``Wgmma`` needs, nested blocks too; ``EmitError`` where a run reloads a register one
+    of its ``Wgmma`` reads.
+
+    The ``Wgmma`` issued since the last wait form the open run. A statement that touches only
+    registers (a fill or an add of accumulators) and none of the open run's commits the run
+    as a group and leaves it in flight (``WgmmaWait`` keeping every group); one that touches
+    a register of a group waits until that group is complete, keeping the newer ones in
+    flight where the run it commits is one of them; anything else waits for all. So the add
+    of one strip's sub-step sums runs while the next strip's products are in flight. The
+    run that ends the body of a loop over a variable of ``in_flight`` leaves its group
     running (``pending=1``), and a wait for all follows that loop."""
+    local = frozenset(s.name for s in walk(stmts)
+                      if isinstance(s, ir.ArrayDecl) and s.space is MemSpace.LOCAL)
+
     def level(body: tuple[ir.Stmt, ...], pending: int = 0) -> tuple[ir.Stmt, ...]:
         out: list[ir.Stmt] = []
-        busy: set[str] = set()  # registers an issued Wgmma of the open run reads or writes
+        run: set[str] = set()  # registers the open run's Wgmma read or write
+        groups: list[frozenset[str]] = []  # committed groups that may be in flight, oldest first
 
-        def close(last: int = 0) -> None:
-            if busy:
-                out.append(ir.WgmmaWait(pending=last))
-                busy.clear()
+        def wait(keep: int = 0) -> None:
+            """Commit the open run and wait until only the ``keep`` newest groups (the run
+            among them) may be in flight; with no open run only a wait for all (a commit
+            would count an empty group among the newest)."""
+            nonlocal groups
+            if not run and not groups:
+                return
+            committed = [*groups, frozenset(run)] if run else groups
+            keep = keep if run else 0
+            out.append(ir.WgmmaWait(pending=keep))
+            groups = committed[len(committed) - keep:] if keep else []
+            run.clear()
 
         for s in body:
             match s:
                 case ir.Wgmma(a=a, d=d):
-                    busy |= {a, d}
-                    out.append(s)
+                    regs = {d} if s.a_index is not None else {a, d}  # A read from shared or not
+                    if regs & set().union(*groups):
+                        wait()
+                    run.update(regs)
+                    follows = bool(out) and isinstance(out[-1], ir.Wgmma) and out[-1].n == s.n
+                    out.append(s.model_copy(update={"fenced": False}) if follows else s)
                     continue
-                case ir.If() if busy and _bulk_issue(s):
+                case ir.If() if run and _bulk_issue(s):
                     out.append(s)  # copies into other buffers: the run stays open
                     continue
-                case ir.WgmmaWait() if busy:
-                    out.append(s)  # a wait the kernel already holds ends the run
-                    busy.clear()
+                case ir.WgmmaWait(pending=kept):
+                    committed = [*groups, frozenset(run)]
+                    groups = committed[len(committed) - kept:] if kept else []
+                    run.clear()
+                    out.append(s)  # a wait the kernel already holds
                     continue
-                case ir.Ldmatrix(dst=dst) if busy:
-                    if dst in busy:
+                case ir.Ldmatrix(dst=dst) if run or groups:
+                    if dst in run:
                         raise EmitError(f"an ldmatrix reloads {dst!r} while a wgmma still "
                                         "reads it")
+                    if any(dst in g for g in groups):
+                        wait()
                     out.append(s)
                     continue
-            close()
+            touched = _registers(s, local) if run or groups else None
+            if touched is not None and not touched & run:
+                hit = [n for n, g in enumerate(groups) if touched & g]
+                if hit:  # keep the groups newer than the last one touched, and the run
+                    wait(len(groups) - 1 - hit[-1] + 1)
+                elif run:  # commit the run, keep every group
+                    wait(len(groups) + 1)
+                out.append(s)
+                continue
+            wait()
             match s:
                 case ir.For(var=name, body=inner) if name in in_flight:
                     out += [s.model_copy(update={"body": level(inner, 1)}), ir.WgmmaWait()]
@@ -373,7 +467,10 @@ def fence_and_wait(stmts: tuple[ir.Stmt, ...], in_flight: frozenset[str] = froze
             out.append(with_blocks(s, level))
             if isinstance(s, ir.StageWait):
                 out.append(ir.AsyncProxyFence(line=s.line))
-        close(pending)
+        if run:
+            wait(pending)
+        elif groups:
+            wait()
         return tuple(out)
 
     return level(stmts)

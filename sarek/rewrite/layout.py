@@ -40,9 +40,10 @@ class Layout:
         self.threads = self.waves * subgroup
         self.per_wave = self.wave_tile // frag  # fragments along each side of a wave's tile
         # Accumulator fragments per wave as the target's policy shapes them for the schedule:
-        # a square grid over the wave's tile, or strips as wide as the block's tile that the
-        # block's waves multiply by one shared B fragment per sub-step.
-        fragments = staging.fragments(schedule, frag)
+        # a square grid over the wave's tile, or strips across the block's tile (as wide as
+        # the tile, or the policy's width under sub-step sums) that the block's waves
+        # multiply by B fragments they share, one per strip column and sub-step.
+        fragments = staging.fragments(schedule, frag, scheme.step_sums)
         self.strips = fragments.shared_b
         # The exchange array holds one fragment per wave, or under strips one per wave of a
         # group of four, the groups taking turns (two 16x256 f32 strips a wave would take
@@ -227,19 +228,20 @@ class Layout:
             for a in range(self.scheme.accumulators):
                 out.append(ir.FragDecl(name=f"sk_acc{a}_{i}_{j}", use=FragUse.ACCUMULATOR,
                                        shape=shape, elem=self.scheme.acc))
-        if self.scheme.step_sums:  # one fresh strip that the strips take in turn
-            fresh = [(0, 0, 0)] if self.strips else [
+        if self.scheme.step_sums:  # a fresh strip per strip column, the rows' in turn
+            fresh = [(0, 0, j) for j in range(self.grid[1])] if self.strips else [
                 (a, i, j) for i, j in self.frag_names() for a in range(self.scheme.accumulators)]
             out += [ir.FragDecl(name=self.step_sum(a, i, j), use=FragUse.ACCUMULATOR,
                                 shape=shape, elem=self.scheme.acc) for a, i, j in fresh]
-        if self.strips:  # A per strip and sub-step, B per sub-step: none is reloaded in a step
-            subs = range(self.step // self.frag_k)
+        if self.strips:  # A per strip row and sub-step, B per strip column and sub-step: none
+            subs = range(self.step // self.frag_k)  # is reloaded in a step
             terms = range(len(self.scheme.terms))
             out += [ir.FragDecl(name=f"sk_fa{t}_{i}_{q}", use=FragUse.A, shape=shape,
                                 elem=self.scheme.operand) for q in subs for t in terms
                     for i in range(self.grid[0])]
-            out += [ir.FragDecl(name=f"sk_fb{t}_{q}", use=FragUse.B, shape=shape,
-                                elem=self.scheme.operand) for q in subs for t in terms]
+            out += [ir.FragDecl(name=self.strip_b(t, q, j), use=FragUse.B, shape=shape,
+                                elem=self.scheme.operand) for q in subs for t in terms
+                    for j in range(self.grid[1])]
             return out
         for t in range(len(self.scheme.terms)):
             for i in range(self.per_wave):
@@ -249,6 +251,11 @@ class Layout:
                                        elem=self.scheme.operand))
         return out
 
+    def strip_b(self, t: int, q: int, j: int) -> str:
+        """The B fragment of term ``t`` that strip column ``j`` multiplies in sub-step
+        ``q`` (named without ``j`` where the strips are as wide as the tile)."""
+        return f"sk_fb{t}_{q}_{j}" if self.grid[1] > 1 else f"sk_fb{t}_{q}"
+
     def step_sum(self, a: int, i: int, j: int) -> str:
         """The fresh accumulator of accumulator ``a`` of fragment (i, j) (``Scheme.step_sums``)."""
         return f"sk_step{a}_{i}_{j}"
@@ -256,8 +263,9 @@ class Layout:
     def wave_origin(self, i: int, j: int) -> tuple[ir.Expr, ir.Expr]:
         """Row and column, within the block's tile, of fragment (i, j) of this wave."""
         w = var("sk_wave")
-        if self.strips:  # strip i of wave w: rows acc_m * (w + waves * i)
-            return add(mul(w, const(self.acc_m)), const(self.acc_m * self.waves * i)), const(0)
+        if self.strips:  # strip (i, j) of wave w: rows acc_m * (w + waves * i), columns acc_n * j
+            return (add(mul(w, const(self.acc_m)), const(self.acc_m * self.waves * i)),
+                    const(self.acc_n * j))
         columns = const(self.wave_columns)
         row = add(mul(binary(BinOp.DIV, w, columns), const(self.wave_tile)),
                   const(i * self.frag))

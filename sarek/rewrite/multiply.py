@@ -151,7 +151,8 @@ class Multiply(Copies):
                 return offset
             return add(mul(slot, const(self.buffer(name))), offset)
 
-        if self.strips:  # every wave: its strips of A by the block's one B, per sub-step
+        if self.strips:  # every wave: its strips of A by the block's B, per sub-step
+            held: list[ir.Stmt] = []  # the last strip's add of its sub-step sums, held back
             for q, kk0 in enumerate(range(0, self.step, f)):
                 for t, term in enumerate(self.scheme.terms):
                     for i in range(self.grid[0]):
@@ -162,14 +163,18 @@ class Multiply(Copies):
                                                      const(kk0))),
                             stride=const(self.a_stride)))
                     col_b = self.b_layout is FragLayout.COL  # column c at c * b_stride
-                    out.append(ir.FragLoad(
-                        frag=f"sk_fb{t}_{q}", array=self.staged("b", term),
-                        offset=buffered("b", const(kk0 if col_b else kk0 * self.b_stride)),
-                        stride=const(self.b_stride), layout=self.b_layout))
-                out += self.strip_products(q)
+                    for j in range(self.grid[1]):
+                        c0 = j * self.acc_n  # the strip column's first column
+                        at = kk0 + c0 * self.b_stride if col_b else kk0 * self.b_stride + c0
+                        out.append(ir.FragLoad(
+                            frag=self.strip_b(t, q, j), array=self.staged("b", term),
+                            offset=buffered("b", const(at)), stride=const(self.b_stride),
+                            layout=self.b_layout))
+                products, held = self.strip_products(q, held)
+                out += products
                 if q == 0:
                     out += between
-            return out
+            return out + held
 
         for kk0 in range(0, self.step, f):
             for t, term in enumerate(self.scheme.terms):
@@ -192,24 +197,37 @@ class Multiply(Copies):
                 out += between
         return out
 
-    def strip_products(self, q: int) -> list[ir.Stmt]:
-        """Sub-step ``q``'s products of every strip by the block's B. With ``step_sums`` each
-        strip's products go into one fresh accumulator that the strips take in turn
-        (``sk_step0_0_0``: filled with -0.0, the products, then added to the strip's running
-        accumulator), so that a wave holds one fresh strip, not one per strip."""
+    def strip_products(self, q: int, held: list[ir.Stmt]
+                       ) -> tuple[list[ir.Stmt], list[ir.Stmt]]:
+        """Sub-step ``q``'s products of every strip by the block's B fragment of its column,
+        and the add the caller holds back. With ``step_sums`` each strip's products go into
+        the fresh accumulator of its strip column (``sk_step0_0_j``, which the strip rows
+        take in turn): filled with -0.0, the products, then added to the strip's running
+        accumulator, that add held back until the next strip's products are issued (``held``
+        in and out: the caller puts the last one after the step), unless the next strip
+        fills the same fresh accumulator. So with two strip columns one strip's sums are
+        added while the other's products are in flight, and a wave holds one fresh strip per
+        column. Every output still takes its products and adds in the same order."""
         s = self.scheme
+        rows, cols = range(self.grid[0]), range(self.grid[1])
         if not s.step_sums:
-            return [ir.FragMulAdd(d=f"sk_acc0_{i}_0", a=f"sk_fa{ta}_{i}_{q}",
-                                  b=f"sk_fb{tb}_{q}", c=f"sk_acc0_{i}_0")
-                    for ta, tb, _ in s.products for i in range(self.grid[0])]
-        fresh = self.step_sum(0, 0, 0)
+            return [ir.FragMulAdd(d=f"sk_acc0_{i}_{j}", a=f"sk_fa{ta}_{i}_{q}",
+                                  b=self.strip_b(tb, q, j), c=f"sk_acc0_{i}_{j}")
+                    for ta, tb, _ in s.products for i in rows for j in cols], held
         out: list[ir.Stmt] = []
-        for i in range(self.grid[0]):
-            out.append(ir.FragFill(frag=fresh, value=ir.Const(value=-0.0, type=s.acc)))
-            out += [ir.FragMulAdd(d=fresh, a=f"sk_fa{ta}_{i}_{q}", b=f"sk_fb{tb}_{q}", c=fresh)
-                    for ta, tb, _ in s.products]
-            out.append(ir.FragAdd(d=f"sk_acc0_{i}_0", a=f"sk_acc0_{i}_0", b=fresh))
-        return out
+        for i in rows:
+            for j in cols:
+                fresh = self.step_sum(0, 0, j)
+                if any(isinstance(x, ir.FragAdd) and x.b == fresh for x in held):
+                    out += held
+                    held = []
+                out.append(ir.FragFill(frag=fresh, value=ir.Const(value=-0.0, type=s.acc)))
+                out += [ir.FragMulAdd(d=fresh, a=f"sk_fa{ta}_{i}_{q}",
+                                      b=self.strip_b(tb, q, j), c=fresh)
+                        for ta, tb, _ in s.products]
+                out += held
+                held = [ir.FragAdd(d=f"sk_acc0_{i}_{j}", a=f"sk_acc0_{i}_{j}", b=fresh)]
+        return out, held
 
     def products(self) -> list[ir.Stmt]:
         """One sub-step's products, in the scheme's order for each accumulator. Products
