@@ -37,7 +37,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_candidates_are_the_seed_and_the_policys_schedules_for_the_lowering() -> None:
     cuda = registry.target("cuda")
     assert [s.name for s in autotune.candidates(cuda, Lowering.BF16X3_OPERANDS)] == [
-        "t64k16", "t128x128k64s2g", "t128x256k32s2", "t128x256k16s3"]
+        "t64k16", "t128x128k64s2gwro", "t128x256k32s2", "t128x256k16s3"]
     assert autotune.candidates(cuda, Lowering.F16_OPERANDS)[0] == SEED
 
 

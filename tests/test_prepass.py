@@ -224,7 +224,8 @@ def converting_steps(launch: Launch, schedule: Schedule) -> Steps:
 ])
 @pytest.mark.parametrize("schedule", [SPLIT, Schedule.parse("t128k32s2"),
                                       Schedule.parse("t128k64s2g"), Schedule.parse("t128k32s3gf"),
-                                      Schedule.parse("t128x128k32s2g")],
+                                      Schedule.parse("t128x128k32s2g"),
+                                      Schedule.parse("t128x128k64s2g")],
                          ids=lambda s: s.name)
 def test_split_terms_give_the_bits_of_the_kernel_splitting_as_it_stages(
         name: str, size: tuple[int, int, int], schedule: Schedule) -> None:

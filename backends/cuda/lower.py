@@ -99,10 +99,13 @@ tiles in 64-deep stages, the best for f16 operands on ``mma.sync``, run at 0.73x
 here, and ``wgmma`` at 0.91x) and for Bf16 (1.85x); for Bf16x3, after the pre-pass that
 splits each f32 element into its three bf16 terms once, each term in a temporary of its own
 that the copies stage as it is (``prepass_terms``), ``wgmma`` over 128x128 tiles of two
-warpgroups, one 16x128 strip a wave, in two 64-deep stages (``t128x128k64s2g``: 55.6
-TFLOP/s at 4096^3 and 66.3 at 8192^3 against 53.5 and 58.3 for ``t128x256k32s2``, in one
-run each, ``bench/results/schedule_sweep_bf16x3_wgmma_h200.json``,
-``schedule_sweep_bf16x3_wgmma_8192_h200.json``), then, where a device refuses ``wgmma``,
+warpgroups in two 64-deep stages, each wave's rows two 64-column strips (``sum_strip_cols``)
+whose sub-step sums are added while the other strip's products run, fed by a producer
+warpgroup on a persistent grid in grouped tile order (``t128x128k64s2gwro``: 68.8 TFLOP/s at
+4096^3 and 78.6 at 8192^3 against 57.9 and 69.5 for ``t128x128k64s2g`` and 66.1 and 73.1 for
+``...gwr``, in one run each, ``bench/results/schedule_sweep_bf16x3_strips_4096_h200.json``,
+``..._8192_h200.json``; with the fills printed as asm movs, 75.7 and 90.6 in
+``gpu_speed_strips_h200.json``), then, where a device refuses ``wgmma``,
 ``mma.sync`` over 128x256 tiles in two 32-deep stages (53.4 against 32.3 splitting as it
 stages on the same schedule, ``schedule_sweep_bf16x3_prepass_h200.json``), then three
 16-deep stages where shared memory holds no more; the byte planes, after the pre-pass that

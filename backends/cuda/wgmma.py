@@ -21,9 +21,10 @@ descriptor strides each ``Wgmma`` records are ``sarek.atoms``' (``GMMA_MN_INTER`
 
 After each staged wait every invocation fences its shared memory toward the asynchronous
 proxy ``wgmma`` reads through (``AsyncProxyFence``), and each run of ``Ldmatrix`` and
-``Wgmma`` ends in one ``WgmmaWait`` (commit and wait for all): the run never reloads a
-register an earlier ``Wgmma`` of it reads (checked here), so the instructions may overlap.
-In a reduction loop that provably refills neither the buffers its previous step's
+``Wgmma`` ends in a ``WgmmaWait``: the run never reloads a register an earlier ``Wgmma`` of
+it reads (checked here), so the instructions may overlap. A statement of registers alone
+(the fill or the add of a strip's sub-step sums) leaves the groups whose registers it does
+not touch in flight (``fence_and_wait``); anything else waits for all. In a reduction loop that provably refills neither the buffers its previous step's
 ``wgmma`` read nor registers they use (``in_flight_loops``: schedules with ``in_flight``),
 the run ends in a wait that leaves that one group running (``WgmmaWait(pending=1)``), and
 a wait for all follows the loop.
