@@ -18,7 +18,7 @@ import numpy as np
 from backends import cstyle
 from backends.c_helpers import helpers
 from backends.cstyle import Dialect, EmitError, Printer, render
-from backends.cuda import emit_bulk, emit_roles, shared
+from backends.cuda import emit_bulk, emit_roles, shared, wgmma
 from backends.cuda.lower import lower
 from sarek import atoms, ir, ir_check
 from sarek.ir import BinOp, Builtin, ElemType, MathFn
@@ -303,9 +303,9 @@ def print_kernel(kernel: ir.Kernel) -> str:
     allocation (``dynamic_offset``, ``backends.cuda.shared.place``) are pointers into it, and
     the tensor maps of its bulk copies follow its parameters (``backends.cuda.emit_bulk``)."""
     maps = emit_bulk.parameters(kernel)
-    uniform = any(isinstance(s, ir.Wgmma) for s in walk(kernel.body))
-    text = _print(kernel, uniform)
-    if uniform:  # at the entry every warp is converged
+    accumulators = {s.d for s in walk(kernel.body) if isinstance(s, ir.Wgmma)}
+    text = _print(kernel, accumulators)
+    if accumulators:  # a kernel with wgmma; at the entry every warp is converged
         head = f"{DIALECT.kernel_prefix} {kernel.name}("
         at = text.index(" {\n", text.index(head)) + len(" {\n")
         text = text[:at] + f"    {UNIFORM_SUBGROUP}\n" + text[at:]
@@ -344,10 +344,8 @@ class _Settling:
 
     def settled(self, p: Printer, pending: int) -> list[str]:
         """Pins of every array of the groups a wait for all but ``pending`` completes."""
-        committed = [*self.groups, self.open]
+        done, self.groups = wgmma.retire(self.groups, self.open, pending)
         self.open = {}
-        kept = len(committed) - pending if pending else len(committed)
-        done, self.groups = committed[:kept], committed[kept:]
         flying = {name for g in self.groups for name in g}
         lines = []
         for name in dict.fromkeys(name for g in done for name in g if name not in flying):
@@ -383,9 +381,10 @@ def _constant_fill(p: Printer, s: ir.Store) -> str:
             f'({s.array}[{p.expr(s.index)}]));')
 
 
-def _print(kernel: ir.Kernel, uniform: bool) -> str:
+def _print(kernel: ir.Kernel, accumulators: set[str]) -> str:
+    """``kernel`` printed; ``accumulators``: the arrays its ``wgmma`` accumulate into (none:
+    no ``wgmma``, and the subgroup index computed where it is used)."""
     settling = _Settling()
-    accumulators = {s.d for s in walk(kernel.body) if isinstance(s, ir.Wgmma)}
 
     def hook(p: Printer, s: ir.Stmt) -> list[str] | None:
         match s:
@@ -407,7 +406,7 @@ def _print(kernel: ir.Kernel, uniform: bool) -> str:
         return [*(first if offset == 0 and host is None else []),
                 f"{t}* const {s.name} = ({t}*)({shared.DYNAMIC} + {offset});"]
 
-    builtins = {**BUILTINS, Builtin.SUBGROUP_ID: "sk_subgroup"} if uniform else BUILTINS
+    builtins = {**BUILTINS, Builtin.SUBGROUP_ID: "sk_subgroup"} if accumulators else BUILTINS
     return render(kernel, dataclasses.replace(DIALECT, stmt_hook=hook, builtins=builtins))
 
 

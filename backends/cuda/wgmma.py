@@ -24,16 +24,18 @@ proxy ``wgmma`` reads through (``AsyncProxyFence``), and each run of ``Ldmatrix`
 ``Wgmma`` ends in a ``WgmmaWait``: the run never reloads a register an earlier ``Wgmma`` of
 it reads (checked here), so the instructions may overlap. A statement of registers alone
 (the fill or the add of a strip's sub-step sums) leaves the groups whose registers it does
-not touch in flight (``fence_and_wait``); anything else waits for all. In a reduction loop that provably refills neither the buffers its previous step's
-``wgmma`` read nor registers they use (``in_flight_loops``: schedules with ``in_flight``),
-the run ends in a wait that leaves that one group running (``WgmmaWait(pending=1)``), and
-a wait for all follows the loop.
+not touch in flight (``fence_and_wait``); anything else waits for all. In a reduction loop
+that provably refills neither the buffers its previous step's ``wgmma`` read nor registers
+they use (``in_flight_loops``: schedules with ``in_flight``), the run ends in a wait that
+leaves that one group running (``WgmmaWait(pending=1)``), and a wait for all follows the
+loop.
 """
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import TypeVar
 
 from backends.cstyle import EmitError
 from sarek import atoms, ir
@@ -52,6 +54,7 @@ _K8 = atoms.GMMA_K_INTER_8BIT.row  # k of one 16-byte row of an 8-bit K-major co
 _LOG_K8 = _K8.bit_length() - 1
 _SWIZZLE8 = atoms.SWIZZLE_128B.recast(1)  # over byte offsets
 _ROW8 = atoms.GMMA_K_SW128_8BIT.row  # bytes of one row of an 8-bit K-major swizzle atom
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -139,17 +142,12 @@ class CoreLayout:
         ``neutral`` of such a row: ``neutral`` may add to the row a column that begins a
         column block (64 columns swizzled, else 8), when it adds it as a constant (``x + c``
         with ``x`` a multiple of the row, as a buffer's slot makes it)."""
-        column = 0 if self.k_major else _column(neutral, self.pitch)
+        row, column = (neutral, 0) if self.k_major else _split_column(neutral, self.pitch)
         if column:
             block = SWIZZLE_ROW if self.swizzle else CORE
             if column % block:
                 raise EmitError(f"wgmma reads B from column {column} of a staged row, not "
                                 f"the start of a {block}-column block")
-            match neutral:  # the row's start: the constant less the column
-                case ir.Binary(a=head, b=ir.Const(value=int(c))):
-                    row = add(head, const(c - column))
-                case _:
-                    row = const(int(evaluate(neutral, {}) or 0) - column)
             return add(self.start(row), const(column // block * self.core_n))
         within = binary(BinOp.REM, neutral, const(self.rows * self.pitch))
         base = binary(BinOp.SUB, neutral, within)
@@ -177,22 +175,31 @@ class CoreLayout:
         return add(base, add(mul(row, const(SWIZZLE_ROW)), col))
 
 
-def _column(neutral: ir.Expr, pitch: int) -> int:
-    """The column within its row that the neutral offset ``neutral`` names: a constant's
-    remainder by ``pitch``, or that of ``c`` in ``v * s + c`` with ``s`` a multiple of
-    ``pitch`` (a buffer's slot and a constant); ``EmitError`` for a sum of a constant that
-    is not at a row's start and anything else."""
+def _split_column(neutral: ir.Expr, pitch: int) -> tuple[ir.Expr, int]:
+    """The neutral offset ``neutral`` as the start of its row and the column within it: of a
+    constant, or of ``v * s + c`` with ``s`` a multiple of ``pitch`` (a buffer's slot and a
+    constant), the constant's remainder by ``pitch``; otherwise ``neutral`` itself at column
+    0, and ``EmitError`` for a sum of a constant that is not at a row's start."""
     match neutral:
         case ir.Const(value=int(c)):
-            return c % pitch
+            return const(c - c % pitch), c % pitch
         case ir.Binary(op=BinOp.ADD, a=head, b=ir.Const(value=int(c))):
             match head:
                 case ir.Binary(op=BinOp.MUL, b=ir.Const(value=int(s))) if s % pitch == 0:
-                    return c % pitch
+                    return add(head, const(c - c % pitch)), c % pitch
             if c % pitch:
                 raise EmitError(f"wgmma reads B at an offset whose column it cannot tell "
                                 f"({c} % {pitch} past a row start it cannot see)")
-    return 0
+    return neutral, 0
+
+
+def retire(groups: list[T], open_group: T, pending: int) -> tuple[list[T], list[T]]:
+    """The ``wgmma`` groups a ``WgmmaWait(pending)`` completes and those it leaves in flight,
+    oldest first: the open group is committed as the newest (an empty one counts too), then
+    every group but the ``pending`` newest is complete."""
+    committed = [*groups, open_group]
+    cut = max(len(committed) - pending, 0) if pending else len(committed)
+    return committed[:cut], committed[cut:]
 
 
 def wgmma_arrays(kernel: ir.Kernel) -> dict[str, CoreLayout]:
@@ -418,10 +425,9 @@ def fence_and_wait(stmts: tuple[ir.Stmt, ...], in_flight: frozenset[str] = froze
             nonlocal groups
             if not run and not groups:
                 return
-            committed = [*groups, frozenset(run)] if run else groups
             keep = keep if run else 0
             out.append(ir.WgmmaWait(pending=keep))
-            groups = committed[len(committed) - keep:] if keep else []
+            _, groups = retire(groups, frozenset(run), keep)
             run.clear()
 
         for s in body:
@@ -438,8 +444,7 @@ def fence_and_wait(stmts: tuple[ir.Stmt, ...], in_flight: frozenset[str] = froze
                     out.append(s)  # copies into other buffers: the run stays open
                     continue
                 case ir.WgmmaWait(pending=kept):
-                    committed = [*groups, frozenset(run)]
-                    groups = committed[len(committed) - kept:] if kept else []
+                    _, groups = retire(groups, frozenset(run), kept)
                     run.clear()
                     out.append(s)  # a wait the kernel already holds
                     continue
