@@ -18,6 +18,7 @@ from backends.c_helpers import UNSIGNED
 from sarek import ir
 from sarek.errors import SarekError
 from sarek.ir import BinOp, ElemType, MathFn, UnOp
+from sarek.ir_walk import walk
 
 StmtHook = Callable[["Printer", ir.Stmt], list[str] | None]
 UNROLL_TRIPS = 64
@@ -54,8 +55,11 @@ class Dialect:
     memory_types: dict[ElemType, str] = field(default_factory=dict)
     long_suffixes: tuple[str, str] = ("LL", "ULL")
     # Printed before a loop of constant bounds with at most UNROLL_TRIPS trips, so that local
-    # arrays indexed by its variable (a lowering's registers) can live in registers.
+    # arrays indexed by its variable (a lowering's registers) can live in registers; such a
+    # loop around a loop of run-time bounds is printed with ``keep_pragma`` instead, so that
+    # the inner loop's code is not copied once a trip.
     unroll_pragma: str = ""
+    keep_pragma: str = ""
     # The address-space qualifier of a pointer into each memory space, where the dialect has
     # one (a packed store writes through such a pointer).
     pointer_spaces: dict[ir.MemSpace, str] = field(default_factory=dict)
@@ -339,7 +343,8 @@ class Printer:
             if self.dialect.unroll_pragma and isinstance(a, ir.Const) and isinstance(b, ir.Const):
                 trips = len(range(int(a.value), int(b.value), int(c.value)))
                 if trips <= UNROLL_TRIPS:
-                    self.emit(self.dialect.unroll_pragma)
+                    self.emit(self.dialect.keep_pragma if self.dialect.keep_pragma
+                              and _runtime_loop(body) else self.dialect.unroll_pragma)
             self.nested(f"for (int {var} = {self.expr(a)}; {var} {cmp} {self.expr(b)}; "
                         f"{var} += {step})", body)
             return
@@ -372,6 +377,12 @@ class Printer:
 
 
 _HELPER_NAME = re.compile(r"\b(sk_\w+)\s*\(")
+
+
+def _runtime_loop(body: tuple[ir.Stmt, ...]) -> bool:
+    """Whether ``body`` holds a loop whose bounds are known only at run time."""
+    return any(isinstance(s, ir.While) or isinstance(s, ir.For) and not all(
+        isinstance(x, ir.Const) for x in (s.start, s.stop, s.step)) for s in walk(body))
 
 
 def needed_helpers(prelude: str, text: str) -> str:

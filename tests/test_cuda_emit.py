@@ -113,6 +113,32 @@ def test_rewritten_kernels_compile_to_mma_sync(name: str, lowering: Lowering) ->
     assert compile_cubin(src, "sm_80")[:4] == b"\x7fELF"
 
 
+def loops_and_pragmas(src: str) -> list[tuple[str, str]]:
+    """(the pragma line before it, the loop's body up to its closing brace) per constant loop."""
+    lines = src.split("\n")
+    out = []
+    for i, line in enumerate(lines):
+        if line.strip().startswith("#pragma unroll"):
+            depth, body = 0, []
+            for inner in lines[i + 1:]:
+                body.append(inner)
+                depth += inner.count("{") - inner.count("}")
+                if depth == 0 and "}" in inner:
+                    break
+            out.append((line.strip(), "\n".join(body)))
+    return out
+
+
+def test_a_constant_loop_around_a_run_time_loop_is_kept_rolled() -> None:
+    # Bf16x3's output loops hold the original's own loop over k (for sums beyond 2^127):
+    # unrolled, each trip would copy it (the H200 ran the policy kernel 1.33x faster rolled)
+    loops = loops_and_pragmas(emit(rewritten("gemm_f32", Lowering.BF16X3_OPERANDS)))
+    around = [pragma for pragma, body in loops if "for (int sk_p = 0; sk_p < d;" in body]
+    others = [pragma for pragma, body in loops if "sk_p < d" not in body]
+    assert around and set(around) == {"#pragma unroll 1"}
+    assert others and set(others) == {"#pragma unroll"}
+
+
 def test_aligned_shared_fragments_load_with_ldmatrix() -> None:
     src = emit(rewritten("gemm_f16", Lowering.F16_OPERANDS))
     assert src.count('asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16') == 2  # A frags

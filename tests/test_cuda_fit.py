@@ -110,6 +110,15 @@ def test_a_policy_schedule_the_target_cannot_lower_gives_way_to_the_next(
                        schedule=Schedule.parse("t128x256k64s3gw"))
 
 
+def test_a_producer_refused_for_a_tile_read_by_ldmatrix_says_which_and_what_depth() -> None:
+    # 32-deep steps: A's 64-byte rows stay in registers (ldmatrix), where the producer's
+    # tensor maps land 128-byte swizzle atoms for wgmma
+    with pytest.raises(SarekError, match=r"sk_a_hi is loaded into registers by ldmatrix.*"
+                                         r"take steps 64 deep"):
+        compile_launch(CUDA, large("gemm_f32"), lowering=Lowering.BF16X3_OPERANDS,
+                       schedule=Schedule.parse("t128x256k32s2gwr"))
+
+
 def test_conformance_leaves_out_a_schedule_the_target_cannot_lower_with_the_reason() -> None:
     why = refusal(CUDA, large("gemm_batched"), (Lowering.BF16_OPERANDS, 32, 16),
                   Schedule.parse("t128x256k64s3gw"))

@@ -100,10 +100,34 @@ def test_rows_of_c_not_aligned_to_a_store_are_stored_one_output_at_a_time() -> N
     assert np.array_equal(bits(on_cuda(rw)["c"]), bits(on_cuda(rewrite(launch, SEED, False))["c"]))
 
 
-def test_a_lowering_that_recomputes_beyond_its_range_stores_one_output_at_a_time() -> None:
-    launch = example("gemm_f32").make(64, 64, 16)
-    rw = rewrite(launch, SEED, lowering=Lowering.BF16X3_OPERANDS)
-    assert packed_stores_into(rw.kernel, "c") == []
+def bf16x3_specials() -> Launch:
+    """gemm_f32 at 130x72x24 (64x64 tiles: two whole, four ragged) whose outputs take
+    Bf16x3's recomputation (6.4) in both halves of a packed store: rows of A of inf, of NaN
+    and of 2^100 (products past f32's range), columns of B of inf at an even and at an odd
+    column, and a column whose sum reaches 2^127 from finite products."""
+    launch = example("gemm_f32").make(130, 72, 24, seed=4)
+    a, b = launch.args["a"].copy(), launch.args["b"].copy()
+    k, n = 24, 72
+    a[3 * k:4 * k] = np.inf
+    a[10 * k:11 * k] = np.nan
+    a[20 * k:21 * k] = np.float32(2.0 ** 100)
+    b[5::n] = np.inf  # column 5 (the second of a packed pair), every k
+    b[8::n] = -np.inf  # column 8 (the first of a pair)
+    a[30 * k:31 * k] = np.float32(2.0 ** 123)
+    b[13::n] = np.float32(2.0 ** 4)  # row 30, column 13: 24 * 2^127, finite in f32
+    return replace(launch, args={**launch.args, "a": a, "b": b})
+
+
+def test_bf16x3_packed_outputs_recompute_beyond_the_range_as_one_at_a_time() -> None:
+    launch = bf16x3_specials()
+    packed, single = (rewrite(launch, SEED, p, Lowering.BF16X3_OPERANDS) for p in (True, False))
+    assert packed_stores_into(packed.kernel, "c")
+    got = on_cuda(packed)["c"]
+    assert np.array_equal(bits(got), bits(on_cuda(single)["c"]))
+    expected = original(launch)  # where the original gives inf or NaN, so does the rewrite
+    special = ~np.isfinite(expected) | (np.abs(expected) >= 2.0 ** 127)
+    assert special.sum() > 100
+    assert np.array_equal(bits(got[special]), bits(expected[special]))
 
 
 def recognize_c(launch: Launch) -> str:

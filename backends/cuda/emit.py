@@ -295,6 +295,7 @@ DIALECT = Dialect(
               (ElemType.I64, ElemType.F64): "__longlong_as_double({x})"},
     stmt_hook=_hook,
     unroll_pragma="#pragma unroll",
+    keep_pragma="#pragma unroll 1",
 )
 
 

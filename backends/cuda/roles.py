@@ -132,10 +132,13 @@ def lower(kernel: ir.Kernel, places: dict[str, CoreLayout]) -> ir.Kernel:
     slot = next((s for s in loop.body if isinstance(s, ir.Let) and s.name == "sk_slot"), None)
     guard = next((s for s in loop.body if isinstance(s, ir.If) and _guard(s) is not None), None)
     copies = [s for s in loop.body if isinstance(s, ir.StageCopy)]
-    if slot is None or guard is None or not copies or any(
-            s.dst not in places or not tma.lands(s, places[s.dst]) for s in copies):
-        raise EmitError("a producer warpgroup copies the loop's tiles by tensor maps into "
-                        "the arrays wgmma reads")
+    if slot is None or guard is None or not copies:
+        raise EmitError("a producer warpgroup feeds a loop that stages its tiles each step")
+    for s in copies:
+        if s.dst not in places or not tma.lands(s, places[s.dst]):
+            raise EmitError("a producer warpgroup copies the loop's tiles by tensor maps "
+                            "into the arrays wgmma reads: "
+                            + tma.not_landing(s, places.get(s.dst)))
     stages = _stages(copies, places)
     # the step's number in the ring: counted on from the tiles and phases before
     index: ir.Expr = binary(BinOp.DIV, var(loop.var), const(depth))
@@ -157,8 +160,10 @@ def lower(kernel: ir.Kernel, places: dict[str, CoreLayout]) -> ir.Kernel:
     fill: list[ir.Stmt] = []
     if phases is None:
         if any(not tma.tensor(s, scalars) for s in own):
-            raise EmitError("a producer warpgroup copies the loop's tiles by tensor maps into "
-                            "the arrays wgmma reads")
+            raise EmitError("a producer warpgroup copies the loop's tiles by tensor maps, "
+                            "which needs each tile's rows contiguous in memory, its limits "
+                            "the extents less its start and its origin the same for every "
+                            "block")
         fill = _fill(own, scalars, places, consumers)
     else:  # each phase's copies through its own tensor maps
         outer = [*(() if tiles is None else kernel.body[:kernel.body.index(tiles)]),

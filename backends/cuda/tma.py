@@ -168,6 +168,19 @@ def lands(s: ir.StageCopy, layout: CoreLayout) -> bool:
     return layout.swizzle and s.cols % width == 0 and (not layout.k_major or s.cols == width)
 
 
+def not_landing(s: ir.StageCopy, layout: CoreLayout | None) -> str:
+    """Why boxes 128 bytes wide cannot land copy ``s`` (``lands`` is false), for a user."""
+    width = SWIZZLE_ROW * ELEMENT_BYTES // dtypes.numpy_dtype(s.fill.type).itemsize
+    if layout is None:
+        return (f"{s.dst} is loaded into registers by ldmatrix, not read by wgmma from shared "
+                f"memory, which takes A tiles 128 bytes wide (take steps {width} deep)")
+    if not layout.swizzle:
+        return f"{s.dst} is staged without the 128-byte swizzle the copies land in"
+    rows = f"exactly {width}" if layout.k_major else f"a multiple of {width}"
+    return (f"{s.dst}'s {s.rows}x{s.cols} tile is not whole rows of 128-byte swizzle atoms "
+            f"(its rows must hold {rows} elements: take a step or a tile that gives them)")
+
+
 def bulk_copies(kernel: ir.Kernel, places: dict[str, CoreLayout]) -> bool:
     """Whether ``lower`` lowers the kernel's staged copies to bulk tensor copies."""
     copies = [s for s in walk(kernel.body) if isinstance(s, ir.StageCopy)]

@@ -21,12 +21,15 @@ from sarek.schedule import ORDER_ROWS
 class Builder(Multiply):
     """Builds the rewritten body for one gemm, lowering, subgroup and fragment."""
 
-    def original_where_beyond(self, limit: float) -> list[ir.Stmt]:
-        """``sk_sum`` recomputed as the original kernel computes it (its initial value, then
-        its update in k order) where it is NaN, infinite or at least ``limit`` in magnitude."""
+    def original_where_beyond(self, limit: float, name: str = "sk_sum",
+                              col: ir.Expr | None = None) -> list[ir.Stmt]:
+        """The sum in ``name`` (of output (sk_row, ``col``), by default sk_col) recomputed as
+        the original kernel computes it (its initial value, then its update in k order) where
+        it is NaN, infinite or at least ``limit`` in magnitude."""
         g, acc_t = self.gemm, self.scheme.acc
-        total = var("sk_sum", acc_t)
-        row, col, p = var("sk_row"), var("sk_col"), var("sk_p")
+        total = var(name, acc_t)
+        row, p = var("sk_row"), var("sk_p")
+        col = var("sk_col") if col is None else col
         # the kernel's own operands, also where the GEMM multiplies the pre-pass's terms
         ga, gb = (g.a, g.b) if g.split_terms is None else (g.split_terms.original_a,
                                                           g.split_terms.original_b)
@@ -38,10 +41,11 @@ class Builder(Multiply):
                            else binary(BinOp.ADD, total, binary(BinOp.MUL, a, b)))
         magnitude = ir.Call(fn=ir.MathFn.ABS, args=(total,), type=acc_t)
         within = binary(BinOp.LT, magnitude, ir.Const(value=limit, type=acc_t))
+        init = g.init_at(row, col, var("sk_z"))
         return [ir.If(cond=logical_not(within), then=(
-            ir.Assign(name="sk_sum", value=cast(self.init(), acc_t)),
+            ir.Assign(name=name, value=cast(init, acc_t)),
             ir.For(var="sk_p", start=const(0), stop=var("sk_d"), step=const(1),
-                   body=(ir.Assign(name="sk_sum", value=update),))))]
+                   body=(ir.Assign(name=name, value=update),))))]
 
     def finish(self) -> list[ir.Stmt]:
         """Accumulators out through the exchange array, one fragment per wave at a time (the
@@ -108,12 +112,11 @@ class Builder(Multiply):
     def packed_width(self) -> int:
         """How many consecutive outputs a lane stores at once on a whole tile (``packed_out``):
         as many as fill 8 bytes, where the target's policy asks for it, C's rows are
-        contiguous, the lowering keeps one accumulator whose total needs no recomputation,
-        and each lane's run stays in one row of its fragment; 1 (one output at a time)
-        otherwise."""
+        contiguous, the lowering keeps one accumulator and each lane's run stays in one row
+        of its fragment; 1 (one output at a time) otherwise."""
         c, scheme = self.gemm.c, self.scheme
         if not (self.pack_outputs and scheme.accumulators == 1
-                and scheme.original_beyond is None and is_literal(c.col_stride, 1)
+                and is_literal(c.col_stride, 1)
                 and (c.elem.is_int or c.elem.is_float) and c.elem.bits <= 32):
             return 1
         width = 64 // c.elem.bits
@@ -144,8 +147,10 @@ class Builder(Multiply):
     def packed_out(self, i: int, j: int, width: int) -> ir.For:
         """Fragment (i, j)'s outputs out of the exchange array, each lane taking ``width``
         consecutive ones of a row a trip: each output's epilogue value, their bits as one
-        ``StorePacked`` into C (the whole tile is covered, ``whole_tile``)."""
-        g = self.gemm
+        ``StorePacked`` into C (the whole tile is covered, ``whole_tile``). Under a lowering
+        whose sum may not be usable (``original_beyond``) each output's sum is first
+        recomputed where it is not, as one output at a time would."""
+        g, limit = self.gemm, self.scheme.original_beyond
         elem = g.c.elem
         bits = UNSIGNED[elem.bits]
         word_t = UNSIGNED[elem.bits * width]
@@ -153,7 +158,13 @@ class Builder(Multiply):
         parts: list[ir.Stmt] = []
         for part in range(width):
             at = add(col, const(part)) if part else col
-            value = cast(g.epilogue_at(self.total(part), row, at, z), elem)
+            total = self.total(part)
+            if limit is not None:
+                name = f"sk_sum{part}"
+                parts += [ir.Let(name=name, type=self.scheme.acc, value=total),
+                          *self.original_where_beyond(limit, name, at)]
+                total = var(name, self.scheme.acc)
+            value = cast(g.epilogue_at(total, row, at, z), elem)
             parts.append(ir.Let(name=f"sk_bits{part}", type=word_t,
                                 value=cast(value if elem is bits else
                                            ir.Bitcast(x=value, type=bits), word_t)))
