@@ -381,8 +381,8 @@ _HELPER_NAME = re.compile(r"\b(sk_\w+)\s*\(")
 
 def _runtime_loop(body: tuple[ir.Stmt, ...]) -> bool:
     """Whether ``body`` holds a loop whose bounds are known only at run time."""
-    return any(isinstance(s, ir.While) or isinstance(s, ir.For) and not all(
-        isinstance(x, ir.Const) for x in (s.start, s.stop, s.step)) for s in walk(body))
+    return any(isinstance(s, ir.While) or (isinstance(s, ir.For) and not all(
+        isinstance(x, ir.Const) for x in (s.start, s.stop, s.step))) for s in walk(body))
 
 
 def needed_helpers(prelude: str, text: str) -> str:
