@@ -130,6 +130,19 @@ def test_bf16x3_packed_outputs_recompute_beyond_the_range_as_one_at_a_time() -> 
     assert np.array_equal(bits(got[special]), bits(expected[special]))
 
 
+def test_bf16x3_trips_whose_sums_are_usable_carry_no_copy_of_the_originals_loop() -> None:
+    rw = rewrite(bf16x3_specials(), SEED, lowering=Lowering.BF16X3_OPERANDS)
+    trips = [s for s in walk(rw.kernel.body) if isinstance(s, ir.For) and s.var == "sk_q"
+             and any(isinstance(x, ir.StorePacked) for x in walk(s.body))]
+
+    def recomputes(loop: ir.For) -> bool:
+        return any(isinstance(x, ir.For) and x.var == "sk_p" for x in walk(loop.body))
+
+    first, again = [t for t in trips if not recomputes(t)], [t for t in trips if recomputes(t)]
+    assert first and len(first) == len(again)  # a loop of marked trips after each
+    assert all(len(t.body) == 1 and isinstance(t.body[0], ir.If) for t in again)
+
+
 def recognize_c(launch: Launch) -> str:
     from sarek.matrix_pattern import recognize
 

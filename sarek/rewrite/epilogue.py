@@ -39,13 +39,18 @@ class Builder(Multiply):
                  acc_t)
         update: ir.Expr = (ir.Call(fn=ir.MathFn.FMA, args=(a, b, total), type=acc_t) if g.fused
                            else binary(BinOp.ADD, total, binary(BinOp.MUL, a, b)))
-        magnitude = ir.Call(fn=ir.MathFn.ABS, args=(total,), type=acc_t)
-        within = binary(BinOp.LT, magnitude, ir.Const(value=limit, type=acc_t))
         init = g.init_at(row, col, var("sk_z"))
-        return [ir.If(cond=logical_not(within), then=(
+        return [ir.If(cond=logical_not(self.usable(total, limit)), then=(
             ir.Assign(name=name, value=cast(init, acc_t)),
             ir.For(var="sk_p", start=const(0), stop=var("sk_d"), step=const(1),
                    body=(ir.Assign(name=name, value=update),))))]
+
+    def usable(self, total: ir.Expr, limit: float) -> ir.Expr:
+        """Whether the lowering's sum ``total`` is the output's (below ``limit`` in magnitude:
+        not NaN, not infinite)."""
+        acc_t = self.scheme.acc
+        magnitude = ir.Call(fn=ir.MathFn.ABS, args=(total,), type=acc_t)
+        return binary(BinOp.LT, magnitude, ir.Const(value=limit, type=acc_t))
 
     def finish(self) -> list[ir.Stmt]:
         """Accumulators out through the exchange array, one fragment per wave at a time (the
@@ -81,7 +86,7 @@ class Builder(Multiply):
                                                store(self.total(0))])
                 if width > 1:
                     take = ir.If(cond=var("sk_whole", ElemType.BOOL),
-                                 then=(self.packed_out(i, j, width),), orelse=(take,))
+                                 then=tuple(self.packed_out(i, j, width)), orelse=(take,))
                 out += self.exchange_turns([self.through_exchange(f"sk_acc0_{i}_{j}")], [take])
                 continue
             # Byte planes: sk_out[q] = init + sum_s (acc_s << 8s), wrapping.
@@ -144,38 +149,61 @@ class Builder(Multiply):
             terms.append(aligned(c.row_stride))
         return conjunction(*terms)
 
-    def packed_out(self, i: int, j: int, width: int) -> ir.For:
+    def packed_out(self, i: int, j: int, width: int) -> list[ir.Stmt]:
         """Fragment (i, j)'s outputs out of the exchange array, each lane taking ``width``
         consecutive ones of a row a trip: each output's epilogue value, their bits as one
         ``StorePacked`` into C (the whole tile is covered, ``whole_tile``). Under a lowering
-        whose sum may not be usable (``original_beyond``) each output's sum is first
-        recomputed where it is not, as one output at a time would."""
-        g, limit = self.gemm, self.scheme.original_beyond
+        whose sum may not be usable (``original_beyond``) a trip whose sums are all usable
+        stores them at once; the others are marked in ``sk_redo`` and taken afterwards, in a
+        loop of their own (none stored before), each sum recomputed where it is not usable,
+        as one output at a time would: so the common trips carry no copy of the original's
+        loop."""
+        g, limit, acc_t = self.gemm, self.scheme.original_beyond, self.scheme.acc
         elem = g.c.elem
         bits = UNSIGNED[elem.bits]
         word_t = UNSIGNED[elem.bits * width]
-        row, col, z = var("sk_row"), var("sk_col"), var("sk_z")
+        row, col, z, q = var("sk_row"), var("sk_col"), var("sk_z"), var("sk_q")
+        columns = [add(col, const(part)) if part else col for part in range(width)]
+
+        def sums(recompute: bool) -> list[ir.Stmt]:
+            out: list[ir.Stmt] = []
+            for part, at in enumerate(columns):
+                out.append(ir.Let(name=f"sk_sum{part}", type=acc_t, value=self.total(part)))
+                if recompute and limit is not None:
+                    out += self.original_where_beyond(limit, f"sk_sum{part}", at)
+            return out
+
+        values = [var(f"sk_sum{part}", acc_t) for part in range(width)]
         parts: list[ir.Stmt] = []
-        for part in range(width):
-            at = add(col, const(part)) if part else col
-            total = self.total(part)
-            if limit is not None:
-                name = f"sk_sum{part}"
-                parts += [ir.Let(name=name, type=self.scheme.acc, value=total),
-                          *self.original_where_beyond(limit, name, at)]
-                total = var(name, self.scheme.acc)
-            value = cast(g.epilogue_at(total, row, at, z), elem)
+        for part, at in enumerate(columns):
+            value = cast(g.epilogue_at(values[part], row, at, z), elem)
             parts.append(ir.Let(name=f"sk_bits{part}", type=word_t,
                                 value=cast(value if elem is bits else
                                            ir.Bitcast(x=value, type=bits), word_t)))
         word = packed_store.word([var(f"sk_bits{part}", word_t) for part in range(width)],
                                  elem.bits)
-        e = mul(add(mul(var("sk_q"), const(self.subgroup)), var("sk_wave_lane")), const(width))
+        store = [*parts, ir.StorePacked(array=g.c.array,
+                                        index=self.address(g.c, row, col, const(0)), value=word)]
+        e = mul(add(mul(q, const(self.subgroup)), var("sk_wave_lane")), const(width))
+        head = [ir.Let(name="sk_e", type=I32, value=e), *self.fragment_coordinates(i, j)]
         trips = self.acc_m * self.acc_n // (self.subgroup * width)
-        return ir.For(var="sk_q", start=const(0), stop=const(trips), step=const(1), body=(
-            ir.Let(name="sk_e", type=I32, value=e), *self.fragment_coordinates(i, j), *parts,
-            ir.StorePacked(array=g.c.array, index=self.address(g.c, row, col, const(0)),
-                           value=word)))
+
+        def trip_loop(body: list[ir.Stmt]) -> ir.For:
+            return ir.For(var="sk_q", start=const(0), stop=const(trips), step=const(1),
+                          body=tuple(body))
+
+        if limit is None or trips >= 32:  # (a mark a trip in one i32)
+            return [trip_loop([*head, *sums(True), *store])]
+        marked = binary(BinOp.NE, binary(BinOp.AND, binary(BinOp.SHR, var("sk_redo"), q),
+                                         const(1)), const(0))
+        return [
+            ir.Let(name="sk_redo", type=I32, value=const(0)),
+            trip_loop([*head, *sums(False), ir.If(
+                cond=conjunction(*(self.usable(v, limit) for v in values)), then=tuple(store),
+                orelse=(ir.Assign(name="sk_redo", value=binary(
+                    BinOp.OR, var("sk_redo"), binary(BinOp.SHL, const(1), q))),))]),
+            ir.If(cond=binary(BinOp.NE, var("sk_redo"), const(0)), then=(trip_loop([
+                ir.If(cond=marked, then=(*head, *sums(True), *store))]),))]
 
     def build(self) -> tuple[ir.Stmt, ...]:
         tid = builtin(Builtin.THREAD_IDX_X)
