@@ -160,17 +160,22 @@ def tensor(s: ir.StageCopy, scalars: frozenset[str]) -> tuple[TensorMap, ir.Expr
                      s.cols, 128), rows[1], cols[1]
 
 
+def _atom_width(s: ir.StageCopy) -> int:
+    """Elements of copy ``s``'s type in one 128-byte row of a swizzle atom."""
+    return SWIZZLE_ROW * ELEMENT_BYTES // dtypes.numpy_dtype(s.fill.type).itemsize
+
+
 def lands(s: ir.StageCopy, layout: CoreLayout) -> bool:
     """Whether boxes 128 bytes wide (``issue``) land copy ``s`` where ``layout`` puts its
     tile: 128-byte swizzle atoms, the tile's rows whole atom rows (16-bit tiles: atoms side
     by side along the columns; 8-bit K-major tiles: one atom row)."""
-    width = SWIZZLE_ROW * ELEMENT_BYTES // dtypes.numpy_dtype(s.fill.type).itemsize
+    width = _atom_width(s)
     return layout.swizzle and s.cols % width == 0 and (not layout.k_major or s.cols == width)
 
 
 def not_landing(s: ir.StageCopy, layout: CoreLayout | None) -> str:
     """Why boxes 128 bytes wide cannot land copy ``s`` (``lands`` is false), for a user."""
-    width = SWIZZLE_ROW * ELEMENT_BYTES // dtypes.numpy_dtype(s.fill.type).itemsize
+    width = _atom_width(s)
     if layout is None:
         return (f"{s.dst} is loaded into registers by ldmatrix, not read by wgmma from shared "
                 f"memory, which takes A tiles 128 bytes wide (take steps {width} deep)")

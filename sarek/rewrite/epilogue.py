@@ -165,15 +165,16 @@ class Builder(Multiply):
         row, col, z, q = var("sk_row"), var("sk_col"), var("sk_z"), var("sk_q")
         columns = [add(col, const(part)) if part else col for part in range(width)]
 
-        def sums(recompute: bool) -> list[ir.Stmt]:
+        def sums(limit: float, recompute: bool) -> list[ir.Stmt]:
             out: list[ir.Stmt] = []
             for part, at in enumerate(columns):
                 out.append(ir.Let(name=f"sk_sum{part}", type=acc_t, value=self.total(part)))
-                if recompute and limit is not None:
+                if recompute:
                     out += self.original_where_beyond(limit, f"sk_sum{part}", at)
             return out
 
-        values = [var(f"sk_sum{part}", acc_t) for part in range(width)]
+        values = [self.total(part) if limit is None else var(f"sk_sum{part}", acc_t)
+                  for part in range(width)]
         parts: list[ir.Stmt] = []
         for part, at in enumerate(columns):
             value = cast(g.epilogue_at(values[part], row, at, z), elem)
@@ -192,18 +193,20 @@ class Builder(Multiply):
             return ir.For(var="sk_q", start=const(0), stop=const(trips), step=const(1),
                           body=tuple(body))
 
-        if limit is None or trips >= 32:  # (a mark a trip in one i32)
-            return [trip_loop([*head, *sums(True), *store])]
+        if limit is None:
+            return [trip_loop([*head, *store])]
+        if trips >= 32:  # more trips than bits of sk_redo
+            return [trip_loop([*head, *sums(limit, True), *store])]
         marked = binary(BinOp.NE, binary(BinOp.AND, binary(BinOp.SHR, var("sk_redo"), q),
                                          const(1)), const(0))
         return [
             ir.Let(name="sk_redo", type=I32, value=const(0)),
-            trip_loop([*head, *sums(False), ir.If(
+            trip_loop([*head, *sums(limit, False), ir.If(
                 cond=conjunction(*(self.usable(v, limit) for v in values)), then=tuple(store),
                 orelse=(ir.Assign(name="sk_redo", value=binary(
                     BinOp.OR, var("sk_redo"), binary(BinOp.SHL, const(1), q))),))]),
             ir.If(cond=binary(BinOp.NE, var("sk_redo"), const(0)), then=(trip_loop([
-                ir.If(cond=marked, then=(*head, *sums(True), *store))]),))]
+                ir.If(cond=marked, then=(*head, *sums(limit, True), *store))]),))]
 
     def build(self) -> tuple[ir.Stmt, ...]:
         tid = builtin(Builtin.THREAD_IDX_X)
