@@ -25,6 +25,9 @@ from sarek.matrix_pattern import Gemm
 
 SUPPORTED_SUBGROUP = (32, 64)
 SUPPORTED_FRAGMENT = (16, 8)
+# Bf16x3's running sums take a total every CHUNK of k: 48 sub-steps of 16, a multiple of every
+# step a schedule takes (16, 32, 48, 64 and 128), so every schedule adds at the same k.
+CHUNK = 768
 
 
 class LoweringError(SarekError):
@@ -63,6 +66,12 @@ class Scheme:
     # with round to nearest (FragAdd): a tensor core truncates every multiply-accumulate at the
     # addend's magnitude, so chaining many products into one growing sum biases it with K.
     step_sums: bool = False
+    # With ``step_sums``, the running sums in two levels: every ``chunk`` of k (a multiple of
+    # every schedule's step, so every schedule adds at the same k) the running accumulator is
+    # added to a total that started at -0.0 and starts again at -0.0; the reduction's end adds
+    # the two. A sequential f32 sum of K/16 sub-step sums grows its error with K; in two levels
+    # it is K/chunk + chunk/16 roundings deep.
+    chunk: int | None = None
     # Outputs whose sum is not finite or reaches 2^127 in magnitude are recomputed by the
     # original's own loop: split terms of an infinite or NaN operand (inf - inf) and products
     # near the overflow threshold would otherwise give NaN where the original gives inf.
@@ -79,7 +88,7 @@ SCHEMES = {
     Lowering.BF16X3_OPERANDS: Scheme(
         ElemType.BF16, ("hi", "mid", "lo"),
         ((1, 1, 0), (2, 0, 0), (0, 2, 0), (1, 0, 0), (0, 1, 0), (0, 0, 0)), 1, ElemType.F32,
-        step_sums=True, original_beyond=2.0**127),
+        step_sums=True, chunk=CHUNK, original_beyond=2.0**127),
     # Byte planes p, q with p + q <= 3; accumulator p + q carries the shift 8 * (p + q).
     Lowering.INT32_BYTE_PLANES: Scheme(
         ElemType.U8, ("p0", "p1", "p2", "p3"),

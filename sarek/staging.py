@@ -101,7 +101,11 @@ class Staging:
     sums (``Scheme.step_sums``), each strip is this many columns wide, the tile's columns
     split between several strips of a wave, where the tile's width is a multiple larger than
     it (0: strips as wide as the tile), so that one strip's sums can be added while the
-    next strip's products are in flight."""
+    next strip's products are in flight; ``chunk_loops``: a reduction whose running sums take
+    totals every ``Scheme.chunk`` of k runs as a loop over the chunks around the loop over
+    their steps, the totals taken after each chunk's steps, rather than as one loop that asks
+    at every step whether the step ends a chunk (the same additions in the same order; not
+    under a warp-specialized schedule, whose roles split the one loop)."""
 
     row_pad_bytes: int = 0
     narrow_b_col_major: bool = False
@@ -124,6 +128,7 @@ class Staging:
     exchange_pad: int = 0
     swizzled_depth: int = 0
     sum_strip_cols: int = 0
+    chunk_loops: bool = False
 
     def fragments(self, schedule: Schedule, frag: int, step_sums: bool = False) -> Fragments:
         """Each wave's accumulators under ``schedule`` with ``frag`` x ``frag`` fragments: a

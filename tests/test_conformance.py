@@ -363,3 +363,23 @@ def test_a_schedule_the_device_would_refuse_is_left_out_with_the_devices_reason(
     assert str(conformance.unaccepted(device, EXAMPLES, wide)).endswith(
         "blocks of 256 invocations (it has 128)")
     assert conformance.unaccepted(device, EXAMPLES, Schedule.parse("t128k32s3")) is None
+
+
+def test_sarek_conformance_size_replaces_the_matrixs_sizes(tmp_path: Path) -> None:
+    path = tmp_path / "report.json"
+    assert conform("--target", "sim-cuda", "--quick", "--example", "gemm_f16",
+                   "--schedule", "t128k64s2g", "--size", "20x12x5", "--size", "9x3x40",
+                   "--report", str(path)) == 0
+    data = report_of(path)
+    assert {tuple(c["size"]) for c in data["cases"]} == {(20, 12, 5), (9, 3, 40)}
+    # the original, F16 under the region's schedule and under t128k64s2g, at each size
+    assert data["totals"]["passed"] == data["totals"]["cases"] == 6
+
+
+@pytest.mark.parametrize("size", ["20x12", "20x12x-5", "axbxc", "20*12*5"])
+def test_a_size_that_is_not_three_whole_numbers_is_a_one_line_error(
+        size: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert conform("--target", "sim-cuda", "--quick", "--size", size,
+                   "--report", str(tmp_path / "r.json")) == conformance.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "MxNxK" in err and not (tmp_path / "r.json").exists()

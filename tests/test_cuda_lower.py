@@ -227,10 +227,11 @@ def test_a_fragment_add_becomes_a_per_lane_loop_of_round_to_nearest_adds() -> No
         adds = sum(isinstance(s, ir.FragAdd) for s in walk(rw.kernel.body))
         lowered = cuda_lower.lower(rw.kernel)
         assert adds and "frag_add" not in {s.kind for s in walk(lowered.body)}
-        # acc[r] = __fadd_rn(acc[r], fresh[r]) for r over the lane's 8 accumulator elements
-        loops = re.findall(r"for \(int (sk_r\d+) = 0; \1 < 8; \1 \+= 1\) \{\n\s+(sk_acc0_\d_\d)"
-                           r"\[\1\] = __fadd_rn\(\2\[\1\], sk_step0_\d_\d\[\1\]\);",
-                           print_kernel(lowered))
+        # d[r] = __fadd_rn(a[r], b[r]) for r over the lane's 8 accumulator elements: each
+        # sub-step's sums into the running ones, those into the totals, totals and running
+        loops = re.findall(r"for \(int (sk_r\d+) = 0; \1 < 8; \1 \+= 1\) \{\n\s+"
+                           r"sk_(?:acc|tot)0_\d_\d\[\1\] = __fadd_rn\(sk_(?:acc|tot)0_\d_\d\[\1\], "
+                           r"sk_(?:step|acc)0_\d_\d\[\1\]\);", print_kernel(lowered))
         assert len(loops) == adds
 
 

@@ -23,12 +23,13 @@ from gemm_gen import build_source
 
 from sarek import ir
 from sarek.ir import Builtin, ElemType
+from sarek.ir_format import format_expr
 from sarek.ir_walk import walk
 from sarek.launch import Launch
 from sarek.matrix_mapping import region
 from sarek.matrix_pattern import Gemm, NotAGemm, recognize
 from sarek.matrix_rewrite import EXTRA_NAMES, RewriteError, kernel, launch_dims, rewrite_launch
-from sarek.matrix_scheme import Lowering
+from sarek.matrix_scheme import CHUNK, Lowering
 from sarek.schedule import SEED, Schedule
 from sarek.staging import DENSE, Staging
 
@@ -80,12 +81,13 @@ def original(launch: Launch) -> np.ndarray:
 
 def rewritten(launch: Launch, lowering: Lowering, subgroup: int = 32, frag: int = 16,
               arith: str = "sequential", gemm: Gemm | None = None,
-              schedule: Schedule = SEED) -> np.ndarray:
+              schedule: Schedule = SEED, staging: Staging = DENSE) -> np.ndarray:
     """C after the rewritten kernel, simulated with ``launch_dims`` and the region's
     arguments appended to the original's."""
     gemm = gemm or recognize(launch.kernel)
     reg = region(gemm, launch.grid, launch.block, dict(launch.args))
-    rw = kernel(launch.kernel, gemm, lowering, subgroup, frag, schedule=schedule)
+    rw = kernel(launch.kernel, gemm, lowering, subgroup, frag, staging=staging,
+                schedule=schedule)
     block, grid = launch_dims(subgroup, me=reg.me, ne=reg.ne, ze=reg.ze, schedule=schedule)
     args = [*launch.arg_list(), *reg.args]
     out = sim.simulate(rw, args, grid=grid, block=block, subgroup=subgroup, arith=arith)
@@ -210,11 +212,32 @@ def test_negative_zero_sum_survives_the_padding_past_the_reduction_depth(
 BF16X3_PRODUCTS = [(1, 1), (2, 0), (0, 2), (1, 0), (0, 1), (0, 0)]  # (A term, B term)
 
 
+def reduction_loop(rw: ir.Kernel) -> ir.For:
+    return next(s for s in walk(rw.body) if isinstance(s, ir.For) and s.var == "sk_k0")
+
+
+def holding(body: tuple[ir.Stmt, ...], stmt: ir.Stmt) -> list[ir.Stmt]:
+    """The block of ``body`` (itself or one nested in it) that holds ``stmt``."""
+    if stmt in body:
+        return list(body)
+    for s in walk(body):
+        for block in (getattr(s, "body", ()), getattr(s, "then", ()), getattr(s, "orelse", ())):
+            if block and stmt in block:
+                return list(block)
+    raise AssertionError("not in the body")
+
+
+def chunk_end(s: ir.Stmt) -> bool:
+    """Whether ``s`` is the step's end that adds the running sums to their totals."""
+    return isinstance(s, ir.If) and any(isinstance(x, ir.FragAdd) and x.d.startswith("sk_tot")
+                                        for x in s.then)
+
+
 def step_statements(rw: ir.Kernel) -> list[ir.Stmt]:
-    """The fills, multiply-accumulates and adds of one step of the reduction loop."""
-    loop = next(s for s in walk(rw.body) if isinstance(s, ir.For) and s.var == "sk_k0")
-    return [s for s in walk(loop.body) if isinstance(s, ir.FragFill | ir.FragMulAdd |
-                                                     ir.FragAdd)]
+    """The fills, multiply-accumulates and adds of one step of the reduction loop (the
+    chunks' ends left out)."""
+    body = [s for s in reduction_loop(rw).body if not chunk_end(s)]
+    return [s for s in walk(body) if isinstance(s, ir.FragFill | ir.FragMulAdd | ir.FragAdd)]
 
 
 @pytest.mark.parametrize("frag", [16, 8])
@@ -245,6 +268,57 @@ def test_bf16x3_sums_each_sub_step_in_fresh_accumulators_then_adds_them_to_the_r
             assert s.d == s.a and s.d.startswith("sk_acc0_")
         assert {s.d for s in adds if isinstance(s, ir.FragAdd)} == {
             f"sk_acc0_{i}_{j}" for i in range(32 // frag) for j in range(32 // frag)}
+
+
+@pytest.mark.parametrize("schedule", ["t64k16", "t64k48", "t64k32p", "t128k64s2"])
+def test_bf16x3_running_sums_go_to_totals_at_each_chunks_end(schedule: str) -> None:
+    """Totals start at -0.0 before the loop; a step that ends a multiple of ``CHUNK`` adds
+    each running sum to its total and starts the running sum again at -0.0; after the loop
+    each running accumulator takes ``total + running``."""
+    launch = example("gemm_f32").make(8, 8, 8)
+    sched = Schedule.parse(schedule)
+    rw = kernel(launch.kernel, recognize(launch.kernel), Lowering.BF16X3_OPERANDS,
+                schedule=sched)
+    loop = reduction_loop(rw)
+    [end] = [s for s in walk(loop.body) if chunk_end(s)]
+    assert isinstance(end, ir.If) and not end.orelse
+    assert format_expr(end.cond) == f"(sk_k0 + {sched.step}) % {CHUNK} == 0"
+    running = sorted({s.d for s in step_statements(rw) if isinstance(s, ir.FragAdd)})
+    assert running
+    pairs = list(zip(end.then[::2], end.then[1::2], strict=True))
+    assert [p.a for p, _ in pairs] == [p.d for p, _ in pairs]
+    assert sorted(p.b for p, _ in pairs) == running
+    for add_, fill in pairs:
+        assert isinstance(add_, ir.FragAdd) and isinstance(fill, ir.FragFill)
+        assert add_.d == add_.b.replace("sk_acc", "sk_tot") and fill.frag == add_.b
+        assert isinstance(fill.value, ir.Const) and np.signbit(fill.value.value)
+    # around the loop, in the block that holds it
+    block = holding(rw.body, loop)
+    at = block.index(loop)
+    before = [s for s in block[:at] if isinstance(s, ir.FragFill) and s.frag.startswith("sk_tot")]
+    assert sorted(s.frag for s in before) == sorted(p.d for p, _ in pairs)
+    assert all(isinstance(s.value, ir.Const) and np.signbit(s.value.value) for s in before)
+    after = [s for s in block[at + 1:] if isinstance(s, ir.FragAdd)]
+    assert sorted((s.d, s.a, s.b) for s in after) == sorted(
+        (r, r.replace("sk_acc", "sk_tot"), r) for r in running)
+
+
+@pytest.mark.parametrize("schedule", ["t64k16", "t64k48", "t64k32p", "t128k64s2"])
+def test_under_chunk_loops_a_loop_over_the_chunks_takes_the_totals_after_their_steps(
+        schedule: str) -> None:
+    launch = example("gemm_f32").make(8, 8, 8)
+    sched = Schedule.parse(schedule)
+    rw = kernel(launch.kernel, recognize(launch.kernel), Lowering.BF16X3_OPERANDS,
+                staging=replace(DENSE, chunk_loops=True), schedule=sched)
+    [outer] = [s for s in walk(rw.body) if isinstance(s, ir.For) and s.var == "sk_kc"]
+    assert format_expr(outer.step) == str(CHUNK)
+    inner, *taken = outer.body
+    assert isinstance(inner, ir.For) and inner.var == "sk_k0"
+    assert format_expr(inner.start) == "sk_kc" and format_expr(inner.step) == str(sched.step)
+    assert not [s for s in walk(inner.body) if chunk_end(s)]
+    assert taken and all(isinstance(s, ir.FragAdd | ir.FragFill) for s in taken)
+    assert {s.d for s in taken if isinstance(s, ir.FragAdd)} == {
+        s.d.replace("sk_acc", "sk_tot") for s in step_statements(rw) if isinstance(s, ir.FragAdd)}
 
 
 @pytest.mark.parametrize(("name", "lowering"), [

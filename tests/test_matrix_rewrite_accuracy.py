@@ -46,6 +46,8 @@ and 2.8e-5, growing linearly in K.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -53,8 +55,10 @@ from conftest import example
 from test_matrix_rewrite import original, rewritten
 
 from sarek.launch import Launch
-from sarek.matrix_scheme import Lowering
+from sarek.matrix_scheme import CHUNK, Lowering
 from sarek.reference import gemm_sequential
+from sarek.schedule import Schedule
+from sarek.staging import DENSE
 
 U32, U64, U16 = 2.0**-24, 2.0**-53, 2.0**-11
 ROUNDED = {Lowering.F16_OPERANDS: np.float16, Lowering.BF16_OPERANDS: ml_dtypes.bfloat16}
@@ -158,3 +162,28 @@ def test_bf16x3_on_the_h200_tensor_core_model_is_as_accurate_as_sequential_f32(k
     got = rewritten(launch, Lowering.BF16X3_OPERANDS, arith="h200")
     assert normwise(got) <= normwise(gemm_sequential(a, b))
 
+
+
+@pytest.mark.parametrize("loops", [False, True], ids=["tested each step", "chunk loops"])
+@pytest.mark.parametrize("schedule", ["t64k16", "t64k48", "t64k32p", "t128k64s2"])
+def test_bf16x3_running_sums_take_a_total_every_chunk(schedule: str, loops: bool) -> None:
+    """Sub-step sums that are exact in every model: A all ones, B's first row 2^24 and a
+    1 at the first k of every later sub-step of 16. Summed in one f32 chain, as the original
+    kernel sums its products, each 1 rounds away (2^24 + 1 ties to 2^24). In chunks of
+    ``CHUNK`` = 768: the first chunk's running sum is 2^24 (its 47 ones lost), the second's is
+    48 (exact), and their total 2^24 + 48 (exact: the spacing there is 2). K = 768 is one chunk:
+    2^24."""
+    m, n = 16, 24
+    for k, expected in ((2 * CHUNK, 2.0**24 + 48), (CHUNK, 2.0**24)):
+        launch = example("gemm_f32").make(m, n, k)
+        b = np.zeros((k, n), np.float32)
+        b[0] = 2.0**24
+        b[16::16] = 1.0
+        launch.args["a"] = np.ones(m * k, np.float32)
+        launch.args["b"] = b.reshape(-1)
+        assert np.all(original(launch) == 2.0**24)
+        for arith in ("h200", "sequential"):
+            got = rewritten(launch, Lowering.BF16X3_OPERANDS, arith=arith,
+                            schedule=Schedule.parse(schedule),
+                            staging=replace(DENSE, chunk_loops=loops))
+            assert np.all(got == np.float32(expected)), (k, arith, np.unique(got))

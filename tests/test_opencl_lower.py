@@ -90,8 +90,9 @@ def test_the_lowered_kernel_is_plain_lane_explicit_ir() -> None:
     accumulators = [s for s in rw.kernel.body if isinstance(s, ir.FragDecl)
                     and s.use is ir.FragUse.ACCUMULATOR]
     variables = [s for s in lowered.body if isinstance(s, ir.Let) and s.type is ir.ElemType.F32]
-    # 16 running and 16 fresh accumulators (Bf16x3 sums each sub-step apart), 1 slot a lane
-    assert len(accumulators) == 2 * 16 and len(variables) == 2 * 16 * (8 * 8 // 64)
+    # 16 running and 16 fresh accumulators (Bf16x3 sums each sub-step apart) and 16 totals
+    # (of its chunks), 1 slot a lane
+    assert len(accumulators) == 3 * 16 and len(variables) == 3 * 16 * (8 * 8 // 64)
 
 
 @pytest.mark.parametrize("subgroup,frag", CONFIGS, ids=lambda v: str(v))
@@ -116,13 +117,17 @@ def test_fragment_fills_and_adds_are_written_out_slot_by_slot() -> None:
     step, neutral = _loops(lowered.body, "sk_k0")[0], _loops(rw.kernel.body, "sk_k0")[0]
     fills = [s for s in walk(neutral.body) if isinstance(s, ir.FragFill)]
     adds = [s for s in walk(neutral.body) if isinstance(s, ir.FragAdd)]
-    # per sub-step of 8: 16 fresh accumulators filled, then added to the 16 running ones; an
-    # 8x8 accumulator over 32 lanes is 2 slots a lane, each an assignment of its own
-    assert len(fills) == 2 * 16 and len(adds) == 2 * 16
-    assigns = [s for s in step.body if isinstance(s, ir.Assign)]
-    filled = [s for s in assigns if isinstance(s.value, ir.Const)]
-    added = [s for s in assigns if isinstance(s.value, ir.Binary)]
-    assert len(filled) == len(added) == 2 * 16 * 2
+    # per sub-step of 8: 16 fresh accumulators filled, then added to the 16 running ones; at
+    # a chunk's end the 16 running ones added to their totals and filled again; an 8x8
+    # accumulator over 32 lanes is 2 slots a lane, each an assignment of its own
+    assert len(fills) == 2 * 16 + 16 and len(adds) == 2 * 16 + 16
+    [end] = [s for s in step.body if isinstance(s, ir.If)
+             and any(isinstance(x, ir.Assign) and x.name.startswith("sk_tot") for x in s.then)]
+    for block, subs in ((step.body, 2), (end.then, 1)):
+        assigns = [s for s in block if isinstance(s, ir.Assign)]
+        filled = [s for s in assigns if isinstance(s.value, ir.Const)]
+        added = [s for s in assigns if isinstance(s.value, ir.Binary)]
+        assert len(filled) == len(added) == subs * 16 * 2
     assert not _loops(step.body, "sk_r") and not _loops(step.body, "sk_slot")
 
 

@@ -309,7 +309,7 @@ def test_a_warpgroup_schedule_takes_a_fresh_strip_per_column_and_holds_each_add_
     fresh = {s.name: s.shape for s in body if isinstance(s, ir.FragDecl)
              and s.name.startswith("sk_step")}
     assert fresh == {f"sk_step0_0_{j}": ir.FragShape(m=16, n=64, k=16) for j in (0, 1)}
-    adds = [s for s in body if isinstance(s, ir.FragAdd)]
+    adds = [s for s in body if isinstance(s, ir.FragAdd) and s.b.startswith("sk_step")]
     assert {(s.d, s.b) for s in adds} == {(f"sk_acc0_{i}_{j}", f"sk_step0_0_{j}")
                                           for i in (0, 1) for j in (0, 1)}
     assert len(adds) == 4 * 4  # four strips, four 16-deep sub-steps a 64-deep step

@@ -55,6 +55,8 @@ EXTRA_SIZES: dict[str, tuple[Size, ...]] = {
     "gemm_f32_1d": (Size(70, 33, 17, grid=(11, 1, 1), purpose="1-D launch covering a prefix"),),
     # two layers of the three batches
     "gemm_batched": (Size(70, 33, 17, grid=(3, 5, 2), purpose="batched launch of fewer layers"),),
+    # Bf16x3's running sums take a total every 768 of k (``CHUNK``): two totals and a rest
+    "gemm_f32": (Size(40, 24, 1700, purpose="a reduction past two of Bf16x3's chunks"),),
 }
 
 
@@ -129,7 +131,7 @@ def rewritten(target: Target, launch: Launch, rewrite: Rewrite,
 
 
 def matrix(target: Target, examples: Path, *, quick: bool = False, only: tuple[str, ...] = (),
-           schedules: tuple[Schedule, ...] = ()) -> list[Case]:
+           schedules: tuple[Schedule, ...] = (), sizes: tuple[Size, ...] = ()) -> list[Case]:
     """Every case for ``target``: each ``gemm_*.py`` example in ``examples`` (those named in
     ``only``, when given) at each size, as the original and under every lowering that takes its
     operands at every subgroup and fragment the target permits; at the sizes of
@@ -140,22 +142,24 @@ def matrix(target: Target, examples: Path, *, quick: bool = False, only: tuple[s
     passes over), and under each of ``schedules`` at every rewrite that takes it
     (``refusal``). ``quick``:
     the ragged size alone, under the schedule the region gets, and ``schedules`` at the ragged
-    size. A case that runs what another does (the schedule the region gets anyway) is listed
-    once."""
+    size. ``sizes``, when given, replace every size above (``quick``'s too). A case that runs
+    what another does (the schedule the region gets anyway) is listed once."""
     cases = []
     for path, launch, rewrites in _examples(target, examples, only):
         variants: list[tuple[Lowering | None, int | None, int | None]] = [(None, None, None)]
         variants += rewrites
-        sizes = (RAGGED,) if quick else SIZES + EXTRA_SIZES.get(path.stem, ())
-        cases += [Case(path, size, *v) for size in sizes for v in variants]
+        plain = sizes or ((RAGGED,) if quick else SIZES + EXTRA_SIZES.get(path.stem, ()))
+        cases += [Case(path, size, *v) for size in plain for v in variants]
         scheduled = [] if quick else [(r, s) for r in rewrites
                                       for name, s in target.staging.declared
                                       if name == r[0].value and
                                       refusal(target, launch, r, s) is None]
         requested = [(r, s) for r in rewrites for s in schedules
                      if refusal(target, launch, r, s) is None]
-        cases += [Case(path, size, *r, s) for size in SCHEDULE_SIZES for r, s in scheduled]
-        cases += [Case(path, size, *r, s) for size in ((RAGGED,) if quick else SCHEDULE_SIZES)
+        cases += [Case(path, size, *r, s) for size in sizes or SCHEDULE_SIZES
+                  for r, s in scheduled]
+        cases += [Case(path, size, *r, s)
+                  for size in sizes or ((RAGGED,) if quick else SCHEDULE_SIZES)
                   for r, s in requested]
     return _distinct(cases, target.staging)
 

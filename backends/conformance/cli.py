@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from backends import registry
-from backends.conformance.cases import Case, first_refusal, left_out, matrix
+from backends.conformance.cases import Case, Size, first_refusal, left_out, matrix
 from backends.conformance.checks import Outcome, check
 from backends.conformance.report import device_name, failure, report, summary
 from backends.target import Target
@@ -65,6 +65,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also run every rewrite that takes this schedule (t128k64s2, "
                              "...) at 150x133x70, 256x136x136 and 70x45x33 (with --quick, "
                              "70x45x33 alone); may be repeated")
+    parser.add_argument("--size", action="append", default=[], metavar="MxNxK",
+                        help="run every case at this size instead of the matrix's (200x136x1700,"
+                             " ...); may be repeated")
+
+
+def _size(text: str) -> Size:
+    """The size ``MxNxK`` spells; ``SarekError`` for anything else."""
+    parts = text.lower().split("x")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        raise SarekError(f"a size is MxNxK with three whole numbers (200x136x1700), not {text!r}")
+    m, n, k = map(int, parts)
+    return Size(m, n, k, purpose="named by --size")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -82,6 +94,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         examples = args.examples or examples_dir()
         schedules = tuple(dict.fromkeys(Schedule.parse(s) for s in args.schedule))
+        sizes = tuple(dict.fromkeys(_size(s) for s in args.size))
     except SarekError as e:
         print(f"sarek conformance: error: {e.reason}", file=sys.stderr)
         return EXIT_USAGE
@@ -98,7 +111,8 @@ def main(args: argparse.Namespace) -> int:
             print(f"sarek conformance: no device for target {name}: {reason}", file=sys.stderr)
             return EXIT_NO_DEVICE
     only = tuple(args.example)
-    cases = matrix(target, examples, quick=args.quick, only=only, schedules=schedules)
+    cases = matrix(target, examples, quick=args.quick, only=only, schedules=schedules,
+                   sizes=sizes)
     if not cases:
         print(f"sarek conformance: error: no example matches {', '.join(args.example)} in "
               f"{examples}", file=sys.stderr)

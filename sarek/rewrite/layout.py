@@ -82,6 +82,7 @@ class Layout:
                            (rows * cols // PACK) % self.threads == 0
                            for rows, cols in ((self.tile, self.step), (self.step, self.tile_n))))
         self.converting = staging.converting_copies
+        self.chunk_loops = staging.chunk_loops and scheme.chunk is not None
         self.pack_outputs = staging.packed_out
         # Where the staged copies read along k: from k_start (the reduction's first element)
         # up to the region value ``sk_d``, or for the stacked byte planes one phase's blocks
@@ -233,6 +234,10 @@ class Layout:
                 (a, i, j) for i, j in self.frag_names() for a in range(self.scheme.accumulators)]
             out += [ir.FragDecl(name=self.step_sum(a, i, j), use=FragUse.ACCUMULATOR,
                                 shape=shape, elem=self.scheme.acc) for a, i, j in fresh]
+        if self.scheme.chunk:  # the running sums' totals (Scheme.chunk)
+            out += [ir.FragDecl(name=self.chunk_total(a, i, j), use=FragUse.ACCUMULATOR,
+                                shape=shape, elem=self.scheme.acc)
+                    for i, j in self.frag_names() for a in range(self.scheme.accumulators)]
         if self.strips:  # A per strip row and sub-step, B per strip column and sub-step: none
             subs = range(self.step // self.frag_k)  # is reloaded in a step
             terms = range(len(self.scheme.terms))
@@ -259,6 +264,11 @@ class Layout:
     def step_sum(self, a: int, i: int, j: int) -> str:
         """The fresh accumulator of accumulator ``a`` of fragment (i, j) (``Scheme.step_sums``)."""
         return f"sk_step{a}_{i}_{j}"
+
+    def chunk_total(self, a: int, i: int, j: int) -> str:
+        """The total of the earlier chunks' running sums of accumulator ``a`` of fragment
+        (i, j) (``Scheme.chunk``)."""
+        return f"sk_tot{a}_{i}_{j}"
 
     def wave_origin(self, i: int, j: int) -> tuple[ir.Expr, ir.Expr]:
         """Row and column, within the block's tile, of fragment (i, j) of this wave."""

@@ -73,11 +73,13 @@ class Multiply(Copies):
             products: list[ir.Stmt] = self.multiply(var("sk_slot"))
             if self.specialized:  # the producer warpgroup's waves multiply nothing
                 products = [ir.If(cond=binary(BinOp.LT, var("sk_wave"), const(self.waves)),
-                                  then=tuple(products))]
+                                  then=(*products, *self.chunk_end()))]
+                return [*prologue,
+                        ir.For(var="sk_k0", start=const(0), stop=var(self.k_stop),
+                               step=const(step), body=(*body, *refills, *products)),
+                        ir.StageWait(pending=0)]
             body = (*body, *refills, *products)
-        return [*prologue,
-                ir.For(var="sk_k0", start=const(0), stop=var(self.k_stop), step=const(step),
-                       body=body),
+        return [*prologue, *self.k_loop(body, var(self.k_stop)),
                 ir.StageWait(pending=0)]  # the copies issued past the end land too
 
     def stacked(self) -> list[ir.Stmt]:
@@ -115,7 +117,64 @@ class Multiply(Copies):
                 ir.For(var="sk_phase", start=const(0), stop=var("sk_phases"),
                        step=const(1), body=body)]
 
+    def k_loop(self, body: Sequence[ir.Stmt], stop: ir.Expr) -> list[ir.Stmt]:
+        """The loop of ``body`` over the steps ``sk_k0`` of ``[0, stop)``; with chunks
+        (``Scheme.chunk``), each step that ends one then takes the totals (``chunk_end``), or
+        under ``Staging.chunk_loops`` a loop over the chunks (``sk_kc``) runs the loop over
+        their steps and takes the totals after it (the last, partial, chunk's too, which
+        changes no bits: its running sum then starts again at -0.0, and the loop's end adds
+        -0.0 to its total)."""
+        chunk, step = self.scheme.chunk, const(self.step)
+        if chunk is None or not self.chunk_loops:
+            return [ir.For(var="sk_k0", start=const(0), stop=stop, step=step,
+                           body=(*body, *self.chunk_end()))]
+        end = ir.Call(fn=ir.MathFn.MIN, args=(add(var("sk_kc"), const(chunk)), stop), type=I32)
+        return [ir.For(var="sk_kc", start=const(0), stop=stop, step=const(chunk), body=(
+            ir.For(var="sk_k0", start=var("sk_kc"), stop=end, step=step, body=tuple(body)),
+            *self.totals_taken()))]
+
+    def chunk_end(self) -> list[ir.Stmt]:
+        """At the end of a step that ends a chunk (``Scheme.chunk``), the totals taken
+        (``totals_taken``). Nothing without chunks."""
+        chunk = self.scheme.chunk
+        if not chunk:
+            return []
+        ends = binary(BinOp.EQ, binary(BinOp.REM, add(var("sk_k0"), const(self.step)),
+                                       const(chunk)), const(0))
+        return [ir.If(cond=ends, then=tuple(self.totals_taken()))]
+
+    def totals_taken(self) -> list[ir.Stmt]:
+        """Each running sum added to its total, then started again at -0.0, the identity of
+        the additions that follow."""
+        moves: list[ir.Stmt] = []
+        for a, i, j in self.accumulator_names():
+            total, running = self.chunk_total(a, i, j), f"sk_acc{a}_{i}_{j}"
+            moves += [ir.FragAdd(d=total, a=total, b=running),
+                      ir.FragFill(frag=running, value=self.negative_zero())]
+        return moves
+
+    def accumulator_names(self) -> list[tuple[int, int, int]]:
+        """(accumulator, fragment row, fragment column) of every running accumulator."""
+        return [(a, i, j) for i, j in self.frag_names() for a in range(self.scheme.accumulators)]
+
+    def negative_zero(self) -> ir.Const:
+        return ir.Const(value=-0.0, type=self.scheme.acc)
+
     def reduction(self) -> list[ir.Stmt]:
+        """The reduction, and with chunks (``Scheme.chunk``) the totals around it: started at
+        -0.0 before the loop, each step that ends a chunk adding the running sums to them,
+        and the loop's end adding the running sums of the last chunk (``total + running``:
+        with one chunk or less, ``-0.0 + running``, the running sum's own bits)."""
+        if not self.scheme.chunk:
+            return self.steps()
+        names = self.accumulator_names()
+        return [*(ir.FragFill(frag=self.chunk_total(*x), value=self.negative_zero())
+                  for x in names),
+                *self.steps(),
+                *(ir.FragAdd(d=f"sk_acc{a}_{i}_{j}", a=self.chunk_total(a, i, j),
+                             b=f"sk_acc{a}_{i}_{j}") for a, i, j in names)]
+
+    def steps(self) -> list[ir.Stmt]:
         """The loop over the steps of the reduction. With prefetching, each step stages the
         registers fetched during the previous one and fetches the next step's tiles before
         multiplying; one barrier before the products (the staged tiles are complete) and one
@@ -125,18 +184,15 @@ class Multiply(Copies):
         if self.stages > 1:
             return self.pipelined()
         if not self.prefetching:
-            body = (*self.stage(), ir.Barrier(), *self.multiply(), ir.Barrier())
-            return [ir.For(var="sk_k0", start=const(0), stop=var("sk_d"), step=const(self.step),
-                           body=body)]
+            return self.k_loop((*self.stage(), ir.Barrier(), *self.multiply(), ir.Barrier()),
+                               var("sk_d"))
         registers = [ir.ArrayDecl(name=f"sk_p{name}", elem=access.elem,
                                   size=rows * cols // self.threads, space=MemSpace.LOCAL)
                      for name, access, rows, cols in self.operands()]
         nxt = add(var("sk_k0"), const(self.step))
         body = (*self.stage_prefetched(), ir.Barrier(), *self.prefetch(nxt), *self.multiply(),
                 ir.Barrier())
-        return [*registers, *self.prefetch(const(0)),
-                ir.For(var="sk_k0", start=const(0), stop=var("sk_d"), step=const(self.step),
-                       body=body)]
+        return [*registers, *self.prefetch(const(0)), *self.k_loop(body, var("sk_d"))]
 
     def multiply(self, slot: ir.Expr | None = None, between: Sequence[ir.Stmt] = ()
                  ) -> list[ir.Stmt]:
