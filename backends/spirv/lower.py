@@ -76,7 +76,7 @@ trips inside the limits were printed apart (199.6 against 190.0 TFLOP/s in one r
 Bf16x3's ``t64k16s3`` (A unpadded) slower than ``t64k16s2`` (18.2 against 18.9). Bf16x3's
 running sums take their totals in a loop over the chunks around the loop over the steps
 (``chunk_loops``): tested at every step, as CUDA's kernels take them, ``t64k16s2`` ran 11.7
-TFLOP/s at 4096^3, against 17.8 so and 17.6 without totals."""
+TFLOP/s at 4096^3; in chunk loops 17.8, and 17.6 without totals."""
 
 COMPONENTS = {
     FragUse.A: (ElemType.F16, ElemType.BF16, ElemType.U8, ElemType.I8),
