@@ -25,7 +25,13 @@ from sarek.dsl import KernelFunction
 from sarek.errors import SarekError
 from sarek.ir_walk import walk
 from sarek.launch import Launch
-from sarek.loader import examples_dir, load_kernel, user_error
+from sarek.loader import (
+    MAKE_BYTES_PER_ELEMENT,
+    examples_dir,
+    load_kernel,
+    make_elements,
+    user_error,
+)
 from sarek.schedule import Schedule
 from sim.launch import Limits, size_text
 
@@ -35,10 +41,6 @@ if TYPE_CHECKING:
 TRIPLE_OPTIONS = ("--size", "--grid", "--block")
 """Options whose value is X[,Y[,Z]]; ``main`` keeps a negative value (``--size -1,2,3``) as
 the value, which argparse would otherwise read as an option, so that it is refused as such."""
-
-_MAKE_BYTES_PER_ELEMENT = 8
-"""What the ``--size`` check counts per element of the arrays ``make(m, n, k)`` builds."""
-
 
 def _limits(args: argparse.Namespace) -> Limits:
     """The simulator's limits, as the command line raises them."""
@@ -88,14 +90,14 @@ def _check_size(args: argparse.Namespace) -> None:
             args, "original", False):  # make() is not called
         return
     m, n, k = size
-    need = (m * k + k * n + m * n) * _MAKE_BYTES_PER_ELEMENT
+    need = make_elements(m, n, k) * MAKE_BYTES_PER_ELEMENT
     limit = getattr(args, "max_memory", None) or Limits().memory
     if need > limit:
         hint = ("raise it with --max-memory" if hasattr(args, "max_memory") else
                 "sarek simulate and sarek rewrite can raise it with --max-memory")
         raise SarekError(f"--size {m},{n},{k} asks make() for arrays of about "
-                         f"{m * k + k * n + m * n} elements ({size_text(need)} at "
-                         f"{_MAKE_BYTES_PER_ELEMENT} bytes each), more than the memory limit of "
+                         f"{make_elements(m, n, k)} elements ({size_text(need)} at "
+                         f"{MAKE_BYTES_PER_ELEMENT} bytes each), more than the memory limit of "
                          f"{size_text(limit)}; {hint}")
 
 

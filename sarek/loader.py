@@ -107,6 +107,16 @@ def bundled_examples() -> list[tuple[str, str, list[str]]]:
     return out
 
 
+MAKE_BYTES_PER_ELEMENT = 8
+"""What a size check counts per element of the arrays an example's ``make(m, n, k)`` builds."""
+
+
+def make_elements(m: int, n: int, k: int) -> int:
+    """About how many elements an example's ``make(m, n, k)`` allocates: A, B and C of a
+    batch, m*k + k*n + m*n."""
+    return m * k + k * n + m * n
+
+
 def examples_dir() -> Path:
     """The bundled examples: ``sarek/examples`` in an installed package (the wheel carries
     them there), else ``examples/`` beside the package in a source checkout."""

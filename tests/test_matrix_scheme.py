@@ -11,6 +11,7 @@ from sarek.coopmat import Component, Scope, Shape
 from sarek.ir import ElemType
 from sarek.matrix_pattern import recognize
 from sarek.matrix_scheme import (
+    CHUNK,
     SUPPORTED_FRAGMENT,
     SUPPORTED_SUBGROUP,
     Lowering,
@@ -19,6 +20,7 @@ from sarek.matrix_scheme import (
     lowering_name,
     select,
 )
+from sarek.schedule import Schedule, ScheduleError
 
 F32 = recognize(example("gemm_f32").make(8, 8, 8).kernel)
 I32 = recognize(example("gemm_i32").make(8, 8, 8).kernel)
@@ -115,3 +117,16 @@ def test_fragment_without_template_is_refused() -> None:
 def test_lowering_that_does_not_fit_the_operands_is_refused() -> None:
     with pytest.raises(LoweringError, match="F16_operands takes f16 or f32 operands, not i32"):
         config_of(Lowering.F16_OPERANDS, ElemType.I32)
+
+
+def test_every_step_a_schedule_takes_divides_bf16x3s_chunk() -> None:
+    """Every schedule then adds the running sums to their totals after the same sub-steps."""
+    steps = set()
+    for step in range(1, 257):
+        for name in (f"t64k{step}", f"t128k{step}s2g"):
+            try:
+                Schedule.parse(name).check(16, 128)
+            except ScheduleError:
+                continue
+            steps.add(step)
+    assert {16, 48, 128} <= steps and all(CHUNK % step == 0 for step in steps)

@@ -21,7 +21,7 @@ from backends.conformance.checks import Outcome, check
 from backends.conformance.report import device_name, failure, report, summary
 from backends.target import Target
 from sarek.errors import SarekError
-from sarek.loader import examples_dir
+from sarek.loader import MAKE_BYTES_PER_ELEMENT, examples_dir, make_elements
 from sarek.schedule import Schedule
 from sim.launch import Limits, size_text
 
@@ -73,13 +73,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _size(text: str) -> Size:
     """The size ``MxNxK`` spells; ``SarekError`` for anything else, and for a size whose
-    operands and output (4 bytes an element, an example's batch) the simulator's memory limit
-    would not hold."""
+    arrays an example's ``make`` builds (as ``sarek simulate --size`` counts them) the
+    simulator's memory limit would not hold."""
     parts = text.lower().split("x")
     if len(parts) != 3 or not all(p.isdigit() for p in parts):
         raise SarekError(f"a size is MxNxK with three whole numbers (200x136x1700), not {text!r}")
     m, n, k = map(int, parts)
-    need, limit = 4 * (m * k + k * n + m * n), Limits().memory
+    need, limit = make_elements(m, n, k) * MAKE_BYTES_PER_ELEMENT, Limits().memory
     if need > limit:
         raise SarekError(f"--size {text} asks for arrays of {size_text(need)}, more than the "
                          f"simulator's memory limit of {size_text(limit)}; name a smaller size")

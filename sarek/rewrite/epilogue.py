@@ -165,7 +165,8 @@ class Builder(Multiply):
         row, col, z, q = var("sk_row"), var("sk_col"), var("sk_z"), var("sk_q")
         columns = [add(col, const(part)) if part else col for part in range(width)]
 
-        def sums(limit: float, recompute: bool) -> list[ir.Stmt]:
+        def sums(recompute: bool) -> list[ir.Stmt]:
+            assert limit is not None
             out: list[ir.Stmt] = []
             for part, at in enumerate(columns):
                 out.append(ir.Let(name=f"sk_sum{part}", type=acc_t, value=self.total(part)))
@@ -196,17 +197,17 @@ class Builder(Multiply):
         if limit is None:
             return [trip_loop([*head, *store])]
         if trips >= 32:  # more trips than bits of sk_redo
-            return [trip_loop([*head, *sums(limit, True), *store])]
+            return [trip_loop([*head, *sums(True), *store])]
         marked = binary(BinOp.NE, binary(BinOp.AND, binary(BinOp.SHR, var("sk_redo"), q),
                                          const(1)), const(0))
         return [
             ir.Let(name="sk_redo", type=I32, value=const(0)),
-            trip_loop([*head, *sums(limit, False), ir.If(
+            trip_loop([*head, *sums(False), ir.If(
                 cond=conjunction(*(self.usable(v, limit) for v in values)), then=tuple(store),
                 orelse=(ir.Assign(name="sk_redo", value=binary(
                     BinOp.OR, var("sk_redo"), binary(BinOp.SHL, const(1), q))),))]),
             ir.If(cond=binary(BinOp.NE, var("sk_redo"), const(0)), then=(trip_loop([
-                ir.If(cond=marked, then=(*head, *sums(limit, True), *store))]),))]
+                ir.If(cond=marked, then=(*head, *sums(True), *store))]),))]
 
     def build(self) -> tuple[ir.Stmt, ...]:
         tid = builtin(Builtin.THREAD_IDX_X)

@@ -225,19 +225,17 @@ class Layout:
         out.append(ir.ArrayDecl(name="sk_cs", elem=self.scheme.acc, size=self.exchange_size(),
                                 space=MemSpace.SHARED, shares=self.exchange_host))
         shape = ir.FragShape(m=self.acc_m, n=self.acc_n, k=self.frag_k)
-        for i, j in self.frag_names():
-            for a in range(self.scheme.accumulators):
-                out.append(ir.FragDecl(name=f"sk_acc{a}_{i}_{j}", use=FragUse.ACCUMULATOR,
-                                       shape=shape, elem=self.scheme.acc))
+        out += [ir.FragDecl(name=f"sk_acc{a}_{i}_{j}", use=FragUse.ACCUMULATOR, shape=shape,
+                            elem=self.scheme.acc) for a, i, j in self.accumulator_names()]
         if self.scheme.step_sums:  # a fresh strip per strip column, the rows' in turn
-            fresh = [(0, 0, j) for j in range(self.grid[1])] if self.strips else [
-                (a, i, j) for i, j in self.frag_names() for a in range(self.scheme.accumulators)]
+            fresh = ([(0, 0, j) for j in range(self.grid[1])] if self.strips
+                     else self.accumulator_names())
             out += [ir.FragDecl(name=self.step_sum(a, i, j), use=FragUse.ACCUMULATOR,
                                 shape=shape, elem=self.scheme.acc) for a, i, j in fresh]
         if self.scheme.chunk:  # the running sums' totals (Scheme.chunk)
             out += [ir.FragDecl(name=self.chunk_total(a, i, j), use=FragUse.ACCUMULATOR,
                                 shape=shape, elem=self.scheme.acc)
-                    for i, j in self.frag_names() for a in range(self.scheme.accumulators)]
+                    for a, i, j in self.accumulator_names()]
         if self.strips:  # A per strip row and sub-step, B per strip column and sub-step: none
             subs = range(self.step // self.frag_k)  # is reloaded in a step
             terms = range(len(self.scheme.terms))
@@ -260,6 +258,11 @@ class Layout:
         """The B fragment of term ``t`` that strip column ``j`` multiplies in sub-step
         ``q`` (named without ``j`` where the strips are as wide as the tile)."""
         return f"sk_fb{t}_{q}_{j}" if self.grid[1] > 1 else f"sk_fb{t}_{q}"
+
+    def accumulator_names(self) -> list[tuple[int, int, int]]:
+        """(accumulator, fragment row, fragment column) of every running accumulator, each
+        fragment's accumulators together."""
+        return [(a, i, j) for i, j in self.frag_names() for a in range(self.scheme.accumulators)]
 
     def step_sum(self, a: int, i: int, j: int) -> str:
         """The fresh accumulator of accumulator ``a`` of fragment (i, j) (``Scheme.step_sums``)."""

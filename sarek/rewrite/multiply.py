@@ -29,7 +29,7 @@ class Multiply(Copies):
         if planes or constant:
             value = init if constant and not planes else zero(self.scheme.acc)
             return [ir.FragFill(frag=f"sk_acc{a}_{i}_{j}", value=cast(value, self.scheme.acc))
-                    for i, j in self.frag_names() for a in range(self.scheme.accumulators)]
+                    for a, i, j in self.accumulator_names()]
         # The initial value varies by output: each wave stages it through its part of the
         # exchange array, one fragment at a time (in its group's turn).
         here = self.covered(var("sk_row"), var("sk_col"))
@@ -152,10 +152,6 @@ class Multiply(Copies):
             moves += [ir.FragAdd(d=total, a=total, b=running),
                       ir.FragFill(frag=running, value=self.negative_zero())]
         return moves
-
-    def accumulator_names(self) -> list[tuple[int, int, int]]:
-        """(accumulator, fragment row, fragment column) of every running accumulator."""
-        return [(a, i, j) for i, j in self.frag_names() for a in range(self.scheme.accumulators)]
 
     def negative_zero(self) -> ir.Const:
         return ir.Const(value=-0.0, type=self.scheme.acc)
@@ -293,7 +289,7 @@ class Multiply(Copies):
         all-zero sub-step leaves the running sum's bits alone, a -0.0 one too) and are then
         added to the running ones."""
         s = self.scheme
-        frags = [(a, i, j) for i, j in self.frag_names() for a in range(s.accumulators)]
+        frags = self.accumulator_names()
         into = {x: self.step_sum(*x) if s.step_sums else f"sk_acc{x[0]}_{x[1]}_{x[2]}"
                 for x in frags}
         zero = ir.Const(value=-0.0 if s.acc.is_float else 0, type=s.acc)
