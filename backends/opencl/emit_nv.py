@@ -78,7 +78,7 @@ HARDWARE_ROUNDING = {
 }}""",
 }
 """The f32 roundings opencl-nv defines its own way: PTX ``cvt.rn`` (round to nearest even, one
-instruction where the portable integer code takes about twenty, most of them branches; CUDA's
+instruction where the portable code takes about fifteen; CUDA's
 printer rounds with the same instructions) for every value but a NaN, which keeps the portable
 helper's payload. The results are the portable helpers' bit for bit. bf16 is one branch-free
 ``asm``, its NaN case a ``selp``: NVIDIA's OpenCL compiler kept the C helper's NaN test as a
