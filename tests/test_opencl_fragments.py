@@ -188,3 +188,66 @@ def test_cpu_devices_build_without_the_optimizer_unless_asked(
     monkeypatch.setenv(OPTIMIZE_VARIABLE, "1")
     assert "-cl-opt-disable" not in build_options(device)
     assert "-cl-fp32-correctly-rounded-divide-sqrt" in build_options(device)
+
+
+def _f32_cases() -> np.ndarray:
+    """f32 bit patterns that exercise every path of rounding to f16, each sign: every value
+    whose f16 is subnormal or zero (exponents -25 to -15, every significand), every NaN
+    payload, and at every other exponent every combination of the 13 bits f16 drops under
+    eight patterns of the 10 it keeps (where ties and carries into the exponent happen)."""
+    rng = np.random.default_rng(11)
+    every = np.arange(1 << 23, dtype=np.uint32)
+    kept = np.concatenate([[0, 1, 0x1FE, 0x1FF, 0x200, 0x3FF],
+                           rng.integers(2, 0x3FE, 2)]).astype(np.uint32) << 13
+    low = np.arange(1 << 13, dtype=np.uint32)
+    parts = [(np.uint32(e + 127) << 23) | every for e in range(-25, -14)]
+    parts.append(np.uint32(0x7F800000) | every)
+    parts += [(np.uint32(e) << 23) | (kept[:, None] | low[None]).ravel()
+              for e in list(range(0, 127 - 25)) + list(range(127 - 14, 255))]
+    positive = np.concatenate(parts)
+    return np.concatenate([positive, positive | np.uint32(0x80000000)])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("optimize", [False, True], ids=["as-built", "optimizer"])
+def test_f32_rounds_to_f16_and_back_as_numpy_does(optimize: bool,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The printed prelude's ``sk_f32_to_f16`` and, on its result, ``sk_f16_to_f32`` against
+    NumPy's rounding and widening (which the simulator uses) on ``_f32_cases`` (about 200
+    million values), in the runner's build and with the optimizer (both are selects, not
+    branches, and the rounding is the FPU's: specs/backends.md)."""
+    import pyopencl as cl
+
+    from backends.opencl.emit import DIALECT
+
+    if optimize:
+        monkeypatch.setenv(OPTIMIZE_VARIABLE, "1")
+    else:
+        monkeypatch.delenv(OPTIMIZE_VARIABLE, raising=False)
+    device = find_device(chosen_platform())
+    context = cl.Context([device])
+    queue = cl.CommandQueue(context)
+    source = DIALECT.prelude + r"""
+    __kernel void round_trip(__global const uint* x, __global ushort* narrow,
+                             __global uint* wide) {
+        uint i = (uint)get_global_id(0);
+        ushort h = sk_f32_to_f16(as_float(x[i]));
+        narrow[i] = h;
+        wide[i] = as_uint(sk_f16_to_f32(h));
+    }"""
+    round_trip = cl.Kernel(cl.Program(context, source).build(options=build_options(device)),
+                           "round_trip")
+    x = _f32_cases()
+    narrow = np.empty(x.size, np.uint16)
+    wide = np.empty(x.size, np.uint32)
+    flags = cl.mem_flags
+    x_buf = cl.Buffer(context, flags.READ_ONLY | flags.COPY_HOST_PTR, hostbuf=x)
+    narrow_buf = cl.Buffer(context, flags.WRITE_ONLY, narrow.nbytes)
+    wide_buf = cl.Buffer(context, flags.WRITE_ONLY, wide.nbytes)
+    round_trip(queue, (x.size,), None, x_buf, narrow_buf, wide_buf)
+    cl.enqueue_copy(queue, narrow, narrow_buf)
+    cl.enqueue_copy(queue, wide, wide_buf)
+    with np.errstate(all="ignore"):
+        want = x.view(np.float32).astype(np.float16)
+    assert np.count_nonzero(narrow != want.view(np.uint16)) == 0
+    assert np.count_nonzero(wide != want.astype(np.float32).view(np.uint32)) == 0
