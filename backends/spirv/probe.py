@@ -1,10 +1,12 @@
 """Reads a Vulkan device's cooperative-matrix list
-(``vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR``) into the gate's ``DeviceSupport``;
+(``vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR``) into the gate's ``DeviceSupport``, and
+its extensions and compute limits (``vulkan_limits``);
 the ``vulkan`` package is imported where a device is probed, so that sarek runs without it."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from sarek.coopmat import Component, Config, DeviceSupport, GateError, Scope, Shape
 
@@ -13,6 +15,7 @@ _VK_COMPONENT = {  # VkComponentTypeKHR
     7: Component.U8, 9: Component.U32, 1000141000: Component.BF16,
 }
 _VK_SCOPE = {3: Scope.SUBGROUP, 2: Scope.WORKGROUP}  # VkScopeKHR
+T = TypeVar("T")
 
 
 def from_vulkan_properties(device: str, props: Any) -> DeviceSupport:
@@ -61,6 +64,28 @@ def _vk_text(vk: Any, value: Any) -> str:
 
 def vulkan_devices() -> list[DeviceSupport]:
     """Creates a Vulkan 1.3 instance and probes every physical device (GPU machine only)."""
+    return _each_device(vulkan_support)
+
+
+def vulkan_limits() -> list[dict[str, Any]]:
+    """Each Vulkan device's name, its extensions and the compute limits a staging policy
+    heeds (``maxComputeSharedMemorySize``, ``maxComputeWorkGroupInvocations``)."""
+    def limits(instance: Any, physical_device: Any) -> dict[str, Any]:
+        import vulkan as vk
+
+        props = vk.vkGetPhysicalDeviceProperties(physical_device)
+        return {"device": f"{_vk_text(vk, props.deviceName)} (Vulkan)",
+                "driver_version": int(props.driverVersion),
+                "shared_bytes": int(props.limits.maxComputeSharedMemorySize),
+                "invocations": int(props.limits.maxComputeWorkGroupInvocations),
+                "extensions": sorted(_vk_text(vk, e.extensionName) for e in
+                                     vk.vkEnumerateDeviceExtensionProperties(physical_device,
+                                                                              None))}
+    return _each_device(limits)
+
+
+def _each_device(probe: Callable[[Any, Any], T]) -> list[T]:
+    """``probe(instance, physical_device)`` of every device of a Vulkan 1.3 instance."""
     try:
         import vulkan as vk
     except (ImportError, OSError) as e:
@@ -72,6 +97,6 @@ def vulkan_devices() -> list[DeviceSupport]:
                                    pApplicationInfo=app)
     instance = vk.vkCreateInstance(info, None)
     try:
-        return [vulkan_support(instance, d) for d in vk.vkEnumeratePhysicalDevices(instance)]
+        return [probe(instance, d) for d in vk.vkEnumeratePhysicalDevices(instance)]
     finally:
         vk.vkDestroyInstance(instance, None)

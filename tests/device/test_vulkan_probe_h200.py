@@ -5,7 +5,8 @@
 configurations; the ``vulkan`` target's gate decides with the recorded H200 list
 (``sarek.device_support.recorded_h200_vulkan``), so on an H200 the live list must be that
 list. The gate's verdict for every lowering's configuration at fragments 16 and 8 is recorded
-for each device. Records ``vulkan_probe_h200``.
+for each device, and so are its extensions and compute limits (``probe.vulkan_limits``); an
+H200's must be those Vulkan's staging policy was fitted to. Records ``vulkan_probe_h200``.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def measured() -> list[dict[str, Any]]:
                     "configs": sorted(str(c) for c in support.configs or ()),
                     "equals_recorded_h200_list": support.configs == recorded.configs,
                     "verdicts": verdicts})
-    record("vulkan_probe_h200", {"devices": out})
+    record("vulkan_probe_h200", {"devices": out, "limits": probe.vulkan_limits()})
     return out
 
 
@@ -59,3 +60,20 @@ def test_an_h200_lists_the_configurations_the_gate_was_given(measured: list[dict
     if not h200:
         pytest.skip(f"no H200 among the Vulkan devices ({[d['device'] for d in measured]})")
     assert all(d["equals_recorded_h200_list"] for d in h200), [d["configs"] for d in h200]
+
+
+@pytest.mark.device
+@needs.vulkan
+def test_an_h200_reports_the_limits_vulkans_staging_policy_was_fitted_to() -> None:
+    """The policy's schedules were chosen to fit 48 KiB of workgroup memory; a device with
+    less refuses them with the reason (``backends.spirv.device.over_limits``)."""
+    from backends.spirv import probe
+    from backends.spirv.lower import STAGING
+
+    h200 = [d for d in probe.vulkan_limits() if "H200" in d["device"]]
+    if not h200:
+        pytest.skip("no H200 among the Vulkan devices")
+    largest = 32 * max(schedule.block_waves for _, schedule in STAGING.declared)
+    for device in h200:
+        assert device["shared_bytes"] == STAGING.shared_bytes
+        assert largest <= device["invocations"]
