@@ -212,42 +212,22 @@ def _f32_cases() -> np.ndarray:
 @pytest.mark.parametrize("optimize", [False, True], ids=["as-built", "optimizer"])
 def test_f32_rounds_to_f16_and_back_as_numpy_does(optimize: bool,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """The printed prelude's ``sk_f32_to_f16`` and, on its result, ``sk_f16_to_f32`` against
+    """f32 to f16 and, on its result, f16 to f32, printed and run as every kernel is, against
     NumPy's rounding and widening (which the simulator uses) on ``_f32_cases`` (about 200
-    million values), in the runner's build and with the optimizer (both are selects, not
-    branches, and the rounding is the FPU's: specs/backends.md)."""
-    import pyopencl as cl
-
-    from backends.opencl.emit import DIALECT
-
+    million values, too many to simulate), in the runner's build and with the optimizer (both
+    conversions are selects, not branches, and the rounding is the FPU's: specs/backends.md)."""
     if optimize:
         monkeypatch.setenv(OPTIMIZE_VARIABLE, "1")
     else:
         monkeypatch.delenv(OPTIMIZE_VARIABLE, raising=False)
-    device = find_device(chosen_platform())
-    context = cl.Context([device])
-    queue = cl.CommandQueue(context)
-    source = DIALECT.prelude + r"""
-    __kernel void round_trip(__global const uint* x, __global ushort* narrow,
-                             __global uint* wide) {
-        uint i = (uint)get_global_id(0);
-        ushort h = sk_f32_to_f16(as_float(x[i]));
-        narrow[i] = h;
-        wide[i] = as_uint(sk_f16_to_f32(h));
-    }"""
-    round_trip = cl.Kernel(cl.Program(context, source).build(options=build_options(device)),
-                           "round_trip")
-    x = _f32_cases()
-    narrow = np.empty(x.size, np.uint16)
-    wide = np.empty(x.size, np.uint32)
-    flags = cl.mem_flags
-    x_buf = cl.Buffer(context, flags.READ_ONLY | flags.COPY_HOST_PTR, hostbuf=x)
-    narrow_buf = cl.Buffer(context, flags.WRITE_ONLY, narrow.nbytes)
-    wide_buf = cl.Buffer(context, flags.WRITE_ONLY, wide.nbytes)
-    round_trip(queue, (x.size,), None, x_buf, narrow_buf, wide_buf)
-    cl.enqueue_copy(queue, narrow, narrow_buf)
-    cl.enqueue_copy(queue, wide, wide_buf)
+    x = _f32_cases().view(np.float32)
+    x = np.resize(x, -(-x.size // 256) * 256)
+    blocks = (x.size // 256,)
+    narrow = run(_conversion(ElemType.F32, ElemType.F16),
+                 {"a": x, "out": np.zeros(x.size, np.float16)}, blocks, (256,))["out"]
+    wide = run(_conversion(ElemType.F16, ElemType.F32),
+               {"a": narrow, "out": np.zeros(x.size, np.float32)}, blocks, (256,))["out"]
     with np.errstate(all="ignore"):
-        want = x.view(np.float32).astype(np.float16)
-    assert np.count_nonzero(narrow != want.view(np.uint16)) == 0
-    assert np.count_nonzero(wide != want.astype(np.float32).view(np.uint32)) == 0
+        want = x.astype(np.float16)
+    assert np.count_nonzero(narrow.view(np.uint16) != want.view(np.uint16)) == 0
+    assert np.count_nonzero(wide.view(np.uint32) != want.astype(np.float32).view(np.uint32)) == 0

@@ -1,6 +1,6 @@
 """Reads a Vulkan device's cooperative-matrix list
 (``vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR``) into the gate's ``DeviceSupport``, and
-its extensions and compute limits (``vulkan_limits``);
+its extensions (``vulkan_extensions``);
 the ``vulkan`` package is imported where a device is probed, so that sarek runs without it."""
 
 from __future__ import annotations
@@ -46,9 +46,7 @@ def vulkan_support(instance: Any, physical_device: Any) -> DeviceSupport:
                         ) from None
     props = vk.vkGetPhysicalDeviceProperties(physical_device)
     name = f"{_vk_text(vk, props.deviceName)} (Vulkan)"
-    exts = {_vk_text(vk, e.extensionName)
-            for e in vk.vkEnumerateDeviceExtensionProperties(physical_device, None)}
-    if "VK_KHR_cooperative_matrix" not in exts:
+    if "VK_KHR_cooperative_matrix" not in _extensions(vk, physical_device):
         return DeviceSupport(name, frozenset(), note="Vulkan extensions",
                              unsupported_reason="the device lacks VK_KHR_cooperative_matrix")
     query = vk.vkGetInstanceProcAddr(instance,
@@ -67,21 +65,21 @@ def vulkan_devices() -> list[DeviceSupport]:
     return _each_device(vulkan_support)
 
 
-def vulkan_limits() -> list[dict[str, Any]]:
-    """Each Vulkan device's name, its extensions and the compute limits a staging policy
-    heeds (``maxComputeSharedMemorySize``, ``maxComputeWorkGroupInvocations``)."""
-    def limits(instance: Any, physical_device: Any) -> dict[str, Any]:
+def vulkan_extensions() -> dict[str, list[str]]:
+    """Each Vulkan device's extensions, by its name (the compute limits the runner heeds are
+    ``backends.spirv.device.Device``'s)."""
+    def named(instance: Any, physical_device: Any) -> tuple[str, list[str]]:
         import vulkan as vk
 
         props = vk.vkGetPhysicalDeviceProperties(physical_device)
-        return {"device": f"{_vk_text(vk, props.deviceName)} (Vulkan)",
-                "driver_version": int(props.driverVersion),
-                "shared_bytes": int(props.limits.maxComputeSharedMemorySize),
-                "invocations": int(props.limits.maxComputeWorkGroupInvocations),
-                "extensions": sorted(_vk_text(vk, e.extensionName) for e in
-                                     vk.vkEnumerateDeviceExtensionProperties(physical_device,
-                                                                              None))}
-    return _each_device(limits)
+        return (f"{_vk_text(vk, props.deviceName)} (Vulkan)",
+                sorted(_extensions(vk, physical_device)))
+    return dict(_each_device(named))
+
+
+def _extensions(vk: Any, physical_device: Any) -> set[str]:
+    return {_vk_text(vk, e.extensionName)
+            for e in vk.vkEnumerateDeviceExtensionProperties(physical_device, None)}
 
 
 def _each_device(probe: Callable[[Any, Any], T]) -> list[T]:

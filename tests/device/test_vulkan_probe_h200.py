@@ -5,8 +5,9 @@
 configurations; the ``vulkan`` target's gate decides with the recorded H200 list
 (``sarek.device_support.recorded_h200_vulkan``), so on an H200 the live list must be that
 list. The gate's verdict for every lowering's configuration at fragments 16 and 8 is recorded
-for each device, and so are its extensions and compute limits (``probe.vulkan_limits``); an
-H200's must be those Vulkan's staging policy was fitted to. Records ``vulkan_probe_h200``.
+for each device, and so are its extensions (``probe.vulkan_extensions``) and the runner's
+device's compute limits (``backends.spirv.device.Device``); an H200's must be those Vulkan's
+staging policy was fitted to. Records ``vulkan_probe_h200``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import needs
 import pytest
 from records import record
 
+from backends.spirv.device import device
 from sarek import coopmat, device_support
 from sarek.ir import ElemType
 from sarek.matrix_scheme import Lowering, config_of
@@ -42,7 +44,11 @@ def measured() -> list[dict[str, Any]]:
                     "configs": sorted(str(c) for c in support.configs or ()),
                     "equals_recorded_h200_list": support.configs == recorded.configs,
                     "verdicts": verdicts})
-    record("vulkan_probe_h200", {"devices": out, "limits": probe.vulkan_limits()})
+    d = device()
+    record("vulkan_probe_h200", {
+        "devices": out, "extensions": probe.vulkan_extensions(),
+        "runner_device": {"device": d.name, "shared_bytes": d.shared_bytes,
+                          "invocations": d.invocations}})
     return out
 
 
@@ -67,13 +73,10 @@ def test_an_h200_lists_the_configurations_the_gate_was_given(measured: list[dict
 def test_an_h200_reports_the_limits_vulkans_staging_policy_was_fitted_to() -> None:
     """The policy's schedules were chosen to fit 48 KiB of workgroup memory; a device with
     less refuses them with the reason (``backends.spirv.device.over_limits``)."""
-    from backends.spirv import probe
     from backends.spirv.lower import STAGING
 
-    h200 = [d for d in probe.vulkan_limits() if "H200" in d["device"]]
-    if not h200:
-        pytest.skip("no H200 among the Vulkan devices")
-    largest = 32 * max(schedule.block_waves for _, schedule in STAGING.declared)
-    for device in h200:
-        assert device["shared_bytes"] == STAGING.shared_bytes
-        assert largest <= device["invocations"]
+    d = device()
+    if "H200" not in d.name:
+        pytest.skip(f"the Vulkan device is {d.name}, not an H200")
+    assert d.shared_bytes == STAGING.shared_bytes
+    assert 32 * max(schedule.block_waves for _, schedule in STAGING.declared) <= d.invocations
