@@ -325,6 +325,43 @@ def test_a_rewrite_runs_or_is_refused_with_the_reason() -> None:
             vulkan.run(launch.kernel, dict(launch.args), launch.grid, launch.block)
 
 
+def _next(vk: object, struct: object) -> int:
+    """The address a features struct's pNext holds (a cffi struct, or a raw block whose
+    second 64-bit word is its pNext)."""
+    ffi = vk.ffi  # type: ignore[attr-defined]
+    if ffi.typeof(struct).kind in ("pointer", "array"):
+        return int(ffi.cast("uint64_t*", struct)[1])
+    return int(ffi.cast("uintptr_t", struct.pNext))  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("exts", [set(), {"VK_KHR_cooperative_matrix"},
+                                  {"VK_KHR_cooperative_matrix", vulkan_device.COOPMAT2},
+                                  {"VK_KHR_cooperative_matrix", "VK_KHR_shader_bfloat16"},
+                                  {"VK_KHR_cooperative_matrix", "VK_KHR_shader_bfloat16",
+                                   vulkan_device.COOPMAT2}], ids=lambda e: "+".join(sorted(e)))
+def test_the_features_chain_holds_exactly_the_blocks_of_the_offered_extensions(
+        exts: set[str]) -> None:
+    """A struct of an extension the driver does not offer in the features chain is invalid:
+    the chain ends at the 1.3 features without cooperative matrices, and holds the bf16 and
+    workgroup-scope blocks only where their extensions are offered, each ending the chain or
+    leading to the next."""
+    vk = pytest.importorskip("vulkan", reason="the vulkan bindings are not installed")
+    _, parts, _ = vulkan_device._chain(vk, exts)
+    chain, at = [], _next(vk, parts["v13"])
+    blocks = {int(vk.ffi.cast("uintptr_t", vk.ffi.addressof(parts["coop"]))): "coop",
+              int(vk.ffi.cast("uintptr_t", parts["bf16"])): "bf16",
+              int(vk.ffi.cast("uintptr_t", parts["coopmat2"])): "coopmat2"}
+    while at:
+        chain.append(blocks[at])
+        at = _next(vk, {"coop": parts["coop"], "bf16": parts["bf16"],
+                        "coopmat2": vk.ffi.cast("uint64_t*", parts["coopmat2"])}[chain[-1]])
+    want = ["coop"] * ("VK_KHR_cooperative_matrix" in exts) \
+        + ["bf16"] * ("VK_KHR_shader_bfloat16" in exts) \
+        + ["coopmat2"] * (vulkan_device.COOPMAT2 in exts)
+    assert chain == want
+    assert int(vk.ffi.cast("uint32_t*", parts["coopmat2"])[0]) == 1000593000
+
+
 @needs_vulkan
 def test_the_live_gate_refuses_a_device_without_cooperative_matrices_with_the_reason() -> None:
     d = vulkan_device.device()

@@ -28,9 +28,16 @@ from sarek.errors import SarekError
 from sarek.ir_walk import shared_arrays
 
 BF16_FEATURES = 1000141000  # VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_BFLOAT16_FEATURES_KHR
+COOPMAT2_FEATURES = 1000593000  # VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_2_FEATURES_NV
+COOPMAT2 = "VK_NV_cooperative_matrix2"
+COOPMAT2_NAMES = ("cooperativeMatrixWorkgroupScope", "cooperativeMatrixFlexibleDimensions",
+                  "cooperativeMatrixReductions", "cooperativeMatrixConversions",
+                  "cooperativeMatrixPerElementOperations", "cooperativeMatrixTensorAddressing",
+                  "cooperativeMatrixBlockLoads")
+"""VkPhysicalDeviceCooperativeMatrix2FeaturesNV's VkBool32 members, in order."""
 REQUIRE_FULL_SUBGROUPS = 0x2  # VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT
 STATISTICS = "VK_KHR_pipeline_executable_properties"
-EXTENSIONS = ("VK_KHR_cooperative_matrix", "VK_KHR_shader_bfloat16", STATISTICS)
+EXTENSIONS = ("VK_KHR_cooperative_matrix", "VK_KHR_shader_bfloat16", COOPMAT2, STATISTICS)
 
 
 class VulkanError(SarekError):
@@ -137,14 +144,23 @@ def _create(vk: Any) -> Device:
     raise VulkanError("no Vulkan 1.3 device with a compute queue")
 
 
-def _chain(vk: Any) -> tuple[Any, dict[str, Any], list[Any]]:
+def _chain(vk: Any, exts: set[str]) -> tuple[Any, dict[str, Any], list[Any]]:
     """A features query chain: VkPhysicalDeviceFeatures2 -> 1.1 -> 1.2 -> 1.3 -> cooperative
-    matrix -> bf16 (a raw block: the bindings predate VK_KHR_shader_bfloat16)."""
+    matrix, then, where ``exts`` has their extensions, bf16 and workgroup-scope cooperative
+    matrices (raw blocks: the bindings predate VK_KHR_shader_bfloat16 and
+    VK_NV_cooperative_matrix2; an unknown struct in the chain would be invalid)."""
     raw = vk.ffi.new("uint64_t[4]")
     raw[0] = BF16_FEATURES
+    raw2 = vk.ffi.new("uint64_t[6]")  # sType, pNext, seven VkBool32 (COOPMAT2_NAMES)
+    raw2[0] = COOPMAT2_FEATURES
+    last: Any = vk.ffi.NULL
+    for block, ext in ((raw2, COOPMAT2), (raw, "VK_KHR_shader_bfloat16")):
+        if ext in exts:
+            block[1] = int(vk.ffi.cast("uintptr_t", last))
+            last = vk.ffi.cast("void*", block)
     coop = vk.VkPhysicalDeviceCooperativeMatrixFeaturesKHR(
         sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR,
-        pNext=vk.ffi.cast("void*", raw))
+        pNext=last)
     v13 = vk.VkPhysicalDeviceVulkan13Features(
         sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES, pNext=coop)
     v12 = vk.VkPhysicalDeviceVulkan12Features(
@@ -153,18 +169,23 @@ def _chain(vk: Any) -> tuple[Any, dict[str, Any], list[Any]]:
         sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES, pNext=v12)
     top = vk.VkPhysicalDeviceFeatures2(sType=vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
                                        pNext=v11)
-    return top, {"v11": v11, "v12": v12, "v13": v13, "coop": coop, "bf16": raw},\
-        [raw, coop, v13, v12, v11, top]
+    if "VK_KHR_cooperative_matrix" not in exts:
+        v13.pNext = vk.ffi.NULL
+    return top, {"v11": v11, "v12": v12, "v13": v13, "coop": coop, "bf16": raw,
+                 "coopmat2": vk.ffi.cast("uint32_t*", raw2)}, [raw, raw2, coop, v13, v12, v11, top]
 
 
-def _read_features(vk: Any, parts: dict[str, Any], top: Any, bf16: bool) -> dict[str, bool]:
+def _read_features(vk: Any, parts: dict[str, Any], top: Any, exts: set[str]) -> dict[str, bool]:
     out = {name: bool(getattr(top.features, name)) for name in _CORE}
     for key, names in (("v11", _V11), ("v12", _V12), ("v13", _V13)):
         out |= {name: bool(getattr(parts[key], name)) for name in names}
     out["cooperativeMatrix"] = bool(parts["coop"].cooperativeMatrix)
-    raw = parts["bf16"]
+    raw, bf16 = parts["bf16"], "VK_KHR_shader_bfloat16" in exts
     out["shaderBFloat16Type"] = bf16 and bool(raw[2] & 0xFFFFFFFF)
     out["shaderBFloat16CooperativeMatrix"] = bf16 and bool(raw[3] & 0xFFFFFFFF)
+    words = parts["coopmat2"]
+    out |= {name: COOPMAT2 in exts and bool(words[4 + i])
+            for i, name in enumerate(COOPMAT2_NAMES)}
     return out
 
 
@@ -174,11 +195,7 @@ def _open(vk: Any, instance: Any, physical: Any, family: int) -> Device:
     exts = {_text(vk, e.extensionName)
             for e in vk.vkEnumerateDeviceExtensionProperties(physical, None)}
     enabled = [e for e in EXTENSIONS if e in exts]
-    top, parts, holders = _chain(vk)
-    if "VK_KHR_shader_bfloat16" not in exts:  # an unknown struct in the chain is invalid
-        parts["coop"].pNext = vk.ffi.NULL
-    if "VK_KHR_cooperative_matrix" not in exts:
-        parts["v13"].pNext = vk.ffi.NULL
+    top, parts, holders = _chain(vk, exts)
     executables = None
     if STATISTICS in exts:  # the compilers' statistics (registers, spills) for the benches
         executables = vk.VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR(
@@ -186,7 +203,7 @@ def _open(vk: Any, instance: Any, physical: Any, family: int) -> Device:
         top.pNext = vk.ffi.addressof(executables)
         holders.append(executables)
     vk.vkGetPhysicalDeviceFeatures2(physical, top)
-    features = _read_features(vk, parts, top, "VK_KHR_shader_bfloat16" in exts)
+    features = _read_features(vk, parts, top, exts)
     statistics = bool(executables is not None and executables.pipelineExecutableInfo)
     # properties: subgroup sizes (1.3) and float controls (1.2)
     p13 = vk.VkPhysicalDeviceVulkan13Properties(
@@ -216,6 +233,8 @@ def _open(vk: Any, instance: Any, physical: Any, family: int) -> Device:
     raw = parts["bf16"]
     raw[2] = int(features["shaderBFloat16Type"])
     raw[3] = int(features["shaderBFloat16CooperativeMatrix"])
+    for i, feature in enumerate(COOPMAT2_NAMES):  # workgroup scope and the rest, if offered
+        parts["coopmat2"][4 + i] = int(features[feature])
     queue_info = vk.VkDeviceQueueCreateInfo(sType=vk.VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
                                             queueFamilyIndex=family, queueCount=1,
                                             pQueuePriorities=[1.0])

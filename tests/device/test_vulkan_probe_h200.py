@@ -18,7 +18,7 @@ import needs
 import pytest
 from records import record
 
-from backends.spirv.device import device
+from backends.spirv.device import COOPMAT2, COOPMAT2_NAMES, device
 from sarek import coopmat, device_support
 from sarek.ir import ElemType
 from sarek.matrix_scheme import Lowering, config_of
@@ -48,7 +48,8 @@ def measured() -> list[dict[str, Any]]:
     record("vulkan_probe_h200", {
         "devices": out, "extensions": probe.vulkan_extensions(),
         "runner_device": {"device": d.name, "shared_bytes": d.shared_bytes,
-                          "invocations": d.invocations}})
+                          "invocations": d.invocations,
+                          "cooperative_matrix2": {f: d.features[f] for f in COOPMAT2_NAMES}}})
     return out
 
 
@@ -80,3 +81,19 @@ def test_an_h200_reports_the_limits_vulkans_staging_policy_was_fitted_to() -> No
         pytest.skip(f"the Vulkan device is {d.name}, not an H200")
     assert d.shared_bytes == STAGING.shared_bytes
     assert 32 * max(schedule.block_waves for _, schedule in STAGING.declared) <= d.invocations
+
+
+@pytest.mark.device
+@needs.vulkan
+def test_the_runner_reads_the_workgroup_scope_features_a_driver_offers() -> None:
+    """The features chain holds ``VK_NV_cooperative_matrix2``'s block where the driver offers
+    the extension; NVIDIA's driver 580 on an H200 does, with workgroup scope."""
+    from backends.spirv import probe
+
+    d = device()
+    extensions = {name.removesuffix(" (Vulkan)"): e
+                  for name, e in probe.vulkan_extensions().items()}
+    offered = COOPMAT2 in extensions.get(d.name, [])
+    if not offered:
+        pytest.skip(f"{d.name}'s driver does not offer {COOPMAT2}")
+    assert d.features["cooperativeMatrixWorkgroupScope"]
