@@ -188,6 +188,37 @@ def test_a_schedule_the_policy_already_runs_is_not_run_twice() -> None:
     assert len(scheduled(cases, large.name)) == 3
 
 
+def test_a_runs_refusals_are_decided_once_for_its_matrix_and_its_left_out_rewrites(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``sarek conformance --schedule`` asks of each rewrite whether the schedule is refused
+    twice (for the matrix, then for the report's left-out rewrites); ``Refusals`` decides each
+    once, with the answers ``refusal`` gives."""
+    from backends.conformance import cases
+
+    cuda = registry.target("cuda")
+    schedule, only = Schedule.parse("t128k64s2g"), ("gemm_f16", "gemm_i32")
+    asked: list[tuple[Any, ...]] = []
+    decide = cases.refusal
+
+    def counted(*args: Any) -> str | None:
+        asked.append(args[2:])
+        return decide(*args)
+
+    monkeypatch.setattr(cases, "refusal", counted)
+    refusals = conformance.Refusals(cuda)
+    matrix = conformance.matrix(cuda, EXAMPLES, quick=True, only=only, schedules=(schedule,),
+                                refusals=refusals)
+    for_matrix = len(asked)
+    out = conformance.left_out(cuda, EXAMPLES, schedule, only=only, refusals=refusals)
+    assert for_matrix == out[0] > 0 and len(asked) == for_matrix
+    monkeypatch.undo()
+    assert matrix == conformance.matrix(cuda, EXAMPLES, quick=True, only=only,
+                                        schedules=(schedule,))
+    assert out == conformance.left_out(cuda, EXAMPLES, schedule, only=only)
+    with pytest.raises(ValueError, match="another target"):
+        conformance.matrix(offering(cuda), EXAMPLES, only=only, refusals=refusals)
+
+
 def test_an_added_schedule_runs_wherever_the_rewrite_takes_it() -> None:
     cuda = registry.target("cuda")
     warpgroup = Schedule.parse("t128k64s2g")

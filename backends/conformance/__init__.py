@@ -28,6 +28,7 @@ from backends.conformance.cases import (
     SCHEDULE_SIZES,
     SIZES,
     Case,
+    Refusals,
     Rewrite,
     Size,
     configurations,
@@ -52,7 +53,7 @@ from backends.conformance.report import DEVICE_NAMES, device_name, failure, repo
 __all__ = [
     "ALIGNED_TILES", "CANARY", "DEVICE_NAMES", "EXIT_FAILED", "EXIT_NO_DEVICE", "EXIT_OK",
     "EXIT_USAGE", "EXTRA_SIZES", "GUARD", "LARGE_TILES", "RAGGED", "SCHEDULE_SIZES", "SIM_PREFIX",
-    "SIZES", "Case", "Outcome", "Rewrite", "Size", "Violation", "add_arguments", "canary",
-    "check", "configurations", "device_name", "failure", "left_out", "main", "matrix",
+    "SIZES", "Case", "Outcome", "Refusals", "Rewrite", "Size", "Violation", "add_arguments",
+    "canary", "check", "configurations", "device_name", "failure", "left_out", "main", "matrix",
     "refusal", "report", "rewritten", "simulated", "summary", "unaccepted",
 ]

@@ -130,8 +130,32 @@ def rewritten(target: Target, launch: Launch, rewrite: Rewrite,
                          staging=target.staging, schedule=schedule)[1]
 
 
+class Refusals:
+    """``refusal`` for one target, each (example, rewrite, schedule) decided once: a run's
+    matrix and its report's left-out rewrites ask the same questions (``left_out``), and each
+    answer rewrites and lowers a kernel."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self._known: dict[tuple[Path, Rewrite, Schedule], str | None] = {}
+
+    def __call__(self, path: Path, launch: Launch, rewrite: Rewrite, schedule: Schedule
+                 ) -> str | None:
+        key = (path, rewrite, schedule)
+        if key not in self._known:
+            self._known[key] = refusal(self.target, launch, rewrite, schedule)
+        return self._known[key]
+
+    def of(self, target: Target) -> Refusals:
+        """These refusals, which must be ``target``'s."""
+        if target is not self.target:
+            raise ValueError("these refusals were decided for another target")
+        return self
+
+
 def matrix(target: Target, examples: Path, *, quick: bool = False, only: tuple[str, ...] = (),
-           schedules: tuple[Schedule, ...] = (), sizes: tuple[Size, ...] = ()) -> list[Case]:
+           schedules: tuple[Schedule, ...] = (), sizes: tuple[Size, ...] = (),
+           refusals: Refusals | None = None) -> list[Case]:
     """Every case for ``target``: each ``gemm_*.py`` example in ``examples`` (those named in
     ``only``, when given) at each size, as the original and under every lowering that takes its
     operands at every subgroup and fragment the target permits; at the sizes of
@@ -143,7 +167,9 @@ def matrix(target: Target, examples: Path, *, quick: bool = False, only: tuple[s
     (``refusal``). ``quick``:
     the ragged size alone, under the schedule the region gets, and ``schedules`` at the ragged
     size. ``sizes``, when given, replace every size above (``quick``'s too). A case that runs
-    what another does (the schedule the region gets anyway) is listed once."""
+    what another does (the schedule the region gets anyway) is listed once. ``refusals``:
+    the target's refusals decided so far, which this adds to."""
+    refused = (refusals or Refusals(target)).of(target)
     cases = []
     for path, launch, rewrites in _examples(target, examples, only):
         variants: list[tuple[Lowering | None, int | None, int | None]] = [(None, None, None)]
@@ -153,9 +179,9 @@ def matrix(target: Target, examples: Path, *, quick: bool = False, only: tuple[s
         scheduled = [] if quick else [(r, s) for r in rewrites
                                       for name, s in target.staging.declared
                                       if name == r[0].value and
-                                      refusal(target, launch, r, s) is None]
+                                      refused(path, launch, r, s) is None]
         requested = [(r, s) for r in rewrites for s in schedules
-                     if refusal(target, launch, r, s) is None]
+                     if refused(path, launch, r, s) is None]
         cases += [Case(path, size, *r, s) for size in sizes or SCHEDULE_SIZES
                   for r, s in scheduled]
         cases += [Case(path, size, *r, s)
@@ -185,15 +211,17 @@ def _distinct(cases: list[Case], staging: Staging) -> list[Case]:
 
 
 def left_out(target: Target, examples: Path, schedule: Schedule, *,
-             only: tuple[str, ...] = ()) -> tuple[int, list[dict[str, Any]]]:
+             only: tuple[str, ...] = (), refusals: Refusals | None = None
+             ) -> tuple[int, list[dict[str, Any]]]:
     """How many rewrites of the examples in ``examples`` (those named in ``only``, when given)
     ``target`` prints, and those of them that ``schedule`` is left out of, each with its
-    example, rewrite and reason (``refusal``)."""
+    example, rewrite and reason (``refusal``; ``refusals``: as ``matrix`` takes them)."""
+    decide = (refusals or Refusals(target)).of(target)
     considered, refused = 0, []
     for path, launch, rewrites in _examples(target, examples, only):
         for low, sg, frag in rewrites:
             considered += 1
-            why = refusal(target, launch, (low, sg, frag), schedule)
+            why = decide(path, launch, (low, sg, frag), schedule)
             if why is not None:
                 refused.append({"example": path.stem, "lowering": low.value, "subgroup": sg,
                                 "frag": frag, "schedule": schedule.name, "reason": why})

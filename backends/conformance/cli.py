@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from backends import registry
-from backends.conformance.cases import Case, Size, first_refusal, left_out, matrix
+from backends.conformance.cases import Case, Refusals, Size, first_refusal, left_out, matrix
 from backends.conformance.checks import Outcome, check
 from backends.conformance.report import device_name, failure, report, summary
 from backends.target import Target
@@ -118,13 +118,14 @@ def main(args: argparse.Namespace) -> int:
             print(f"sarek conformance: no device for target {name}: {reason}", file=sys.stderr)
             return EXIT_NO_DEVICE
     only = tuple(args.example)
+    refusals = Refusals(target)  # the matrix and the left-out rewrites ask the same
     cases = matrix(target, examples, quick=args.quick, only=only, schedules=schedules,
-                   sizes=sizes)
+                   sizes=sizes, refusals=refusals)
     if not cases:
         print(f"sarek conformance: error: no example matches {', '.join(args.example)} in "
               f"{examples}", file=sys.stderr)
         return EXIT_USAGE
-    outs = {s: left_out(target, examples, s, only=only) for s in schedules}
+    outs = {s: left_out(target, examples, s, only=only, refusals=refusals) for s in schedules}
     refused = [f"{s.name} ({why})" for s, out in outs.items()
                if (why := first_refusal(*out)) is not None]
     if refused:
