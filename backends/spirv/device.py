@@ -2,7 +2,9 @@
 
 The device is created once per process with every feature the printer may need that it has
 (8/16-bit storage, shaderFloat16, shaderInt8/16/64, shaderFloat64, the Vulkan memory model,
-maintenance4 for ``LocalSizeId``, subgroup size control, cooperative matrices, bf16). This
+maintenance4 for ``LocalSizeId``, subgroup size control, cooperative matrices, bf16), and
+with ``VK_NV_cooperative_matrix2``'s features where the driver offers them (workgroup scope,
+which no printed module uses; ``bench/vulkan_workgroup_scope_h200.py``'s modules do). This
 module finds and opens it, reads its features and cooperative-matrix properties, and says what
 a printed module needs that it lacks (``missing``) and which float execution modes it keeps
 (``device_defaults``, ``runnable``). ``unavailable_reason()`` says in one line why no device
