@@ -145,6 +145,20 @@ def _constants(tk: int, ahead: int) -> str:
         + f"%i_far = OpConstant %i32 {ahead * tk}\n"
 
 
+def _header(held: str = "") -> str:
+    """The loop's header: the reduction offset, the accumulator and ``held`` (phis of tiles
+    loaded ahead) carried around it, the test of the bound, and the step's label."""
+    return """OpBranch %head
+%head = OpLabel
+%k0 = OpPhi %i32 %i0 %entry %k1 %step
+%acc = OpPhi %acc_t %acc0 %entry %acc1 %step
+""" + held + """%more = OpSLessThan %bool %k0 %k
+OpLoopMerge %done %step None
+OpBranchConditional %more %step %done
+%step = OpLabel
+"""
+
+
 def _loop(loads: str, ahead: int = 1) -> str:
     """The reduction loop: ``pointer`` or ``tensor`` loads of the step's tiles before its
     product, or ``prefetch``: the first ``ahead`` steps' tiles loaded before the loop and each
@@ -158,15 +172,7 @@ def _loop(loads: str, ahead: int = 1) -> str:
         shifted = "".join(f"%fa_next{j} = OpCopyObject %ma_t %fa{j + 1}\n"
                           f"%fb_next{j} = OpCopyObject %mb_t %fb{j + 1}\n"
                           for j in range(ahead - 1))
-        return LAYOUTS + first + """OpBranch %head
-%head = OpLabel
-%k0 = OpPhi %i32 %i0 %entry %k1 %step
-%acc = OpPhi %acc_t %acc0 %entry %acc1 %step
-""" + held + """%more = OpSLessThan %bool %k0 %k
-OpLoopMerge %done %step None
-OpBranchConditional %more %step %done
-%step = OpLabel
-%k1 = OpIAdd %i32 %k0 %itk
+        return LAYOUTS + first + _header(held) + """%k1 = OpIAdd %i32 %k0 %itk
 %k_far = OpIAdd %i32 %k0 %i_far
 %uk_far = OpBitcast %u32 %k_far
 """ + _tensor_loads("%uk_far", f"_next{ahead - 1}") + shifted \
@@ -175,15 +181,8 @@ OpBranch %head
 """
     body = _pointer_loads() if loads == "pointer" else "%uk0 = OpBitcast %u32 %k0\n" \
         + _tensor_loads("%uk0", "")
-    return (LAYOUTS if loads == "tensor" else "") + """OpBranch %head
-%head = OpLabel
-%k0 = OpPhi %i32 %i0 %entry %k1 %step
-%acc = OpPhi %acc_t %acc0 %entry %acc1 %step
-%more = OpSLessThan %bool %k0 %k
-OpLoopMerge %done %step None
-OpBranchConditional %more %step %done
-%step = OpLabel
-""" + body + """%acc1 = OpCooperativeMatrixMulAddKHR %acc_t %fa %fb %acc
+    return (LAYOUTS if loads == "tensor" else "") + _header() + body \
+        + """%acc1 = OpCooperativeMatrixMulAddKHR %acc_t %fa %fb %acc
 %k1 = OpIAdd %i32 %k0 %itk
 OpBranch %head
 """

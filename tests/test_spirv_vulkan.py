@@ -325,13 +325,23 @@ def test_a_rewrite_runs_or_is_refused_with_the_reason() -> None:
             vulkan.run(launch.kernel, dict(launch.args), launch.grid, launch.block)
 
 
-def _next(vk: object, struct: object) -> int:
-    """The address a features struct's pNext holds (a cffi struct, or a raw block whose
-    second 64-bit word is its pNext)."""
+def _raw(vk: object, block: object) -> bool:
+    """Whether ``block`` is a raw features block (a pointer or array of words, its pNext the
+    second 64-bit word) rather than a cffi struct."""
+    return vk.ffi.typeof(block).kind in ("pointer", "array")  # type: ignore[attr-defined]
+
+
+def _address(vk: object, block: object) -> int:
     ffi = vk.ffi  # type: ignore[attr-defined]
-    if ffi.typeof(struct).kind in ("pointer", "array"):
-        return int(ffi.cast("uint64_t*", struct)[1])
-    return int(ffi.cast("uintptr_t", struct.pNext))  # type: ignore[attr-defined]
+    return int(ffi.cast("uintptr_t", block if _raw(vk, block) else ffi.addressof(block)))
+
+
+def _next(vk: object, block: object) -> int:
+    """The address a features block's pNext holds."""
+    ffi = vk.ffi  # type: ignore[attr-defined]
+    if _raw(vk, block):
+        return int(ffi.cast("uint64_t*", block)[1])
+    return int(ffi.cast("uintptr_t", block.pNext))  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("exts", [set(), {"VK_KHR_cooperative_matrix"},
@@ -347,14 +357,11 @@ def test_the_features_chain_holds_exactly_the_blocks_of_the_offered_extensions(
     leading to the next."""
     vk = pytest.importorskip("vulkan", reason="the vulkan bindings are not installed")
     _, parts, _ = vulkan_device._chain(vk, exts)
+    named = {_address(vk, parts[name]): name for name in ("coop", "bf16", "coopmat2")}
     chain, at = [], _next(vk, parts["v13"])
-    blocks = {int(vk.ffi.cast("uintptr_t", vk.ffi.addressof(parts["coop"]))): "coop",
-              int(vk.ffi.cast("uintptr_t", parts["bf16"])): "bf16",
-              int(vk.ffi.cast("uintptr_t", parts["coopmat2"])): "coopmat2"}
     while at:
-        chain.append(blocks[at])
-        at = _next(vk, {"coop": parts["coop"], "bf16": parts["bf16"],
-                        "coopmat2": vk.ffi.cast("uint64_t*", parts["coopmat2"])}[chain[-1]])
+        chain.append(named[at])
+        at = _next(vk, parts[chain[-1]])
     want = ["coop"] * ("VK_KHR_cooperative_matrix" in exts) \
         + ["bf16"] * ("VK_KHR_shader_bfloat16" in exts) \
         + ["coopmat2"] * (vulkan_device.COOPMAT2 in exts)
