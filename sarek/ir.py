@@ -249,12 +249,14 @@ class FragMulAdd(_Stmt):
 
 class FragAdd(_Stmt):
     """``d = a + b`` element by element over accumulator fragments of one shape and element
-    type; float adds round to nearest even, integer adds wrap."""
+    type, or with ``subtract`` ``d = a - b``; float adds and subtractions round to nearest
+    even, integer ones wrap."""
 
     kind: Literal["frag_add"] = "frag_add"
     d: str
     a: str
     b: str
+    subtract: bool = False
 
 
 class TileOp(Node):

@@ -96,6 +96,9 @@ def operands_refusal(gemm: Gemm, lowering: Lowering, schedule: Schedule,
                            or (schedule.bulk and not schedule.specialized)):
         return ("the stacked byte planes are multiplied by a warpgroup schedule of cp.async "
                 "copies ('g' without 'b') or of a producer warpgroup's ('w')")
+    if scheme.chunk and scheme.chunk % schedule.step:
+        return (f"{lowering} takes its running sums' totals every {scheme.chunk} of k, which "
+                f"{schedule.step}-deep steps do not divide: take steps of 16, 32 or 64")
     if schedule.step > 64 and not scheme.stacked:
         return (f"{schedule.step}-deep steps are the stacked byte planes' (one 128-byte row of "
                 f"8-bit operands); {lowering} steps 16 to 64 deep")
@@ -111,12 +114,14 @@ def operands_refusal(gemm: Gemm, lowering: Lowering, schedule: Schedule,
     return None
 
 
-def _scheme(gemm: Gemm, lowering: Lowering, staging: Staging) -> Scheme:
-    """The scheme the rewrite builds ``gemm`` with: the lowering's for its operands, or the
-    stacked byte planes where the pre-pass wrote them."""
+def _scheme(gemm: Gemm, lowering: Lowering, staging: Staging, depth: int | None = None
+            ) -> Scheme:
+    """The scheme the rewrite builds ``gemm`` with: the lowering's for its operands and the
+    reduction's depth where it is known (``scheme_for``), or the stacked byte planes where the
+    pre-pass wrote them."""
     if gemm.stacked_planes:
         return STACKED_PLANES
-    return scheme_for(lowering, _operands(gemm), staging.whole_int32)
+    return scheme_for(lowering, _operands(gemm), staging.whole_int32, depth)
 
 
 def _operands(gemm: Gemm) -> ElemType:
@@ -128,12 +133,16 @@ def _operands(gemm: Gemm) -> ElemType:
 
 
 def kernel(original: ir.Kernel, gemm: Gemm, lowering: Lowering, subgroup: int = 32,
-           frag: int = 16, staging: Staging = DENSE, schedule: Schedule = SEED) -> ir.Kernel:
+           frag: int = 16, staging: Staging = DENSE, schedule: Schedule = SEED,
+           depth: int | None = None) -> ir.Kernel:
     """The rewritten kernel (see the module docstring); ``RewriteError`` with the reason when a
     subgroup or fragment has no template, the lowering does not take the operands, or an
     address, bound, initial value or epilogue cannot be expressed in the rewritten launch.
     ``staging`` is the target's layout policy for the staged tiles (``sarek.staging``),
-    ``schedule`` the block tile and reduction step (``sarek.schedule``)."""
+    ``schedule`` the block tile and reduction step (``sarek.schedule``), ``depth`` the
+    reduction depth of the launch the kernel is for, where it is known: Bf16x3 multiplies
+    reductions of at most ``CHUNK`` with exact hi·hi sub-steps (``scheme_for``). The kernel
+    computes every depth; the depth only chooses how accurately."""
     _check_subgroup(subgroup)
     if frag not in SUPPORTED_FRAGMENT:
         raise RewriteError(f"fragment {frag} has no template; supported: "
@@ -145,7 +154,7 @@ def kernel(original: ir.Kernel, gemm: Gemm, lowering: Lowering, subgroup: int = 
         config_of(lowering, _operands(gemm), frag)
     except LoweringError as e:
         raise RewriteError(e.reason) from None
-    scheme = _scheme(gemm, lowering, staging)
+    scheme = _scheme(gemm, lowering, staging, depth)
     if gemm.acc_type is not scheme.acc:
         raise RewriteError(f"{lowering} accumulates in {scheme.acc}; the kernel's accumulator "
                            f"is {gemm.acc_type}")
@@ -318,7 +327,8 @@ def rewrite_launch(original: Launch, *, lowering: Lowering | None = None,
         schedule = staging.schedule_for(
             chosen.value, reg.me, reg.ne,
             takes=lambda s: operands_refusal(gemm, chosen, s, staging) is None)
-    rewritten = kernel(original.kernel, gemm, chosen, subgroup, frag, staging, schedule)
+    rewritten = kernel(original.kernel, gemm, chosen, subgroup, frag, staging, schedule,
+                       depth=reg.d)
     block, grid = launch_dims(subgroup, me=reg.me, ne=reg.ne, ze=reg.ze, schedule=schedule)
     renames = user_renames(original.kernel)
     args = {**{renames.get(name, name): v for name, v in original.args.items()},

@@ -25,9 +25,11 @@ from sarek.matrix_pattern import Gemm
 
 SUPPORTED_SUBGROUP = (32, 64)
 SUPPORTED_FRAGMENT = (16, 8)
-# Bf16x3's running sums take a total every CHUNK of k: 48 sub-steps of 16, a multiple of every
-# step a schedule takes (16, 32, 48, 64 and 128), so every schedule adds at the same k.
-CHUNK = 768
+# Bf16x3's running sums take a total every CHUNK of k: 8 sub-steps of 16, a multiple of every
+# step a Bf16x3 schedule takes (16, 32, 64 and 128; a 48-deep step is refused), so every
+# schedule adds at the same k. Reductions no deeper than CHUNK are one chunk: they take the
+# exact hi·hi sub-steps instead (``Scheme.exact_top``, ``scheme_for``).
+CHUNK = 128
 
 
 class LoweringError(SarekError):
@@ -72,6 +74,13 @@ class Scheme:
     # the two. A sequential f32 sum of K/16 sub-step sums grows its error with K; in two levels
     # it is K/chunk + chunk/16 roundings deep.
     chunk: int | None = None
+    # With ``step_sums``, the sub-step's largest product (the last of ``products``: hi·hi)
+    # taken exactly: multiplied from -0.0 into a second fresh accumulator (``top``), then
+    # again onto the negation of that result, which leaves exactly what the first
+    # multiply-accumulate truncated away; the smaller products follow onto it, and the two
+    # fresh sums are added with rounding to nearest before the running add. One product more
+    # per sub-step, and one fresh accumulator more per fresh one.
+    exact_top: bool = False
     # Outputs whose sum is not finite or reaches 2^127 in magnitude are recomputed by the
     # original's own loop: split terms of an infinite or NaN operand (inf - inf) and products
     # near the overflow threshold would otherwise give NaN where the original gives inf.
@@ -130,17 +139,21 @@ they are, one wrapping product each. The ten plane products of ``a * b`` sum to 
 modulo 2^32, and wrapping addition is associative, so every output has the same bits."""
 
 
-def scheme_for(lowering: Lowering, operand_elt: ElemType, whole_int32: bool = False
-               ) -> Scheme:
+def scheme_for(lowering: Lowering, operand_elt: ElemType, whole_int32: bool = False,
+               depth: int | None = None) -> Scheme:
     """How ``lowering`` stages and multiplies operands of ``operand_elt``: its scheme, with the
     operands' own type as the fragment component where the lowering takes them as written;
     ``WHOLE_INT32`` for the byte planes on a target that multiplies int32 words whole
-    (``sarek.staging.Staging.whole_int32``)."""
+    (``sarek.staging.Staging.whole_int32``). Where the reduction's ``depth`` is known and at
+    most ``CHUNK``, Bf16x3's sub-steps take hi·hi exactly (``Scheme.exact_top``) and its one
+    chunk needs no totals."""
     if whole_int32 and lowering is Lowering.INT32_BYTE_PLANES:
         return WHOLE_INT32
     scheme = SCHEMES[lowering]
     if lowering is Lowering.INT8_OPERANDS:
         return replace(scheme, operand=operand_elt)
+    if lowering is Lowering.BF16X3_OPERANDS and depth is not None and depth <= CHUNK:
+        return replace(scheme, exact_top=True, chunk=None)
     return scheme
 
 

@@ -102,15 +102,17 @@ class Fragments(Core):
         return mul_add
 
     def add(self, s: ir.FragAdd, scope: Scope, site: Site) -> StmtFn:
-        """``d = a + b`` element by element: NumPy's add in the elements' own dtype rounds f32
-        and f64 once to nearest even and wraps integers, as the IR's scalar add does."""
+        """``d = a + b`` (``a - b`` with ``subtract``) element by element: NumPy's add and
+        subtract in the elements' own dtype round f32 and f64 once to nearest even and wrap
+        integers, as the IR's scalar add and subtract do."""
         d, a, b = (self._frag(scope, x).slot for x in (s.d, s.a, s.b))
+        op = np.subtract if s.subtract else np.add
 
         def add(st: State, m: Mask) -> None:
             groups = self._groups(m, site)
             fd, fa, fb = st.frags[d], st.frags[a], st.frags[b]
             assert fd is not None and fa is not None and fb is not None
-            fd[groups] = np.add(fa[groups], fb[groups])
+            fd[groups] = op(fa[groups], fb[groups])
 
         return add
 

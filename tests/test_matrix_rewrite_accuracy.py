@@ -165,16 +165,17 @@ def test_bf16x3_on_the_h200_tensor_core_model_is_as_accurate_as_sequential_f32(k
 
 
 @pytest.mark.parametrize("loops", [False, True], ids=["tested each step", "chunk loops"])
-@pytest.mark.parametrize("schedule", ["t64k16", "t64k48", "t64k32p", "t128k64s2"])
+@pytest.mark.parametrize("schedule", ["t64k16", "t64k64", "t64k32p", "t128k64s2"])
 def test_bf16x3_running_sums_take_a_total_every_chunk(schedule: str, loops: bool) -> None:
     """Sub-step sums that are exact in every model: A all ones, B's first row 2^24 and a
     1 at the first k of every later sub-step of 16. Summed in one f32 chain, as the original
     kernel sums its products, each 1 rounds away (2^24 + 1 ties to 2^24). In chunks of
-    ``CHUNK`` = 768: the first chunk's running sum is 2^24 (its 47 ones lost), the second's is
-    48 (exact), and their total 2^24 + 48 (exact: the spacing there is 2). K = 768 is one chunk:
-    2^24."""
+    ``CHUNK`` = 128: the first chunk's running sum is 2^24 (its 7 ones lost), the second's is
+    8 (exact), and their total 2^24 + 8 (exact: the spacing there is 2). K = 128 is one chunk
+    (and takes the exact hi·hi sub-steps, whose sums are the same here): 2^24."""
     m, n = 16, 24
-    for k, expected in ((2 * CHUNK, 2.0**24 + 48), (CHUNK, 2.0**24)):
+    assert CHUNK == 128
+    for k, expected in ((2 * CHUNK, 2.0**24 + CHUNK // 16), (CHUNK, 2.0**24)):
         launch = example("gemm_f32").make(m, n, k)
         b = np.zeros((k, n), np.float32)
         b[0] = 2.0**24
@@ -187,3 +188,30 @@ def test_bf16x3_running_sums_take_a_total_every_chunk(schedule: str, loops: bool
                             schedule=Schedule.parse(schedule),
                             staging=replace(DENSE, chunk_loops=loops))
             assert np.all(got == np.float32(expected)), (k, arith, np.unique(got))
+
+
+@pytest.mark.parametrize("schedule", ["t64k16", "t128k64s2"])
+def test_bf16x3_in_one_chunk_rounds_what_the_tensor_core_truncates(schedule: str) -> None:
+    """Two products whose sum is 1 + 1.5 * 2^-24 (every bf16 term but hi zero): the original
+    kernel rounds it to nearest, 1 + 2^-23. Under the ``h200`` model hi·hi's
+    multiply-accumulate truncates it to 1, as the six products give it; at a depth of one
+    chunk the rewrite takes hi·hi exactly (what the first multiply-accumulate truncated, from
+    the second) and adds the two with rounding to nearest: the original's 1 + 2^-23. Under
+    ``sequential`` both give the original's bits."""
+    m, n, k = 16, 24, 64 if schedule == "t128k64s2" else 16
+    launch = example("gemm_f32").make(m, n, k)
+    a = np.zeros((m, k), np.float32)
+    a[:, :2] = 1.0
+    b = np.zeros((k, n), np.float32)
+    b[0], b[1] = 1.0, 1.5 * 2.0**-24
+    launch.args["a"], launch.args["b"] = a.reshape(-1), b.reshape(-1)
+    want = np.float32(1.0 + 2.0**-23)
+    assert np.all(original(launch) == want)
+    sched = Schedule.parse(schedule)
+    six = rewritten(launch, Lowering.BF16X3_OPERANDS, arith="h200", schedule=sched)
+    assert np.all(six == np.float32(1.0))
+    for arith in ("h200", "sequential"):
+        exact = rewritten(launch, Lowering.BF16X3_OPERANDS, arith=arith, schedule=sched,
+                          depth=True)
+        assert np.all(exact == want), (arith, np.unique(exact))
+

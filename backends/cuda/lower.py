@@ -404,8 +404,8 @@ class _Lowering:
                 return self.move(s)
             case ir.FragMulAdd(d=d, a=a, b=b, c=c):
                 return self.mul_add(d, a, b, c, s.line)
-            case ir.FragAdd(d=d, a=a, b=b):
-                return self.frag_add(d, a, b, s.line)
+            case ir.FragAdd(d=d, a=a, b=b, subtract=subtract):
+                return self.frag_add(d, a, b, subtract, s.line)
         return [s]
 
     def facts(self, d: ir.FragDecl) -> atoms.MmaAtomFacts:
@@ -466,13 +466,16 @@ class _Lowering:
         return [ir.For(var=i, start=const(0), stop=const(size), step=const(1), line=line,
                        body=(ir.Store(array=name, index=var(i), value=value, line=line),))]
 
-    def frag_add(self, d: str, a: str, b: str, line: int | None) -> list[ir.Stmt]:
-        """``d = a + b``: a loop over the lane's accumulator elements (the IR checker made the
-        three accumulators of one type, so of one lane layout)."""
+    def frag_add(self, d: str, a: str, b: str, subtract: bool, line: int | None
+                 ) -> list[ir.Stmt]:
+        """``d = a + b`` (``a - b`` with ``subtract``): a loop over the lane's accumulator
+        elements (the IR checker made the three accumulators of one type, so of one lane
+        layout)."""
         fd = self.frag(d)
         i = self.loop_var()
-        total = add(ir.Load(array=a, index=var(i), type=fd.elem),
-                    ir.Load(array=b, index=var(i), type=fd.elem))
+        total = binary(BinOp.SUB if subtract else BinOp.ADD,
+                       ir.Load(array=a, index=var(i), type=fd.elem),
+                       ir.Load(array=b, index=var(i), type=fd.elem))
         size = _halves(fd.use, fd.shape.n) * self.facts(fd).c.values
         return [ir.For(var=i, start=const(0), stop=const(size), step=const(1), line=line,
                        body=(ir.Store(array=d, index=var(i), value=total, line=line),))]

@@ -170,10 +170,11 @@ def _hook(p: Printer, s: ir.Stmt) -> list[str] | None:
                     f"(ulong)({p.expr(s.stride)}), ulong2(0, 0), {transpose});"]
         case ir.FragMulAdd(d=d, a=a, b=b, c=c):
             return [f"simdgroup_multiply_accumulate({d}, {a}, {b}, {c});"]
-        case ir.FragAdd(d=d, a=a, b=b):
+        case ir.FragAdd(d=d, a=a, b=b, subtract=subtract):
             # Matrices of one type keep element (i, j) in the same thread and slot: each
-            # thread adds its own, with the f32 add that rounds once.
-            return [f"{d}.thread_elements()[{e}] = " + F32_OPS[BinOp.ADD].format(
+            # thread adds (or subtracts) its own, with the f32 operation that rounds once.
+            op = BinOp.SUB if subtract else BinOp.ADD
+            return [f"{d}.thread_elements()[{e}] = " + F32_OPS[op].format(
                         a=f"{a}.thread_elements()[{e}]", b=f"{b}.thread_elements()[{e}]") + ";"
                     for e in range(THREAD_ELEMENTS)]
         case _ if (error := refusal(s, NEUTRAL, "Metal")) is not None:

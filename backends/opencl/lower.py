@@ -462,13 +462,14 @@ class _Lowering:
         return stmts
 
     def frag_add(self, s: ir.FragAdd) -> list[ir.Stmt]:
-        """One lane's share of ``d = a + b``: each of its slots (the same in the three, which
+        """One lane's share of ``d = a + b`` (``a - b`` with ``subtract``): each of its slots (the same in the three, which
         the IR checker made accumulators of one shape and type)."""
         d = self.frag(s.d)
         for name in (s.d, s.a, s.b):
             if self.frag(name).use is not FragUse.ACCUMULATOR:
                 raise EmitError(f"a fragment add of {name!r}, which is not an accumulator")
-        return [ir.Assign(name=x, line=s.line, value=add(var(a, d.elem), var(b, d.elem)))
+        op = BinOp.SUB if s.subtract else BinOp.ADD
+        return [ir.Assign(name=x, line=s.line, value=binary(op, var(a, d.elem), var(b, d.elem)))
                 for x, a, b in zip(self.acc[s.d], self.acc[s.a], self.acc[s.b], strict=True)]
 
     # ---------------------------------------------------------------- runs of products

@@ -129,8 +129,8 @@ class _Module(CopyPrinter):
                 self.wait(pending)
             case ir.FragMulAdd(d=d, a=a, b=b, c=c):
                 self.mul_add(d, a, b, c)
-            case ir.FragAdd(d=d, a=a, b=b):
-                self.add(d, a, b)
+            case ir.FragAdd(d=d, a=a, b=b, subtract=subtract):
+                self.add(d, a, b, subtract)
             case _:
                 raise EmitError(f"SPIR-V cannot print {type(s).__name__} statements "
                                 "(lower the kernel for spirv first)")
@@ -338,13 +338,15 @@ class _Module(CopyPrinter):
                           *(["|".join(operands)] if operands else []))
         self.do("OpStore", fd.var, product)
 
-    def add(self, d: str, a: str, b: str) -> None:
-        """``d = a + b`` as one arithmetic instruction on the whole cooperative matrices, which
-        SPV_KHR_cooperative_matrix applies element by element (``NoContraction`` on floats)."""
+    def add(self, d: str, a: str, b: str, subtract: bool = False) -> None:
+        """``d = a + b`` (``a - b`` with ``subtract``) as one arithmetic instruction on the
+        whole cooperative matrices, which SPV_KHR_cooperative_matrix applies element by
+        element (``NoContraction`` on floats)."""
         fd, fa, fb = (self.frag(x) for x in (d, a, b))
         loaded = [self.op(f.type, "OpLoad", f.var) for f in (fa, fb)]
-        total = (self.exact(fd.type, "OpFAdd", *loaded) if fd.decl.elem.is_float
-                 else self.op(fd.type, "OpIAdd", *loaded))
+        op = "Sub" if subtract else "Add"
+        total = (self.exact(fd.type, f"OpF{op}", *loaded) if fd.decl.elem.is_float
+                 else self.op(fd.type, f"OpI{op}", *loaded))
         self.do("OpStore", fd.var, total)
 
     # ------------------------------------------------------------------ the module

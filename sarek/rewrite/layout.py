@@ -232,6 +232,9 @@ class Layout:
                      else self.accumulator_names())
             out += [ir.FragDecl(name=self.step_sum(a, i, j), use=FragUse.ACCUMULATOR,
                                 shape=shape, elem=self.scheme.acc) for a, i, j in fresh]
+            if self.scheme.exact_top:  # and the largest product's own (Scheme.exact_top)
+                out += [ir.FragDecl(name=self.top_sum(a, i, j), use=FragUse.ACCUMULATOR,
+                                    shape=shape, elem=self.scheme.acc) for a, i, j in fresh]
         if self.scheme.chunk:  # the running sums' totals (Scheme.chunk)
             out += [ir.FragDecl(name=self.chunk_total(a, i, j), use=FragUse.ACCUMULATOR,
                                 shape=shape, elem=self.scheme.acc)
@@ -267,6 +270,11 @@ class Layout:
     def step_sum(self, a: int, i: int, j: int) -> str:
         """The fresh accumulator of accumulator ``a`` of fragment (i, j) (``Scheme.step_sums``)."""
         return f"sk_step{a}_{i}_{j}"
+
+    def top_sum(self, a: int, i: int, j: int) -> str:
+        """The fresh accumulator of the largest product's first multiply-accumulate
+        (``Scheme.exact_top``) beside ``step_sum(a, i, j)``."""
+        return f"sk_top{a}_{i}_{j}"
 
     def chunk_total(self, a: int, i: int, j: int) -> str:
         """The total of the earlier chunks' running sums of accumulator ``a`` of fragment

@@ -273,13 +273,32 @@ class Multiply(Copies):
                 if any(isinstance(x, ir.FragAdd) and x.b == fresh for x in held):
                     out += held
                     held = []
-                out.append(ir.FragFill(frag=fresh, value=ir.Const(value=-0.0, type=s.acc)))
-                out += [ir.FragMulAdd(d=fresh, a=f"sk_fa{ta}_{i}_{q}",
-                                      b=self.strip_b(tb, q, j), c=fresh)
-                        for ta, tb, _ in s.products]
+                out += self.fresh_sum(fresh, self.top_sum(0, 0, j), [
+                    (f"sk_fa{ta}_{i}_{q}", self.strip_b(tb, q, j)) for ta, tb, _ in s.products])
                 out += held
                 held = [ir.FragAdd(d=f"sk_acc0_{i}_{j}", a=f"sk_acc0_{i}_{j}", b=fresh)]
         return out, held
+
+    def fresh_sum(self, fresh: str, top: str, pairs: list[tuple[str, str]]) -> list[ir.Stmt]:
+        """One fragment's sub-step sum into ``fresh``: filled with -0.0, then each (A, B)
+        fragment pair of ``pairs`` (the scheme's products in order) multiplied onto it. With
+        ``Scheme.exact_top`` the last pair (hi·hi) is multiplied first, from -0.0 into
+        ``top``; ``fresh`` starts at the negation of that sum (-0.0 - top), takes the same
+        product again, which leaves exactly what the first multiply-accumulate truncated
+        (the aligned products less a value they hold), then the others in order; and the two
+        are added with rounding to nearest (``top + fresh``)."""
+        zero = ir.Const(value=-0.0, type=self.scheme.acc)
+        if not self.scheme.exact_top:
+            return [ir.FragFill(frag=fresh, value=zero),
+                    *(ir.FragMulAdd(d=fresh, a=a, b=b, c=fresh) for a, b in pairs)]
+        (ta, tb), rest = pairs[-1], pairs[:-1]
+        return [ir.FragFill(frag=top, value=zero),
+                ir.FragMulAdd(d=top, a=ta, b=tb, c=top),
+                ir.FragFill(frag=fresh, value=zero),
+                ir.FragAdd(d=fresh, a=fresh, b=top, subtract=True),
+                ir.FragMulAdd(d=fresh, a=ta, b=tb, c=fresh),
+                *(ir.FragMulAdd(d=fresh, a=a, b=b, c=fresh) for a, b in rest),
+                ir.FragAdd(d=fresh, a=top, b=fresh)]
 
     def products(self) -> list[ir.Stmt]:
         """One sub-step's products, in the scheme's order for each accumulator. Products
@@ -295,10 +314,22 @@ class Multiply(Copies):
         zero = ir.Const(value=-0.0 if s.acc.is_float else 0, type=s.acc)
         out: list[ir.Stmt] = [ir.FragFill(frag=into[x], value=zero)
                               for x in frags] if s.step_sums else []
-        for ta, tb, a in s.products:
+        products = s.products
+        if s.exact_top:  # as ``fresh_sum`` orders them, each run over every fragment
+            (ta, tb, _), products = s.products[-1], (s.products[-1], *s.products[:-1])
+            tops = {x: self.top_sum(*x) for x in frags}
+            out = [*(ir.FragFill(frag=tops[x], value=zero) for x in frags),
+                   *(ir.FragMulAdd(d=tops[(a, i, j)], a=f"sk_fa{ta}_{i}", b=f"sk_fb{tb}_{j}",
+                                   c=tops[(a, i, j)]) for a, i, j in frags),
+                   *out,
+                   *(ir.FragAdd(d=into[x], a=into[x], b=tops[x], subtract=True)
+                     for x in frags)]
+        for ta, tb, a in products:
             for i, j in self.frag_names():
                 acc = into[(a, i, j)]
                 out.append(ir.FragMulAdd(d=acc, a=f"sk_fa{ta}_{i}", b=f"sk_fb{tb}_{j}", c=acc))
+        if s.exact_top:
+            out += [ir.FragAdd(d=into[x], a=tops[x], b=into[x]) for x in frags]
         if s.step_sums:
             out += [ir.FragAdd(d=f"sk_acc{a}_{i}_{j}", a=f"sk_acc{a}_{i}_{j}", b=into[(a, i, j)])
                     for a, i, j in frags]
