@@ -411,7 +411,8 @@ def plan(original: Launch, gemm: Gemm, region: Region, lowering: Lowering, subgr
         return converted_gemm(gemm, pair, elem, values)
 
     rewritten = mr.kernel(kernel.model_copy(update={"params": (*kernel.params, *temporaries)}),
-                          converted(internal), lowering, subgroup, frag, staging, schedule)
+                          converted(internal), lowering, subgroup, frag, staging, schedule,
+                          depth=region.d)
     params = (*kernel.params, *region_params, *temporaries)
     rewritten = rewritten.model_copy(update={"params": params})
     prepass = (plane_kernel(kernel, gemm, params, pair, extra) if planes
