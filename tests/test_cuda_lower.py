@@ -228,11 +228,15 @@ def test_a_fragment_add_becomes_a_per_lane_loop_of_round_to_nearest_adds() -> No
         lowered = cuda_lower.lower(rw.kernel)
         assert adds and "frag_add" not in {s.kind for s in walk(lowered.body)}
         # d[r] = __fadd_rn(a[r], b[r]) for r over the lane's 8 accumulator elements: each
-        # sub-step's sums into the running ones, those into the totals, totals and running
+        # sub-step's sums into the running ones, those into the totals, totals and running;
+        # in one chunk (these cases' depths) the exact hi·hi's negation (__fsub_rn) and sum
         loops = re.findall(r"for \(int (sk_r\d+) = 0; \1 < 8; \1 \+= 1\) \{\n\s+"
-                           r"sk_(?:acc|tot)0_\d_\d\[\1\] = __fadd_rn\(sk_(?:acc|tot)0_\d_\d\[\1\], "
-                           r"sk_(?:step|acc)0_\d_\d\[\1\]\);", print_kernel(lowered))
+                           r"sk_(?:acc|tot|step)0_\d_\d\[\1\] = __f(add|sub)_rn\("
+                           r"sk_(?:acc|tot|step|top)0_\d_\d\[\1\], "
+                           r"sk_(?:step|acc|top)0_\d_\d\[\1\]\);", print_kernel(lowered))
         assert len(loops) == adds
+        subtracts = sum(isinstance(s, ir.FragAdd) and s.subtract for s in walk(rw.kernel.body))
+        assert [op for _, op in loops].count("sub") == subtracts
 
 
 def test_a_fragment_add_over_half_of_a_lanes_registers_is_caught(

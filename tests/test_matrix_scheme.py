@@ -10,6 +10,7 @@ from conftest import example
 from sarek.coopmat import Component, Scope, Shape
 from sarek.ir import ElemType
 from sarek.matrix_pattern import recognize
+from sarek.matrix_rewrite import operands_refusal
 from sarek.matrix_scheme import (
     CHUNK,
     SUPPORTED_FRAGMENT,
@@ -119,8 +120,12 @@ def test_lowering_that_does_not_fit_the_operands_is_refused() -> None:
         config_of(Lowering.F16_OPERANDS, ElemType.I32)
 
 
-def test_every_step_a_schedule_takes_divides_bf16x3s_chunk() -> None:
-    """Every schedule then adds the running sums to their totals after the same sub-steps."""
+def test_every_step_a_bf16x3_schedule_takes_divides_its_chunk() -> None:
+    """Every schedule then adds the running sums to their totals after the same sub-steps;
+    the rewrite refuses Bf16x3 the steps that do not divide ``CHUNK`` (48, and the stacked
+    byte planes' 128), with the reason."""
+    launch = example("gemm_f32").make(8, 8, 8)
+    gemm = recognize(launch.kernel)
     steps = set()
     for step in range(1, 257):
         for name in (f"t64k{step}", f"t128k{step}s2g"):
@@ -128,5 +133,6 @@ def test_every_step_a_schedule_takes_divides_bf16x3s_chunk() -> None:
                 Schedule.parse(name).check(16, 128)
             except ScheduleError:
                 continue
-            steps.add(step)
-    assert {16, 48, 128} <= steps and all(CHUNK % step == 0 for step in steps)
+            if operands_refusal(gemm, Lowering.BF16X3_OPERANDS, Schedule.parse(name)) is None:
+                steps.add(step)
+    assert steps == {16, 32, 64} and all(CHUNK % step == 0 for step in steps)

@@ -152,7 +152,7 @@ def test_without_clang_the_check_says_why(monkeypatch: pytest.MonkeyPatch) -> No
 CALL = re.compile(r"(simdgroup_load|simdgroup_store|simdgroup_multiply_accumulate|"
                   r"make_filled_simdgroup_matrix)\b[^(]*\((.*)\);$")
 ELEMENT_ADD = re.compile(r"^(\w+)\.thread_elements\(\)\[(\d+)\] = \((\w+)\.thread_elements\(\)"
-                         r"\[(\d+)\] \+ (\w+)\.thread_elements\(\)\[(\d+)\]\);$")
+                         r"\[(\d+)\] ([+-]) (\w+)\.thread_elements\(\)\[(\d+)\]\);$")
 
 
 def printed_calls(text: str) -> list[tuple[str, ...]]:
@@ -197,8 +197,9 @@ def expected_calls(kernel: ir.Kernel) -> list[tuple[str, ...]]:
                             "true" if s.layout is FragLayout.COL else "false"))
             case ir.FragMulAdd(d=d, a=a, b=b, c=c):
                 out.append(("mma", d, a, b, c))
-            case ir.FragAdd(d=d, a=a, b=b):  # each thread's elements, one line each
-                out += [("add", d, str(e), a, str(e), b, str(e))
+            case ir.FragAdd(d=d, a=a, b=b, subtract=subtract):  # a line per element
+                op = "-" if subtract else "+"
+                out += [("add", d, str(e), a, str(e), op, b, str(e))
                         for e in range(metal_lower.THREAD_ELEMENTS)]
     return out
 

@@ -112,7 +112,7 @@ def _trips(loop: ir.For) -> int:
 
 
 def test_fragment_fills_and_adds_are_written_out_slot_by_slot() -> None:
-    rw = rewrite("gemm_f32", Lowering.BF16X3_OPERANDS, 32, 8)
+    rw = rewrite("gemm_f32", Lowering.BF16X3_OPERANDS, 32, 8, size=(70, 45, 200))  # 2 chunks
     lowered = opencl_lower.lower(rw.kernel)
     step, neutral = _loops(lowered.body, "sk_k0")[0], _loops(rw.kernel.body, "sk_k0")[0]
     fills = [s for s in walk(neutral.body) if isinstance(s, ir.FragFill)]

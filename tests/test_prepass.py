@@ -299,11 +299,33 @@ def test_split_terms_are_refused_by_an_unpipelined_schedule() -> None:
                                staging)
 
 
+def test_in_one_chunk_a_warpgroup_schedules_strips_take_hi_hi_exactly() -> None:
+    # Bf16x3 on wgmma at a depth of one chunk: each strip's sub-step is hi·hi from -0.0 into
+    # its column's top strip, the step strip its negation, hi·hi again and the five smaller
+    # products onto it, the two added; the running add still held past the next strip's
+    # products
+    launch = example("gemm_f32").make(150, 270, 70)
+    steps = cuda_steps(launch, BF16X3, Schedule.parse("t128k64s2g"))
+    body = list(walk(steps.launches[-1].kernel.body))
+    tops = {s.name for s in body if isinstance(s, ir.FragDecl) and s.name.startswith("sk_top")}
+    assert tops == {"sk_top0_0_0", "sk_top0_0_1"}
+    assert not [s for s in body if isinstance(s, ir.FragDecl) and s.name.startswith("sk_tot")]
+    loop = next(s for s in body if isinstance(s, ir.For) and s.var == "sk_k0")
+    run = [s for s in loop.body if isinstance(s, ir.FragFill | ir.FragMulAdd | ir.FragAdd)]
+    kinds = "".join({ir.FragFill: "f", ir.FragMulAdd: "m", ir.FragAdd: "a"}[type(s)]
+                    for s in run)
+    strip = "fmfa" + "m" * 6 + "a"
+    assert kinds == strip + (strip + "a") * 15 + "a"
+    negations = [s for s in run if isinstance(s, ir.FragAdd) and s.subtract]
+    assert len(negations) == 16 and all(s.d == s.a and s.b.startswith("sk_top")
+                                        for s in negations)
+
+
 def test_a_warpgroup_schedule_takes_a_fresh_strip_per_column_and_holds_each_add_back() -> None:
     # Bf16x3 on wgmma under CUDA's policy: each wave's 16x128 rows split into two 16x64
     # strips (Staging.sum_strip_cols), the strips of a column taking its fresh strip in turn,
     # and each strip's add coming after the next strip's products
-    launch = example("gemm_f32").make(150, 270, 70)
+    launch = example("gemm_f32").make(150, 270, 200)  # deeper than one chunk: six products
     steps = cuda_steps(launch, BF16X3, Schedule.parse("t128k64s2g"))
     body = list(walk(steps.launches[-1].kernel.body))
     fresh = {s.name: s.shape for s in body if isinstance(s, ir.FragDecl)

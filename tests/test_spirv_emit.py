@@ -86,8 +86,11 @@ def test_one_cooperative_matrix_instruction_per_fragment_statement() -> None:
                          ("frag_load", "OpCooperativeMatrixLoadKHR"),
                          ("frag_store", "OpCooperativeMatrixStoreKHR")):
             assert text.count(f"{op} ") == sum(s.kind == kind for s in stmts), (name, op)
-        adds = re.findall(r"= OpFAdd %cm_acc_f32_", text)  # whole accumulators
-        assert len(adds) == sum(s.kind == "frag_add" for s in stmts), name
+        adds = re.findall(r"= OpF(Add|Sub) %cm_acc_f32_", text)  # whole accumulators
+        assert adds.count("Add") == sum(s.kind == "frag_add" and not s.subtract
+                                        for s in stmts), name
+        assert adds.count("Sub") == sum(s.kind == "frag_add" and s.subtract
+                                        for s in stmts), name
     assert any(s.kind == "frag_add" for s in walk(REWRITES[0][1].body))  # Bf16x3 is here
 
 
