@@ -1,36 +1,31 @@
-"""What Bf16x3's error on the wide-range inputs is made of, and what closing the gap to cuBLAS
-SGEMM would take, computed with the simulator's model of the H200's tensor core.
+"""What Bf16x3's error on the wide-range inputs is made of, computed with the simulator's model
+of the H200's tensor core, beside what the device recorded.
 
 ``bench/error_tables.py --seed 1`` to ``3`` (on the H200, ``--sizes 256 --sweep-k 16 256 1024``)
-put Bf16x3's normwise error on the wide-range inputs above cuBLAS SGEMM's in two of twelve rows.
-This script draws the same inputs (the same seeds, shapes and order) and computes, for each
-wide-range and random GEMM of those runs, the normwise error against float64 of:
+records Bf16x3's and cuBLAS SGEMM's normwise errors. This script draws the same inputs (the
+same seeds, shapes and order) and computes, for each wide-range and random GEMM of those runs,
+the normwise error against float64 of:
 
 * ``rounded``: the exact sum rounded once to f32, the floor of any f32 result;
-* ``printed``: the rewrite as CUDA prints it (each 16-deep sub-step's six products, smallest
-  first, into a fresh accumulator through ``sim.tensor_core.mul_add``, which truncates; the
-  fresh sum added to the running one with rounding to nearest; running sums in chunks of 768
-  added into a total, ``specs/matrix-pattern-rewrite.md`` section 6.3). It must give the
-  device's recorded error (the device's output equals the simulator's), which checks the model;
-* ``eight products``: the same with the dropped mid·lo and lo·mid first;
-* ``printed, chunks of 64``: the printed products, the running sums four sub-steps long;
-* ``printed, compensated``: the printed products, with each running sum and the total carried
+* ``printed``: the rewrite as CUDA prints it (``specs/matrix-pattern-rewrite.md`` 6.3). Each
+  16-deep sub-step's products go through ``sim.tensor_core.mul_add``, which truncates: at depths
+  above ``CHUNK`` the six products, smallest first, into a fresh accumulator, added to the
+  running sum with rounding to nearest, running sums of ``CHUNK`` added into a total; at depths
+  up to ``CHUNK`` hi·hi exactly (``exact_top``) and no totals. It must give the device's
+  recorded error (the device's output equals the simulator's), which checks the model;
+* ``six products, chunks of 768``: the kernel before hi·hi was taken exactly and the chunks
+  were 128 deep;
+* ``six products``: the six products at every depth, chunks of ``CHUNK``;
+* ``eight products``: that with the dropped mid·lo and lo·mid first;
+* ``exact hi·hi``: ``exact_top`` at every depth, chunks of ``CHUNK``;
+* ``six products, compensated``: the six products with each running sum and the total carried
   as an f32 pair (TwoSum: the rounding error of every addition kept and added back at the
-  end);
-* ``exact hi·hi``: the five smaller products into one fresh accumulator, hi·hi into a second
-  from zero, then hi·hi again with the negated result as the addend, which gives the first
-  product's truncation error exactly (the aligned sum less a value it holds), one product more
-  per sub-step; the three sums added with rounding to nearest, largest last;
-* ``exact hi·hi, chunks of 64``, ``exact hi·hi, compensated``: that, with running sums four
-  sub-steps long, or with the sums carried as pairs;
-* ``exact hi·hi in two sums, chunks of 64``: hi·hi from zero, added to the running sum; then
-  hi·hi again with its negation as the addend and the five smaller products after it in the
-  same accumulator, added in turn (two accumulators a fragment, as printed now, not three);
-  running sums four sub-steps long.
+  end).
 
-The cuBLAS SGEMM and Bf16x3 device figures are read from the recorded runs
-(``bench/results/error_tables_seed{1,2,3}_h200.json``). Prints a table and writes
-bench/results/bf16x3_accuracy_model.json. Runs on the CPU (a few minutes).
+The device's figures are read from the recorded runs
+(``bench/results/error_tables_exact_seed{1,2,3}_h200.json``). Prints a table and writes
+bench/results/bf16x3_accuracy_model.json. Runs on the CPU (a few minutes); exits 1 where the
+model of the printed kernel does not give the device's error.
 """
 
 from __future__ import annotations
@@ -46,13 +41,13 @@ import ml_dtypes
 import numpy as np
 
 from bench.error_tables import CUBLAS, KINDS, errors, inputs
+from sarek.matrix_scheme import CHUNK
 from sim.tensor_core import mul_add
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 BF16 = ml_dtypes.bfloat16
 STEP = 16  # a sub-step's depth (fragments 16x16x16)
-CHUNK = 768  # the running sums' length (sarek.rewrite: Scheme.chunk)
 SMALL = (("mid", "mid"), ("lo", "hi"), ("hi", "lo"), ("mid", "hi"), ("hi", "mid"))
 """The products before hi·hi, in the printed order (A term, B term)."""
 EXTRA = (("mid", "lo"), ("lo", "mid"))
@@ -125,7 +120,7 @@ Method = Callable[[SubSteps, int, np.ndarray], list[np.ndarray]]
 """A sub-step's sums (each added to the running sum in turn) from its products."""
 
 
-def printed(s: SubSteps, k0: int, zero: np.ndarray) -> list[np.ndarray]:
+def six_products(s: SubSteps, k0: int, zero: np.ndarray) -> list[np.ndarray]:
     return [s.chain((*SMALL, ("hi", "hi")), k0, zero)]
 
 
@@ -133,33 +128,38 @@ def eight_products(s: SubSteps, k0: int, zero: np.ndarray) -> list[np.ndarray]:
     return [s.chain((*EXTRA, *SMALL, ("hi", "hi")), k0, zero)]
 
 
-def exact_hi_hi(s: SubSteps, k0: int, zero: np.ndarray) -> list[np.ndarray]:
-    small = s.chain(SMALL, k0, zero)
-    first = s.product("hi", "hi", k0, zero)
-    error = s.product("hi", "hi", k0, -first)  # exact: the aligned sum less what it holds
-    return [_f32(first + _f32(error + small))]
+def exact_top(s: SubSteps, k0: int, zero: np.ndarray) -> list[np.ndarray]:
+    """hi·hi from zero (``top``), then onto ``-top``: exactly what the first truncated (the
+    aligned sum less a value it holds); the five smaller products onto that, and the two
+    sums added with rounding to nearest (``sarek.rewrite.multiply``'s ``fresh_sum``)."""
+    top = s.product("hi", "hi", k0, zero)
+    rest = s.chain(SMALL, k0, s.product("hi", "hi", k0, -top))
+    return [_f32(top + rest)]
 
 
-def exact_hi_hi_in_two_sums(s: SubSteps, k0: int, zero: np.ndarray) -> list[np.ndarray]:
-    first = s.product("hi", "hi", k0, zero)
-    rest = s.chain(SMALL, k0, s.product("hi", "hi", k0, -first))
-    return [first, rest]
+Choice = tuple[Method, bool, int | None]
+"""A sub-step's method, whether the sums are compensated, the chunk (None: one chunk)."""
 
 
-METHODS: dict[str, tuple[Method, bool, int]] = {
-    "printed": (printed, False, CHUNK), "eight products": (eight_products, False, CHUNK),
-    "printed, chunks of 64": (printed, False, 64),
-    "printed, compensated": (printed, True, CHUNK),
-    "exact hi·hi": (exact_hi_hi, False, CHUNK),
-    "exact hi·hi, chunks of 64": (exact_hi_hi, False, 64),
-    "exact hi·hi in two sums, chunks of 64": (exact_hi_hi_in_two_sums, False, 64),
-    "exact hi·hi, compensated": (exact_hi_hi, True, CHUNK)}
+def as_printed(k: int) -> Choice:
+    """What the rewrite prints for a reduction of depth ``k`` (``sarek.matrix_scheme``)."""
+    return (exact_top, False, None) if k <= CHUNK else (six_products, False, CHUNK)
+
+
+METHODS: dict[str, Callable[[int], Choice]] = {
+    "printed": as_printed,
+    "six products, chunks of 768": lambda k: (six_products, False, 768),
+    "six products": lambda k: (six_products, False, CHUNK),
+    "eight products": lambda k: (eight_products, False, CHUNK),
+    "exact hi·hi": lambda k: (exact_top, False, CHUNK),
+    "six products, compensated": lambda k: (six_products, True, CHUNK)}
 
 
 def model(a: np.ndarray, b: np.ndarray, method: Method, compensated: bool,
-          chunk: int = CHUNK) -> np.ndarray:
-    """``c = a @ b`` as ``method`` sums each sub-step, in running sums of ``chunk`` added into
-    a total."""
+          chunk: int | None = CHUNK) -> np.ndarray:
+    """``c = a @ b`` as ``method`` sums each sub-step, in running sums of ``chunk`` (None: the
+    whole depth) added into a total."""
+    chunk = chunk or a.shape[1]
     s = SubSteps(a, b)
     shape = (s.rows * s.cols, STEP, STEP)
     zero = np.zeros(shape, np.float32)
@@ -178,7 +178,7 @@ def recorded(seed: int) -> dict[tuple[int, int, int, str, str, int], float]:
     """The device's normwise errors of ``error_tables_seed{seed}_h200.json``, by shape, input
     class, method and the index of the shape among equal ones (256³ is drawn twice: the
     table's cube, then the sweep's)."""
-    rows = json.loads((RESULTS / f"error_tables_seed{seed}_h200.json").read_text())["rows"]
+    rows = json.loads((RESULTS / f"error_tables_exact_seed{seed}_h200.json").read_text())["rows"]
     out: dict[tuple[int, int, int, str, str, int], float] = {}
     counts: dict[tuple[int, int, int, str, str], int] = {}
     for r in rows:
@@ -212,9 +212,8 @@ def main(argv: list[str] | None = None) -> int:
                     "rounded": errors(_f32(c64), a, b, c64)["normwise"],
                     "cublas": device[(m, n, k, kind, CUBLAS, index)],
                     "device": device[(m, n, k, kind, BF16X3, index)]}
-                for name, (method, compensated, chunk) in METHODS.items():
-                    row[name] = errors(model(a, b, method, compensated, chunk), a, b,
-                                       c64)["normwise"]
+                for name, choice in METHODS.items():
+                    row[name] = errors(model(a, b, *choice(k)), a, b, c64)["normwise"]
                 row["model_equals_device"] = bool(f"{row['printed']:.6e}" ==
                                                   f"{row['device']:.6e}")
                 rows.append(row)

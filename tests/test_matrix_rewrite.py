@@ -450,53 +450,6 @@ ITEMSIZE = {ElemType.F16: 2, ElemType.BF16: 2, ElemType.U8: 1, ElemType.F32: 4,
             ElemType.I32: 4}
 
 
-def test_bf16x3_refuses_steps_that_do_not_divide_its_chunks() -> None:
-    launch = example("gemm_f32").make(8, 8, 8)
-    with pytest.raises(RewriteError, match=r"totals every 128 of k, which 48-deep steps do "
-                                           r"not divide: take steps of 16, 32 or 64"):
-        kernel(launch.kernel, recognize(launch.kernel), Lowering.BF16X3_OPERANDS,
-               schedule=Schedule.parse("t64k48"))
-    kernel(launch.kernel, recognize(launch.kernel), Lowering.F16_OPERANDS,
-           schedule=Schedule.parse("t64k48"))  # the other lowerings keep 48-deep steps
-
-
-@pytest.mark.parametrize("schedule", ["t64k16", "t128k64s2"])
-def test_bf16x3_takes_hi_hi_exactly_in_reductions_of_at_most_one_chunk(schedule: str) -> None:
-    """At depths up to ``CHUNK`` each fragment's sub-step is: hi·hi from -0.0 into
-    ``sk_top``; ``sk_step`` = -0.0 - ``sk_top``; hi·hi again onto it, then the five smaller
-    products in their order; ``sk_step`` = ``sk_top`` + ``sk_step``; the running add. No
-    totals. Deeper reductions keep the six products and the totals."""
-    sched = Schedule.parse(schedule)
-    for depth, exact in ((CHUNK, True), (CHUNK + 16, False)):
-        launch = example("gemm_f32").make(8, 8, depth)
-        rw = rewrite_launch(launch, lowering=Lowering.BF16X3_OPERANDS, schedule=sched)
-        names = {s.name for s in walk(rw.launch.kernel.body) if isinstance(s, ir.FragDecl)}
-        assert any(n.startswith("sk_top") for n in names) is exact
-        assert any(n.startswith("sk_tot") for n in names) is not exact
-        if not exact:
-            continue
-        ops = [s for s in step_statements(rw.launch.kernel)
-               if isinstance(s, ir.FragFill | ir.FragMulAdd | ir.FragAdd)]
-        top, step, acc = "sk_top0_0_0", "sk_step0_0_0", "sk_acc0_0_0"
-        mine = [s for s in ops if {getattr(s, f, None) for f in ("frag", "d", "b")}
-                & {top, step}]
-        described = [(type(s).__name__, getattr(s, "frag", None) or s.d,
-                      getattr(s, "a", None), getattr(s, "b", None),
-                      getattr(s, "subtract", None)) for s in mine]
-        hh = ("sk_fa0_0", "sk_fb0_0")
-        smaller = [(f"sk_fa{ta}_0", f"sk_fb{tb}_0") for ta, tb in
-                   ((1, 1), (2, 0), (0, 2), (1, 0), (0, 1))]
-        assert described == (sched.step // 16) * [
-            ("FragFill", top, None, None, None),
-            ("FragMulAdd", top, *hh, None),
-            ("FragFill", step, None, None, None),
-            ("FragAdd", step, step, top, True),
-            ("FragMulAdd", step, *hh, None),
-            *(("FragMulAdd", step, a, b, None) for a, b in smaller),
-            ("FragAdd", step, top, step, False),
-            ("FragAdd", acc, acc, step, False)]
-
-
 @pytest.mark.parametrize(("name", "lowering"), [
     ("gemm_f32", Lowering.F16_OPERANDS), ("gemm_f32", Lowering.BF16_OPERANDS),
     ("gemm_f32", Lowering.BF16X3_OPERANDS), ("gemm_i32", Lowering.INT32_BYTE_PLANES)])

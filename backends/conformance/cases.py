@@ -55,7 +55,8 @@ EXTRA_SIZES: dict[str, tuple[Size, ...]] = {
     "gemm_f32_1d": (Size(70, 33, 17, grid=(11, 1, 1), purpose="1-D launch covering a prefix"),),
     # two layers of the three batches
     "gemm_batched": (Size(70, 33, 17, grid=(3, 5, 2), purpose="batched launch of fewer layers"),),
-    # Bf16x3's running sums take a total every 768 of k (``CHUNK``): two totals and a rest
+    # Bf16x3's running sums take a total every 128 of k (``CHUNK``): thirteen and a rest (the
+    # matrix's other sizes, at most 136 deep, are one chunk or two: hi·hi taken exactly or not)
     "gemm_f32": (Size(40, 24, 1700, purpose="a reduction past two of Bf16x3's chunks"),),
 }
 

@@ -462,8 +462,9 @@ class _Lowering:
         return stmts
 
     def frag_add(self, s: ir.FragAdd) -> list[ir.Stmt]:
-        """One lane's share of ``d = a + b`` (``a - b`` with ``subtract``): each of its slots (the same in the three, which
-        the IR checker made accumulators of one shape and type)."""
+        """One lane's share of ``d = a + b`` (``a - b`` with ``subtract``): each of its slots
+        (the same in the three, which the IR checker made accumulators of one shape and
+        type)."""
         d = self.frag(s.d)
         for name in (s.d, s.a, s.b):
             if self.frag(name).use is not FragUse.ACCUMULATOR:

@@ -3,8 +3,8 @@ hold sums that are not usable (``specs/matrix-pattern-rewrite.md`` 6.4): such a 
 nothing at first, is marked in ``sk_redo``, and the loop after it recomputes each of its sums
 by the original's own loop before storing the trip's outputs.
 
-``examples/gemm_f32.py`` at 256x256x800 (four whole 128x128 tiles; a reduction past one of
-the 768-deep chunks of 6.3) on random operands with three outputs' sums made unusable: row 5
+``examples/gemm_f32.py`` at 256x256x800 (four whole 128x128 tiles; a reduction past six of
+the 128-deep chunks of 6.3) on random operands with three outputs' sums made unusable: row 5
 of A and column 9 of B at 2^59, so that C[5, 9] is about 800 * 2^118 = 2^127.6 (finite, beyond
 2^127); an infinity in A (row 130, whose split terms give inf - inf); a NaN in B (column 200).
 The device's C must equal the simulator's bit for bit (any NaN matching any NaN), and where a
