@@ -396,6 +396,11 @@ def test_bf16x3_leaves_a_negative_zero_sum_negative_when_a_step_adds_only_negati
     for frag in (16, 8):
         got = rewritten(launch, Lowering.BF16X3_OPERANDS, frag=frag)
         assert (bits(got) == 0x80000000).all()
+        # Taking hi·hi exactly (a depth of one chunk) negates its first sum, -0.0, by
+        # subtracting it from -0.0, which gives +0.0: the sub-step's sum is +0.0, as the
+        # specification states, and so is -0.0 + +0.0
+        exact = rewritten(launch, Lowering.BF16X3_OPERANDS, frag=frag, depth=True)
+        assert (bits(exact) == 0).all()
 
 
 # --------------------------------------------------------------------------- the launch

@@ -73,21 +73,23 @@ def _on(run: Launch, target: str) -> np.ndarray:
     ({(0, 0): np.nan}, np.nan),
     ({(0, 0): np.inf, (0, 1): -np.inf}, np.nan),  # inf - inf in the sum
 ], ids=["inf", "-inf", "nan", "inf-inf"])
+@pytest.mark.parametrize("exact", [False, True], ids=["six products", "exact hi·hi"])
 def test_bf16x3_gives_the_originals_special_sums(placed: dict[tuple[int, int], float],
-                                                  want: float) -> None:
+                                                  want: float, exact: bool) -> None:
     a = np.ones((3, 5), np.float32)
     for at, value in placed.items():
         a[at] = value
     b = np.full((5, 2), 0.75, np.float32)
-    out = rewritten(gemm(a, b), Lowering.BF16X3_OPERANDS).reshape(3, 2)
+    out = rewritten(gemm(a, b), Lowering.BF16X3_OPERANDS, depth=exact).reshape(3, 2)
     assert same_values(out[0], np.full(2, want, np.float32))
     assert np.array_equal(out[1:], np.full((2, 2), 3.75, np.float32))
 
 
-def test_bf16x3_of_an_infinity_times_zero_is_nan() -> None:
+@pytest.mark.parametrize("exact", [False, True], ids=["six products", "exact hi·hi"])
+def test_bf16x3_of_an_infinity_times_zero_is_nan(exact: bool) -> None:
     a = np.array([[np.inf, 1.0]], np.float32)
     b = np.array([[0.0], [2.0]], np.float32)
-    assert np.isnan(rewritten(gemm(a, b), Lowering.BF16X3_OPERANDS)).all()
+    assert np.isnan(rewritten(gemm(a, b), Lowering.BF16X3_OPERANDS, depth=exact)).all()
 
 
 @pytest.mark.parametrize("target", [None, "cuda"])
@@ -102,11 +104,12 @@ def test_bf16x3_of_operands_near_the_f32_maximum_is_the_originals_value(
     assert same_values(got, original(run))
 
 
-def test_bf16x3_of_products_beyond_the_f32_range_is_the_originals_infinity() -> None:
+@pytest.mark.parametrize("exact", [False, True], ids=["six products", "exact hi·hi"])
+def test_bf16x3_of_products_beyond_the_f32_range_is_the_originals_infinity(exact: bool) -> None:
     a = np.array([[1e30, 1e30], [1e30, -1e30]], np.float32)
     b = np.array([[1e30, 1.0], [1e30, 1.0]], np.float32)
     run = gemm(a, b)
-    got = rewritten(run, Lowering.BF16X3_OPERANDS)
+    got = rewritten(run, Lowering.BF16X3_OPERANDS, depth=exact)
     assert same_values(got, original(run))
     assert got[0] == np.inf and np.isnan(got[2])
 
