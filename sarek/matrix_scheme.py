@@ -26,8 +26,8 @@ from sarek.matrix_pattern import Gemm
 SUPPORTED_SUBGROUP = (32, 64)
 SUPPORTED_FRAGMENT = (16, 8)
 # Bf16x3's running sums take a total every CHUNK of k: 8 sub-steps of 16, a multiple of every
-# step a Bf16x3 schedule takes (16, 32, 64 and 128; a 48-deep step is refused), so every
-# schedule adds at the same k. Reductions no deeper than CHUNK are one chunk: they take the
+# step a Bf16x3 schedule takes (16, 32 and 64; a 48-deep step is refused), so every schedule
+# adds at the same k. Reductions no deeper than CHUNK are one chunk: they take the
 # exact hi·hi sub-steps instead (``Scheme.exact_top``, ``scheme_for``).
 CHUNK = 128
 

@@ -122,7 +122,7 @@ def test_the_full_matrix_has_the_edge_sizes_and_partial_launches() -> None:
     cases = cuda_matrix()
     sizes = {(c.size.m, c.size.n, c.size.k) for c in cases}
     assert {(70, 45, 33), (128, 96, 64), (17, 5, 0), (33, 20, 1), (1, 1, 1)} <= sizes
-    # past two of Bf16x3's chunks, for gemm_f32 only
+    # past thirteen of Bf16x3's chunks, for gemm_f32 only
     assert {c.example.stem for c in cases if c.size.k == 1700} == {"gemm_f32"}
     partial = {c.example.stem for c in cases if c.size.grid is not None}
     assert partial == {"gemm_f32_1d", "gemm_batched"}

@@ -57,7 +57,7 @@ EXTRA_SIZES: dict[str, tuple[Size, ...]] = {
     "gemm_batched": (Size(70, 33, 17, grid=(3, 5, 2), purpose="batched launch of fewer layers"),),
     # Bf16x3's running sums take a total every 128 of k (``CHUNK``): thirteen and a rest (the
     # matrix's other sizes, at most 136 deep, are one chunk or two: hi·hi taken exactly or not)
-    "gemm_f32": (Size(40, 24, 1700, purpose="a reduction past two of Bf16x3's chunks"),),
+    "gemm_f32": (Size(40, 24, 1700, purpose="a reduction past thirteen of Bf16x3's chunks"),),
 }
 
 
