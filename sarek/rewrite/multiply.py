@@ -4,6 +4,7 @@ every product of the lowering's terms."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 from sarek import ir
@@ -303,34 +304,21 @@ class Multiply(Copies):
     def products(self) -> list[ir.Stmt]:
         """One sub-step's products, in the scheme's order for each accumulator. Products
         outer, fragments inner: every run of (i, j) is independent (a simulator batches it, a
-        device overlaps it). With ``step_sums`` they go into fresh accumulators, one per
+        device overlaps it). With ``step_sums`` each fragment's sum is ``fresh_sum``'s, its
+        statements taken in turn over every fragment: they go into fresh accumulators, one per
         fragment, that start at -0.0 (the identity of round-to-nearest addition, so an
         all-zero sub-step leaves the running sum's bits alone, a -0.0 one too) and are then
         added to the running ones."""
         s = self.scheme
         frags = self.accumulator_names()
-        into = {x: self.step_sum(*x) if s.step_sums else f"sk_acc{x[0]}_{x[1]}_{x[2]}"
-                for x in frags}
-        zero = ir.Const(value=-0.0 if s.acc.is_float else 0, type=s.acc)
-        out: list[ir.Stmt] = [ir.FragFill(frag=into[x], value=zero)
-                              for x in frags] if s.step_sums else []
-        products = s.products
-        if s.exact_top:  # as ``fresh_sum`` orders them, each run over every fragment
-            (ta, tb, _), products = s.products[-1], (s.products[-1], *s.products[:-1])
-            tops = {x: self.top_sum(*x) for x in frags}
-            out = [*(ir.FragFill(frag=tops[x], value=zero) for x in frags),
-                   *(ir.FragMulAdd(d=tops[(a, i, j)], a=f"sk_fa{ta}_{i}", b=f"sk_fb{tb}_{j}",
-                                   c=tops[(a, i, j)]) for a, i, j in frags),
-                   *out,
-                   *(ir.FragAdd(d=into[x], a=into[x], b=tops[x], subtract=True)
-                     for x in frags)]
-        for ta, tb, a in products:
-            for i, j in self.frag_names():
-                acc = into[(a, i, j)]
-                out.append(ir.FragMulAdd(d=acc, a=f"sk_fa{ta}_{i}", b=f"sk_fb{tb}_{j}", c=acc))
-        if s.exact_top:
-            out += [ir.FragAdd(d=into[x], a=tops[x], b=into[x]) for x in frags]
-        if s.step_sums:
-            out += [ir.FragAdd(d=f"sk_acc{a}_{i}_{j}", a=f"sk_acc{a}_{i}_{j}", b=into[(a, i, j)])
-                    for a, i, j in frags]
-        return out
+        if not s.step_sums:
+            return [ir.FragMulAdd(d=f"sk_acc{a}_{i}_{j}", a=f"sk_fa{ta}_{i}",
+                                  b=f"sk_fb{tb}_{j}", c=f"sk_acc{a}_{i}_{j}")
+                    for ta, tb, a in s.products for i, j in self.frag_names()]
+        sums = [self.fresh_sum(self.step_sum(a, i, j), self.top_sum(a, i, j),
+                               [(f"sk_fa{ta}_{i}", f"sk_fb{tb}_{j}")
+                                for ta, tb, into in s.products if into == a])
+                for a, i, j in frags]
+        out = [x for turn in itertools.zip_longest(*sums) for x in turn if x is not None]
+        return out + [ir.FragAdd(d=f"sk_acc{a}_{i}_{j}", a=f"sk_acc{a}_{i}_{j}",
+                                 b=self.step_sum(a, i, j)) for a, i, j in frags]
